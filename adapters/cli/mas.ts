@@ -1,0 +1,156 @@
+import { parseArgs } from 'node:util';
+import { ConfigError, loadEnv } from '../../config/env.ts';
+import { createLogger } from '../../config/logger.ts';
+import { openDatabase } from '../../config/database.ts';
+import { createContext, createCoreDeps } from '../../core/context.ts';
+import type { CoreError, CoreErrorCode } from '../../core/errors.ts';
+import { createCaller } from '../../core/router.ts';
+import { toCoreError } from '../../core/trpc.ts';
+
+/**
+ * `mas`, the operator CLI: a thin adapter over the same core use cases as the API. It works
+ * whether or not the server runs (both share the database, embedded or not). With --json it
+ * prints exactly one JSON object on stdout; errors are {"error":{message,type,code}} and a
+ * non-zero exit.
+ */
+type Caller = ReturnType<typeof createCaller>;
+type Flags = Record<string, string | undefined>;
+
+interface Command {
+  usage: string;
+  run: (core: Caller, flags: Flags) => Promise<unknown>;
+  /** Human-readable output; JSON is printed when absent or with --json. */
+  show?: (result: never) => string;
+}
+
+const COMMANDS: Record<string, Command> = {
+  'account create': {
+    usage: 'account create --email E',
+    run: async (core, f) => {
+      const a = await core.accounts.create({ email: f.email! });
+      return { id: a.id, email: a.email };
+    },
+  },
+  'wallet topup': {
+    usage: 'wallet topup --account ID|EMAIL --coins N [--idempotency-key K]',
+    run: (core, f) => core.wallet.topUp({ account: f.account!, coins: f.coins!, idempotency_key: f['idempotency-key'] }),
+  },
+  'subscription grant': {
+    usage: 'subscription grant --account ID|EMAIL --coins N [--idempotency-key K]',
+    run: (core, f) => core.wallet.grantSubscription({ account: f.account!, coins: f.coins!, idempotency_key: f['idempotency-key'] }),
+  },
+  'key create': {
+    usage: 'key create --account ID|EMAIL [--name N]',
+    run: async (core, f) => {
+      const k = await core.keys.create({ account: f.account!, name: f.name });
+      return { id: k.id, key: k.key, name: k.name, prefix: k.prefix, created_at: k.created_at };
+    },
+    show: (k: { id: string; key: string; name: string }) =>
+      `Created ${k.id} (${k.name}). The key, shown only this once:\n\n  ${k.key}\n`,
+  },
+  'key list': {
+    usage: 'key list --account ID|EMAIL',
+    run: async (core, f) => {
+      const { data } = await core.keys.list({ account: f.account! });
+      return { data: data.map(({ id, name, prefix, created_at, last_used_at, revoked_at }) => ({ id, name, prefix, created_at, last_used_at, revoked_at })) };
+    },
+  },
+  'key revoke': {
+    usage: 'key revoke --id KEYID',
+    run: (core, f) => core.keys.revoke({ id: f.id! }),
+  },
+  balance: {
+    usage: 'balance --account ID|EMAIL',
+    run: (core, f) => core.wallet.balanceOf({ account: f.account! }),
+  },
+};
+
+/** This adapter's one error table: the same `type` values as the REST API's. */
+const ERROR_TYPES: Record<CoreErrorCode, string> = {
+  invalid_request: 'invalid_request_error',
+  limit_reached: 'invalid_request_error',
+  conflict: 'invalid_request_error',
+  unauthorized: 'authentication_error',
+  insufficient_balance: 'billing_error',
+  paid_account_required: 'permission_error',
+  not_found: 'not_found_error',
+  rate_limited: 'rate_limit_error',
+  unavailable: 'server_error',
+};
+
+const HELP = `Usage: npm run --silent mas -- <command> [--json]\n\nCommands:\n${Object.values(COMMANDS)
+  .map((c) => `  ${c.usage}`)
+  .join('\n')}\n`;
+
+function fail(json: boolean, error: { message: string; type: string; code: string }, exitCode: number): never {
+  if (json) process.stdout.write(`${JSON.stringify({ error })}\n`);
+  else process.stderr.write(`error: ${error.message}\n`);
+  process.exit(exitCode);
+}
+
+async function main(argv: string[]): Promise<void> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        json: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+        email: { type: 'string' },
+        account: { type: 'string' },
+        coins: { type: 'string' },
+        name: { type: 'string' },
+        id: { type: 'string' },
+        'idempotency-key': { type: 'string' },
+      },
+    });
+  } catch (err) {
+    fail(argv.includes('--json'), { message: `${(err as Error).message}\n${HELP}`, type: 'invalid_request_error', code: 'usage' }, 2);
+  }
+  const { values, positionals } = parsed;
+  const json = values.json;
+  if (values.help || positionals.length === 0) {
+    process.stdout.write(HELP);
+    return;
+  }
+  const name = positionals.length === 1 ? positionals[0]! : positionals.slice(0, 2).join(' ');
+  const command = COMMANDS[name];
+  if (!command || positionals.length > (name.includes(' ') ? 2 : 1)) {
+    fail(json, { message: `Unknown command "${positionals.join(' ')}".\n${HELP}`, type: 'invalid_request_error', code: 'usage' }, 2);
+  }
+
+  let env;
+  try {
+    env = loadEnv();
+  } catch (err) {
+    if (err instanceof ConfigError) fail(json, { message: err.message, type: 'invalid_request_error', code: 'invalid_configuration' }, 2);
+    throw err;
+  }
+  // Logs go to stderr, and only warnings: stdout is for the one result.
+  const logger = createLogger(process.env.LOG_LEVEL ? env.LOG_LEVEL : 'warn', process.stderr);
+  const db = await openDatabase(env, logger);
+  const deps = createCoreDeps({ orm: db.orm, logger, config: { holdTtlSeconds: env.HOLD_TTL_SECONDS, demoCoins: env.DEMO_COINS } });
+  const core = createCaller(createContext(deps, { kind: 'operator' }));
+  let result: unknown;
+  let failure: CoreError | undefined;
+  try {
+    result = await command.run(core, values as unknown as Flags);
+  } catch (err) {
+    failure = toCoreError(err);
+    if (!failure) throw err;
+  } finally {
+    await db.close();
+  }
+  if (failure) {
+    fail(json, { message: failure.message, type: ERROR_TYPES[failure.code], code: failure.reason ?? failure.code }, 1);
+  }
+  if (json || !command.show) process.stdout.write(`${JSON.stringify(result, null, json ? undefined : 2)}\n`);
+  else process.stdout.write(`${command.show(result as never)}\n`);
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  const json = process.argv.includes('--json');
+  fail(json, { message: `Internal error: ${(err as Error).message ?? String(err)}`, type: 'server_error', code: 'internal_error' }, 1);
+});

@@ -1,0 +1,42 @@
+import express, { type Express } from 'express';
+import type { Logger } from 'pino';
+import type { CoreDeps } from '../../core/context.ts';
+import { errorHandler, sendHttpError } from './errors.ts';
+import { requestLogger } from './logging.ts';
+import { createHttpMetrics, type HttpMetrics } from './metrics.ts';
+import { operationsRoutes } from './routes/operations.ts';
+import { walletRoutes } from './routes/wallet.ts';
+
+export interface RestOptions {
+  deps: CoreDeps;
+  logger: Logger;
+  publicBaseUrl: string;
+  metrics?: HttpMetrics;
+  metricsToken?: string | undefined;
+  trustProxy?: boolean;
+  /** True once shutdown has begun: /readyz answers 503 so load balancers move away. */
+  isDraining?: () => boolean;
+}
+
+/** JSON bodies above this size get 413; file uploads come through multipart, not this parser. */
+export const JSON_BODY_LIMIT = '4mb';
+
+export function createRestApp(opts: RestOptions): Express {
+  const { deps, logger } = opts;
+  const metrics = opts.metrics ?? createHttpMetrics();
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', opts.trustProxy ?? false);
+  app.set('json replacer', undefined);
+
+  app.use(requestLogger(logger));
+  app.use(metrics.middleware);
+  app.use(express.json({ limit: JSON_BODY_LIMIT, strict: true, type: ['application/json', 'application/*+json'] }));
+
+  app.use(operationsRoutes(deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
+  app.use('/api/v1', walletRoutes(deps));
+
+  app.use((_req, res) => sendHttpError(res, 'unknown_route'));
+  app.use(errorHandler(logger));
+  return app;
+}

@@ -1,0 +1,75 @@
+import path from 'node:path';
+import { z } from 'zod';
+import { parseCoins } from '../core/money/coins.ts';
+
+/**
+ * Every setting of the service is an environment variable, parsed here once at boot.
+ * The README's configuration table documents each one; keep the two in step.
+ */
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveInt = z.coerce.number().int().positive();
+/** An optional string where empty means unset, as shells and .env files often leave it. */
+const optional = z
+  .string()
+  .trim()
+  .optional()
+  .transform((v) => (v ? v : undefined));
+
+const envSchema = z
+  .object({
+    PORT: port.default(8080),
+    HOST: z.string().min(1).default('0.0.0.0'),
+    PUBLIC_BASE_URL: optional.pipe(z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).optional()),
+    DATABASE_URL: optional.pipe(
+        z
+          .string()
+          .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
+          .optional(),
+      ),
+    DATABASE_POOL_MAX: positiveInt.max(1000).default(10),
+    DATA_DIR: z.string().min(1).default('./.data'),
+    LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    DEMO_COINS: z
+      .string()
+      .default('1000')
+      .transform((v, ctx) => {
+        try {
+          return parseCoins(v);
+        } catch (err) {
+          ctx.addIssue({ code: 'custom', message: (err as Error).message });
+          return z.NEVER;
+        }
+      }),
+    HOLD_TTL_SECONDS: positiveInt.default(900),
+    SHUTDOWN_TIMEOUT_SECONDS: positiveInt.default(25),
+    METRICS_TOKEN: optional,
+    TRUST_PROXY: z
+      .enum(['true', 'false', ''])
+      .default('false')
+      .transform((v) => v === 'true'),
+  })
+  .transform((env) => ({
+    ...env,
+    DATA_DIR: path.resolve(env.DATA_DIR),
+    PUBLIC_BASE_URL: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
+  }));
+
+export type Env = z.output<typeof envSchema>;
+
+export class ConfigError extends Error {}
+
+/** Parses the environment; a bad value throws one line naming the variable. */
+export function loadEnv(source: NodeJS.ProcessEnv = process.env): Env {
+  const result = envSchema.safeParse(source);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0]!;
+  const name = issue.path.join('.') || 'environment';
+  const got = typeof source[name] === 'string' ? ` (got ${JSON.stringify(redact(name, source[name]!))})` : '';
+  throw new ConfigError(`Invalid configuration: ${name}: ${issue.message}${got}`);
+}
+
+function redact(name: string, value: string): string {
+  if (/TOKEN|SECRET|PASSWORD|KEY/.test(name)) return '***';
+  if (name === 'DATABASE_URL') return value.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@');
+  return value;
+}

@@ -1,0 +1,6 @@
+import { Migration20261122000000_foundation } from './Migration20261122000000_foundation.ts';
+
+/** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
+export const migrations = [
+  { name: 'Migration20261122000000_foundation', class: Migration20261122000000_foundation },
+];

@@ -1,0 +1,54 @@
+/**
+ * The domain errors of the service: a closed union keyed by a stable code. Core throws only
+ * these; each adapter maps them to its transport in one table (REST: adapters/rest/errors.ts).
+ */
+export type CoreErrorCode =
+  | 'invalid_request' // a value the client sent is wrong; `param` names it
+  | 'unauthorized' // missing, malformed, unknown or revoked key: one answer for all four
+  | 'insufficient_balance'
+  | 'paid_account_required'
+  | 'not_found'
+  | 'conflict'
+  | 'limit_reached' // a per-account quota, such as the 10 active keys
+  | 'rate_limited'
+  | 'unavailable'; // a dependency (the database) cannot be reached
+
+export interface CoreErrorDetails {
+  /** The request field the error is about, as a dotted path (`messages.0.content`). */
+  param?: string;
+  /** A more precise, stable reason within the code (`account_not_found`, `key_limit_reached`). */
+  reason?: string;
+  /** Seconds after which a retry may succeed (rate limits). */
+  retryAfterSeconds?: number;
+}
+
+export class CoreError extends Error {
+  readonly code: CoreErrorCode;
+  readonly param: string | undefined;
+  readonly reason: string | undefined;
+  readonly retryAfterSeconds: number | undefined;
+
+  constructor(code: CoreErrorCode, message: string, details: CoreErrorDetails = {}) {
+    super(message);
+    this.name = 'CoreError';
+    this.code = code;
+    this.param = details.param;
+    this.reason = details.reason;
+    this.retryAfterSeconds = details.retryAfterSeconds;
+  }
+}
+
+export const invalid = (param: string, message: string, reason = 'invalid_value') =>
+  new CoreError('invalid_request', message, { param, reason });
+
+export const notFound = (reason: string, message: string) => new CoreError('not_found', message, { reason });
+
+/** The one answer for every authentication failure, so a caller learns nothing about which it was. */
+export const unauthorized = () =>
+  new CoreError('unauthorized', 'Invalid or missing API key. Send it as "Authorization: Bearer <key>".', {
+    reason: 'invalid_api_key',
+  });
+
+export function isCoreError(err: unknown): err is CoreError {
+  return err instanceof CoreError;
+}

@@ -1,0 +1,29 @@
+import { EntitySchema } from '@mikro-orm/core';
+
+export class ApiKey {
+  declare id: string;
+  declare accountId: string;
+  declare name: string;
+  /** The first characters of the secret, enough to recognise a key in a list. */
+  declare prefix: string;
+  /** SHA-256 of the whole secret, hex; the secret itself is never stored. */
+  declare keyHash: string;
+  declare createdAt: Date;
+  declare lastUsedAt: Date | null;
+  declare revokedAt: Date | null;
+}
+
+export const ApiKeySchema = new EntitySchema<ApiKey>({
+  class: ApiKey,
+  tableName: 'api_keys',
+  properties: {
+    id: { type: 'string', primary: true },
+    accountId: { type: 'string' },
+    name: { type: 'string' },
+    prefix: { type: 'string' },
+    keyHash: { type: 'string', unique: true },
+    createdAt: { type: 'Date', defaultRaw: 'now()', onCreate: () => new Date() },
+    lastUsedAt: { type: 'Date', nullable: true },
+    revokedAt: { type: 'Date', nullable: true },
+  },
+});

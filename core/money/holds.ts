@@ -1,0 +1,74 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { CoreError, notFound } from '../errors.ts';
+import { newId } from '../ids.ts';
+import { formatCoins, type Micro } from './coins.ts';
+
+/**
+ * Two-phase spending, after TigerBeetle's pending transfers: reserve takes coins out of the
+ * spendable pockets into `held`; settle captures part of a hold as `API usage` and returns the
+ * rest; release returns all of it. Each hold ends exactly once: ending it again returns the
+ * first outcome and moves no money. All of it happens inside PostgreSQL functions, one
+ * statement each, under a row lock (see the foundation migration).
+ */
+export interface HoldOutcome {
+  holdId: string;
+  status: 'settled' | 'released';
+  captured: Micro;
+  amount: Micro;
+}
+
+export interface ReserveInput {
+  accountId: string;
+  amount: Micro;
+  /** What the hold pays for: a request id or a job id. Shown in the ledger. */
+  reference: string;
+  /** Chosen by the caller to make the reservation idempotent (a job id, for example). */
+  holdId?: string;
+  expiresAt: Date;
+  metadata?: Record<string, unknown>;
+}
+
+export async function reserve(em: EntityManager, input: ReserveInput): Promise<{ holdId: string }> {
+  if (input.amount < 0n) throw new RangeError('a reservation cannot be negative');
+  const holdId = input.holdId ?? newId('hold');
+  const rows = await em.execute<{ status: string; available: string | null }[]>(
+    'select status, available::text from mas_reserve(?, ?, ?::bigint, ?, ?::timestamptz, ?::jsonb)',
+    [holdId, input.accountId, input.amount.toString(), input.reference, input.expiresAt.toISOString(), JSON.stringify(input.metadata ?? {})],
+  );
+  const row = rows[0]!;
+  switch (row.status) {
+    case 'reserved':
+    case 'exists':
+      return { holdId };
+    case 'insufficient':
+      throw new CoreError(
+        'insufficient_balance',
+        `Insufficient balance: this request needs ${formatCoins(input.amount)} coins and ${formatCoins(BigInt(row.available!))} are available.`,
+      );
+    default:
+      throw notFound('account_not_found', `No account ${input.accountId}.`);
+  }
+}
+
+/** Captures `actual` (at most what is held) and releases the rest. */
+export function settle(em: EntityManager, holdId: string, actual: Micro): Promise<HoldOutcome> {
+  return endHold(em, holdId, actual, 'settled');
+}
+
+/** Gives the whole hold back. */
+export function release(em: EntityManager, holdId: string): Promise<HoldOutcome> {
+  return endHold(em, holdId, 0n, 'released');
+}
+
+async function endHold(em: EntityManager, holdId: string, actual: Micro, outcome: 'settled' | 'released'): Promise<HoldOutcome> {
+  const rows = await em.execute<{ status: string; captured: string | null; amount: string | null }[]>(
+    'select status, captured::text, amount::text from mas_end_hold(?, ?::bigint, ?)',
+    [holdId, actual.toString(), outcome],
+  );
+  const row = rows[0]!;
+  if (row.status === 'not_found') throw notFound('hold_not_found', `No hold ${holdId}.`);
+  if (row.status === 'invalid_amount') {
+    throw new RangeError(`cannot capture ${actual} from hold ${holdId} of ${row.amount} micro-coins`);
+  }
+  return { holdId, status: row.status as HoldOutcome['status'], captured: BigInt(row.captured!), amount: BigInt(row.amount!) };
+}

@@ -1,0 +1,55 @@
+import { z } from 'zod';
+import { accountRef, accountView, createAccount, createAccountInput, resolveAccount } from './accounts/accounts.ts';
+import { createKey, createKeyInput, keyIdInput, listKeys, revokeKey } from './keys/keys.ts';
+import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
+import { historyInput, listHistory } from './money/ledger.ts';
+import { balanceView, getBalance } from './money/wallet.ts';
+import { checkReady } from './health.ts';
+import { apiProcedure, createCallerFactory, operatorProcedure, publicProcedure, router } from './trpc.ts';
+
+const forAccount = z.object({ account: accountRef });
+
+/**
+ * The use cases of the service. Procedures only wire input to plain functions; adapters
+ * (REST, MCP, GraphQL, CLI) call them in-process through `createCaller`.
+ */
+export const appRouter = router({
+  health: router({
+    ready: publicProcedure.query(({ ctx }) => checkReady(ctx.em)),
+  }),
+
+  accounts: router({
+    create: operatorProcedure
+      .input(createAccountInput)
+      .mutation(async ({ ctx, input }) => accountView(await createAccount(ctx.em, input))),
+    get: operatorProcedure.input(forAccount).query(async ({ ctx, input }) => accountView(await resolveAccount(ctx.em, input.account))),
+  }),
+
+  wallet: router({
+    balance: apiProcedure.query(async ({ ctx }) => balanceView(await getBalance(ctx.em, ctx.principal.accountId))),
+    history: apiProcedure.input(historyInput).query(({ ctx, input }) => listHistory(ctx.em, ctx.principal.accountId, input)),
+    balanceOf: operatorProcedure.input(forAccount).query(async ({ ctx, input }) => {
+      const account = await resolveAccount(ctx.em, input.account);
+      return { account: account.id, ...balanceView(await getBalance(ctx.em, account.id)) };
+    }),
+    topUp: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) => creditCoins(ctx.em, 'topup', input)),
+    grantSubscription: operatorProcedure
+      .input(creditCoinsInput)
+      .mutation(({ ctx, input }) => creditCoins(ctx.em, 'subscription_grant', input)),
+  }),
+
+  keys: router({
+    create: operatorProcedure.input(forAccount.extend(createKeyInput.shape)).mutation(async ({ ctx, input }) => {
+      const account = await resolveAccount(ctx.em, input.account);
+      return { account: account.id, ...(await createKey(ctx.em, account.id, input)) };
+    }),
+    list: operatorProcedure.input(forAccount).query(async ({ ctx, input }) => {
+      const account = await resolveAccount(ctx.em, input.account);
+      return listKeys(ctx.em, account.id);
+    }),
+    revoke: operatorProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id)),
+  }),
+});
+
+export type AppRouter = typeof appRouter;
+export const createCaller = createCallerFactory(appRouter);

@@ -1,0 +1,51 @@
+import { initTRPC, TRPCError } from '@trpc/server';
+import { ZodError } from 'zod';
+import type { CoreContext } from './context.ts';
+import { CoreError, isCoreError, unauthorized } from './errors.ts';
+import { authenticate } from './keys/authenticate.ts';
+
+const t = initTRPC.context<CoreContext>().create({ isServer: true });
+
+export const router = t.router;
+export const createCallerFactory = t.createCallerFactory;
+
+/** No caller identity needed: health checks, public documents. */
+export const publicProcedure = t.procedure;
+
+/** Called with an API key: the key is checked on every call and its account is `ctx.principal`. */
+export const apiProcedure = t.procedure.use(async ({ ctx, next }) => {
+  if (ctx.caller.kind !== 'api') throw unauthorized();
+  const principal = await authenticate(ctx.em, ctx.caller.bearer, ctx.deps.lastUsed);
+  return next({ ctx: { ...ctx, principal } });
+});
+
+/** The operator: the CLI on the server's machine and, later, the internal admin API. */
+export const operatorProcedure = t.procedure.use(({ ctx, next }) => {
+  if (ctx.caller.kind !== 'operator') throw new CoreError('unauthorized', 'This operation is for the operator only.');
+  return next();
+});
+
+/**
+ * What a procedure call threw, as a CoreError when it is one: tRPC wraps errors thrown inside
+ * procedures, and input validation fails with a ZodError. Anything else is a bug (undefined).
+ */
+export function toCoreError(err: unknown): CoreError | undefined {
+  const cause = err instanceof TRPCError ? (err.cause ?? err) : err;
+  if (isCoreError(cause)) return cause;
+  if (cause instanceof ZodError) {
+    const issue = cause.issues[0];
+    const param = issue?.path.map(String).join('.') || undefined;
+    const missing = issue?.code === 'invalid_type' && /received undefined$/.test(issue.message);
+    const detail = (issue?.message ?? 'invalid').replace(/^Invalid input: /, '');
+    const message = param
+      ? missing
+        ? `Missing required parameter: '${param}'.`
+        : `Invalid value for '${param}': ${detail}.`
+      : `Invalid request: ${detail}.`;
+    return new CoreError('invalid_request', message, {
+      ...(param ? { param } : {}),
+      reason: missing ? 'missing_field' : 'invalid_value',
+    });
+  }
+  return undefined;
+}

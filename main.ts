@@ -1,0 +1,43 @@
+import { ConfigError, loadEnv } from './config/env.ts';
+import { createLogger } from './config/logger.ts';
+import { startService } from './config/service.ts';
+
+let env;
+try {
+  env = loadEnv();
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  process.stderr.write(`${err.message}\n`);
+  process.exit(1);
+}
+
+const logger = createLogger(env.LOG_LEVEL);
+const baseUrl = `${env.PUBLIC_BASE_URL}/api/v1`;
+
+try {
+  const service = await startService(env, logger, {
+    // Shown once, on the very first start, outside the logs: logs never carry a key.
+    onDemoKey: (key) =>
+      process.stdout.write(
+        `\nDemo account created (demo@example.com). Its API key, shown only this once:\n\n  ${key}\n\n` +
+          `Try it:\n\n  curl -H "Authorization: Bearer ${key}" ${baseUrl}/balance\n\n`,
+      ),
+  });
+  process.stdout.write(`Model Access Service listening on ${baseUrl}\n`);
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      service.stop().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          logger.error({ err }, 'shutdown failed');
+          process.exit(1);
+        },
+      );
+    });
+  }
+} catch (err) {
+  logger.fatal({ err }, 'could not start');
+  logger.flush();
+  process.exitCode = 1;
+  setTimeout(() => process.exit(1), 100).unref();
+}
