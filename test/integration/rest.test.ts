@@ -1,0 +1,113 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { parseCoins } from '../../core/money/coins.ts';
+import { reserve, settle } from '../../core/money/holds.ts';
+import { makeAccount, makeKey, openTestOrm } from '../support/db.ts';
+import { bearer, getJson, startTestApi } from '../support/http.ts';
+
+let orm: MikroORM;
+let api: Awaited<ReturnType<typeof startTestApi>>;
+let key: string;
+let accountId: string;
+beforeAll(async () => {
+  orm = await openTestOrm();
+  api = await startTestApi(orm);
+  const account = await makeAccount(orm, { coins: '20', subscriptionCoins: '5' });
+  accountId = account.id;
+  key = (await makeKey(orm, account.id)).key;
+});
+afterAll(async () => {
+  await api.close();
+  await orm.close();
+});
+
+function expectErrorShape(body: any, type: string, code: string) {
+  expect(Object.keys(body)).toEqual(['error']);
+  expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'type']);
+  expect(body.error).toMatchObject({ type, code });
+  expect(typeof body.error.message).toBe('string');
+}
+
+describe('REST errors', () => {
+  it('answers malformed JSON with 400 in the error shape', async () => {
+    const res = await getJson(`${api.url}/api/v1/balance`, {
+      method: 'GET',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: undefined,
+    });
+    expect(res.status).toBe(200);
+    const bad = await fetch(`${api.url}/api/v1/wallet/history`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: '{"model": ',
+    });
+    expect(bad.status).toBe(400);
+    expectErrorShape(await bad.json(), 'invalid_request_error', 'invalid_json');
+  });
+
+  it('answers an unknown route with 404 and a wrong method with 405, never HTML', async () => {
+    for (const path of ['/api/v1/nope', '/nope', '/api/v2/balance', '/']) {
+      const res = await fetch(`${api.url}${path}`, { headers: bearer(key) });
+      expect(res.status).toBe(404);
+      expect(res.headers.get('content-type')).toMatch(/application\/json/);
+      expectErrorShape(await res.json(), 'not_found_error', 'unknown_route');
+    }
+    const wrong = await fetch(`${api.url}/api/v1/balance`, { method: 'DELETE', headers: bearer(key) });
+    expect(wrong.status).toBe(405);
+    expect(wrong.headers.get('allow')).toBe('GET, HEAD');
+    expectErrorShape(await wrong.json(), 'invalid_request_error', 'method_not_allowed');
+  });
+
+  it('answers an oversized body with 413', async () => {
+    const res = await fetch(`${api.url}/api/v1/wallet/history`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ pad: 'x'.repeat(5 * 1024 * 1024) }),
+    });
+    expect(res.status).toBe(413);
+    expectErrorShape(await res.json(), 'invalid_request_error', 'request_too_large');
+  });
+
+  it('names the field of an invalid query parameter', async () => {
+    const res = await getJson(`${api.url}/api/v1/wallet/history?limit=500`, { headers: bearer(key) });
+    expect(res.status).toBe(400);
+    expectErrorShape(res.body, 'invalid_request_error', 'invalid_value');
+    expect(res.body.error.message).toMatch(/'limit'/);
+  });
+
+  it('sends a request id on every response, and takes a sane incoming one', async () => {
+    const a = await fetch(`${api.url}/api/v1/balance`, { headers: bearer(key) });
+    expect(a.headers.get('x-request-id')).toMatch(/^req_/);
+    const b = await fetch(`${api.url}/api/v1/balance`, { headers: { ...bearer(key), 'x-request-id': 'trace-42' } });
+    expect(b.headers.get('x-request-id')).toBe('trace-42');
+    const c = await fetch(`${api.url}/api/v1/balance`, { headers: { ...bearer(key), 'x-request-id': 'bad id $(rm)' } });
+    expect(c.headers.get('x-request-id')).toMatch(/^req_/);
+  });
+});
+
+describe('wallet history', () => {
+  it('pages the ledger newest first, with charges labelled API usage', async () => {
+    const em = orm.em.fork();
+    const { holdId } = await reserve(em, { accountId, amount: parseCoins('3'), reference: 'req_history', expiresAt: new Date(Date.now() + 60_000) });
+    await settle(em, holdId, parseCoins('1.25'));
+
+    const all: any[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 10; page++) {
+      const res = await getJson(`${api.url}/api/v1/wallet/history?limit=2${cursor ? `&starting_after=${cursor}` : ''}`, { headers: bearer(key) });
+      expect(res.status).toBe(200);
+      expect(res.body.object).toBe('list');
+      all.push(...res.body.data);
+      if (!res.body.has_more) break;
+      cursor = res.body.data.at(-1).id;
+    }
+    const ids = all.map((e) => Number(e.id.slice(3)));
+    expect(ids).toEqual([...ids].sort((x, y) => y - x));
+    const usage = all.filter((e) => e.type === 'capture');
+    expect(usage).toEqual([expect.objectContaining({ description: 'API usage', amount_coins: -1.25, reference: 'req_history', pocket: 'held' })]);
+    expect(all.find((e) => e.type === 'topup')).toMatchObject({ amount_coins: 20, pocket: 'purchased' });
+    expect(all.find((e) => e.type === 'subscription_grant')).toMatchObject({ amount_coins: 5, pocket: 'subscription' });
+    const balance = await getJson(`${api.url}/api/v1/balance`, { headers: bearer(key) });
+    expect(balance.body).toMatchObject({ coins: 23.75, subscription_coins: 3.75, purchased_coins: 20, held_coins: 0 });
+  });
+});

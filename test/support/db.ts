@@ -1,0 +1,95 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import pino from 'pino';
+import { inject } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { createAccount } from '../../core/accounts/accounts.ts';
+import { createCoreDeps, type CoreDeps } from '../../core/context.ts';
+import { openOrm, migrate } from '../../core/db/orm.ts';
+import { parseCoins } from '../../core/money/coins.ts';
+import { credit, getBalance } from '../../core/money/wallet.ts';
+import { createKey } from '../../core/keys/keys.ts';
+
+export const silentLogger = pino({ level: 'silent' });
+
+/** An ORM on the shared test database (migrated once by the global setup). */
+export async function openTestOrm(poolMax = 10): Promise<MikroORM> {
+  return openOrm({ url: inject('databaseUrl'), poolMax });
+}
+
+export function testDeps(orm: MikroORM): CoreDeps {
+  return createCoreDeps({ orm, logger: silentLogger, config: { holdTtlSeconds: 900, demoCoins: 0n } });
+}
+
+/** A brand-new empty database on the test server, for tests that need a first start. */
+export async function createFreshDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `mas_fresh_${randomBytes(6).toString('hex')}`;
+  const admin = new pg.Client(inject('adminDatabaseUrl'));
+  await admin.connect();
+  await admin.query(`create database ${name}`);
+  await admin.end();
+  const url = inject('databaseUrl').replace(/\/[^/]+$/, `/${name}`);
+  return {
+    url,
+    async drop() {
+      const c = new pg.Client(inject('adminDatabaseUrl'));
+      await c.connect();
+      await c.query(`drop database if exists ${name} with (force)`);
+      await c.end();
+    },
+  };
+}
+
+export async function migratedFreshDatabase() {
+  const db = await createFreshDatabase();
+  const orm = await openOrm({ url: db.url });
+  await migrate(orm);
+  await orm.close();
+  return db;
+}
+
+let counter = 0;
+export function uniqueEmail(tag = 'user'): string {
+  return `${tag}-${process.pid}-${Date.now()}-${++counter}-${randomBytes(3).toString('hex')}@test.example`;
+}
+
+/** Fixture builder: an account with the given coins (decimal strings) in each pocket. */
+export async function makeAccount(orm: MikroORM, opts: { coins?: string; subscriptionCoins?: string } = {}) {
+  const em = orm.em.fork();
+  const account = await createAccount(em, { email: uniqueEmail() });
+  if (opts.coins && parseCoins(opts.coins) > 0n) {
+    await credit(em, { accountId: account.id, kind: 'topup', amount: parseCoins(opts.coins), reference: 'fixture', idempotencyKey: `fixture-topup:${account.id}`, description: 'Top-up' });
+  }
+  if (opts.subscriptionCoins && parseCoins(opts.subscriptionCoins) > 0n) {
+    await credit(em, { accountId: account.id, kind: 'subscription_grant', amount: parseCoins(opts.subscriptionCoins), reference: 'fixture', idempotencyKey: `fixture-grant:${account.id}`, description: 'Subscription coins' });
+  }
+  return account;
+}
+
+export async function makeKey(orm: MikroORM, accountId: string, name?: string) {
+  return createKey(orm.em.fork(), accountId, name ? { name } : {});
+}
+
+/** The invariants every wallet must satisfy at every moment. */
+export async function walletInvariants(orm: MikroORM, accountId: string) {
+  const em = orm.em.fork();
+  const balance = await getBalance(em, accountId);
+  const [sums] = await em.execute<{ total: string; sub: string; pur: string; held: string }[]>(
+    `select coalesce(sum(amount_micro), 0)::text as total,
+            coalesce(sum(amount_micro) filter (where pocket = 'subscription'), 0)::text as sub,
+            coalesce(sum(amount_micro) filter (where pocket = 'purchased'), 0)::text as pur,
+            coalesce(sum(amount_micro) filter (where pocket = 'held'), 0)::text as held
+     from ledger_entries where account_id = ?`,
+    [accountId],
+  );
+  const [holds] = await em.execute<{ open: string }[]>(
+    `select coalesce(sum(amount_micro), 0)::text as open from holds where account_id = ? and status = 'open'`,
+    [accountId],
+  );
+  return {
+    balance,
+    ledgerTotal: BigInt(sums!.total),
+    ledgerByPocket: { subscription: BigInt(sums!.sub), purchased: BigInt(sums!.pur), held: BigInt(sums!.held) },
+    openHolds: BigInt(holds!.open),
+  };
+}

@@ -1,0 +1,38 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { TestProject } from 'vitest/node';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../adapters/embedded/postgres.ts';
+import { createLogger } from '../../config/logger.ts';
+import { migrate, openOrm } from '../../core/db/orm.ts';
+
+declare module 'vitest' {
+  export interface ProvidedContext {
+    databaseUrl: string;
+    adminDatabaseUrl: string;
+  }
+}
+
+let pg: EmbeddedPostgres | undefined;
+let dataDir: string | undefined;
+
+/**
+ * Starts the embedded PostgreSQL in a fresh `mktemp -d` folder (mode 0700, so a run as root
+ * also proves the postgres user can reach a data directory inside a closed folder), creates
+ * the test database and applies the migrations once.
+ */
+export async function setup(project: TestProject): Promise<void> {
+  dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-test-'));
+  const logger = createLogger('warn', process.stderr);
+  pg = await startEmbeddedPostgres({ dataDir: path.join(dataDir, 'data'), database: 'mas_test', logger });
+  const orm = await openOrm({ url: pg.url });
+  await migrate(orm);
+  await orm.close();
+  project.provide('databaseUrl', pg.url);
+  project.provide('adminDatabaseUrl', pg.adminUrl);
+}
+
+export async function teardown(): Promise<void> {
+  await pg?.release();
+  if (dataDir) await fs.rm(dataDir, { recursive: true, force: true });
+}

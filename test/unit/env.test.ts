@@ -1,0 +1,50 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadEnv } from '../../config/env.ts';
+
+describe('configuration', () => {
+  it('has working defaults', () => {
+    const env = loadEnv({});
+    expect(env.PORT).toBe(8080);
+    expect(env.PUBLIC_BASE_URL).toBe('http://localhost:8080');
+    expect(env.DATABASE_URL).toBeUndefined();
+    expect(env.DEMO_COINS).toBe(1000_000_000n);
+    expect(env.DATA_DIR).toMatch(/\.data$/);
+  });
+
+  it('derives the public base URL from the port, and trims a trailing slash', () => {
+    expect(loadEnv({ PORT: '9000' }).PUBLIC_BASE_URL).toBe('http://localhost:9000');
+    expect(loadEnv({ PUBLIC_BASE_URL: 'https://api.example.com/' }).PUBLIC_BASE_URL).toBe('https://api.example.com');
+  });
+
+  it('stops on a bad value with one line naming the variable', () => {
+    const cases: Record<string, string> = {
+      PORT: 'eighty',
+      DATABASE_URL: 'mysql://x',
+      PUBLIC_BASE_URL: 'ftp://x',
+      LOG_LEVEL: 'loud',
+      DEMO_COINS: '-5',
+      HOLD_TTL_SECONDS: '0',
+    };
+    for (const [name, value] of Object.entries(cases)) {
+      let error: unknown;
+      try {
+        loadEnv({ [name]: value });
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toBeInstanceOf(ConfigError);
+      const message = (error as Error).message;
+      expect(message).toContain(name);
+      expect(message.split('\n')).toHaveLength(1);
+    }
+  });
+
+  it('never echoes a database password in the error', () => {
+    expect(() => loadEnv({ DATABASE_URL: 'postgres://u:hunter2@h/db', DATABASE_POOL_MAX: 'x' })).toThrow(/DATABASE_POOL_MAX/);
+    try {
+      loadEnv({ DATABASE_URL: 'postgres://u:hunter2@h/db', METRICS_TOKEN: 'abc', PORT: '-1' });
+    } catch (err) {
+      expect((err as Error).message).not.toContain('hunter2');
+    }
+  });
+});

@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    // One real PostgreSQL (embedded, in a fresh temporary DATA_DIR) for the whole run.
+    globalSetup: ['test/support/global-setup.ts'],
+    include: ['test/**/*.test.ts'],
+    pool: 'forks',
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    teardownTimeout: 60_000,
+  },
+});
