@@ -20,6 +20,6 @@ const REDACT = [
 export function createLogger(level: string, destination?: DestinationStream): Logger {
   return pino(
     { level, base: { service: 'mas' }, redact: { paths: REDACT, censor: '[redacted]' }, timestamp: pino.stdTimeFunctions.isoTime },
-    destination ?? pino.destination({ dest: 1, sync: false }),
+    destination ?? pino.destination({ dest: 1, sync: true }),
   );
 }

@@ -5,10 +5,15 @@ import { newId } from '../../core/ids.ts';
 
 const INCOMING_ID = /^[\w.:-]{1,128}$/;
 
-/** The path as it is safe to log: no query string, and no key in an MCP connector link. */
+/** The path as it is safe to log: no query string, no key in an MCP connector link, no key pasted anywhere else. */
 export function loggablePath(url: string | undefined): string {
   const path = (url ?? '').split('?')[0] ?? '';
-  return path.replace(/\/mcp\/[^/]+/, '/mcp/[redacted]');
+  return path.replace(/\/mcp\/[^/]+/, '/mcp/[redacted]').replace(/mas_[0-9A-Za-z]+/g, 'mas_[redacted]');
+}
+
+/** Express rewrites req.url inside routers; the path the client sent is originalUrl. */
+function originalUrl(req: IncomingMessage): string | undefined {
+  return (req as IncomingMessage & { originalUrl?: string }).originalUrl ?? req.url;
 }
 
 /**
@@ -29,8 +34,10 @@ export function requestLogger(logger: Logger) {
       res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
     },
     customLogLevel: (_req, res, err) => (err || res.statusCode >= 500 ? 'error' : 'info'),
-    customSuccessMessage: (req, res) => `${req.method} ${loggablePath(req.url)} ${res.statusCode}`,
-    customErrorMessage: (req, res) => `${req.method} ${loggablePath(req.url)} ${res.statusCode}`,
+    customSuccessMessage: (req, res) => `${req.method} ${loggablePath(originalUrl(req))} ${res.statusCode}`,
+    customErrorMessage: (req, res) => `${req.method} ${loggablePath(originalUrl(req))} ${res.statusCode}`,
+    // Lines logged while handling a request (req.log) carry its id as request_id.
+    quietReqLogger: true,
     customAttributeKeys: { reqId: 'request_id' },
   });
 }

@@ -1,0 +1,114 @@
+import http from 'node:http';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createFreshDatabase } from '../support/db.ts';
+import { freePort, serverArgs, spawnProject, type Spawned } from '../support/process.ts';
+
+/** The real server as `npm start` runs it, over real HTTP, on a brand-new database. */
+let db: Awaited<ReturnType<typeof createFreshDatabase>>;
+let dataDir: string;
+beforeAll(async () => {
+  db = await createFreshDatabase();
+  dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-e2e-'));
+});
+afterAll(async () => {
+  await db.drop();
+  await fs.rm(dataDir, { recursive: true, force: true });
+});
+
+async function startServer(extra: Record<string, string> = {}): Promise<{ proc: Spawned; base: string }> {
+  const port = await freePort();
+  const proc = spawnProject(serverArgs(), {
+    DATABASE_URL: db.url,
+    DATA_DIR: dataDir,
+    PORT: String(port),
+    HOST: '127.0.0.1',
+    PUBLIC_BASE_URL: `http://api.test.example:${port}`,
+    ...extra,
+  });
+  await proc.waitFor(/listening on/);
+  return { proc, base: `http://127.0.0.1:${port}` };
+}
+
+describe('the server process', () => {
+  let first: { proc: Spawned; base: string };
+  let demoKey: string;
+
+  it('creates a demo account on the very first start and prints its key once, with a curl line', async () => {
+    first = await startServer();
+    const [, key] = await first.proc.waitFor(/\n {2}(mas_[0-9A-Za-z]+)\n/);
+    demoKey = key!;
+    expect(first.proc.output()).toContain(`curl -H "Authorization: Bearer ${demoKey}" http://api.test.example:`);
+    const res = await fetch(`${first.base}/api/v1/balance`, { headers: { authorization: `Bearer ${demoKey}` } });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toMatchObject({ object: 'balance', coins: 1000, paid_account: true });
+  });
+
+  it('serves /healthz, /readyz and Prometheus /metrics publicly', async () => {
+    expect(await (await fetch(`${first.base}/healthz`)).json()).toEqual({ status: 'ok' });
+    expect(await (await fetch(`${first.base}/readyz`)).json()).toEqual({ status: 'ok', database: 'ok' });
+    const metrics = await (await fetch(`${first.base}/metrics`)).text();
+    expect(metrics).toMatch(/http_requests_total\{method="GET",route="\/api\/v1\/balance",status="200"\} 1/);
+    expect(metrics).toMatch(/http_request_duration_seconds_bucket\{le="0.005",method="GET",route="\/api\/v1\/balance"\}/);
+  });
+
+  it('never writes a key, an Authorization header or a cookie to its logs', async () => {
+    await fetch(`${first.base}/api/v1/balance?api_key=${demoKey}`, { headers: { cookie: `session=${demoKey}`, authorization: `Bearer ${demoKey}` } });
+    await fetch(`${first.base}/api/v1/nope/${demoKey}`, { headers: { authorization: `Bearer ${demoKey}x` } });
+    await fetch(`${first.base}/mcp/${demoKey}`);
+    // Let the async log destination flush.
+    await new Promise((r) => setTimeout(r, 300));
+    const out = first.proc.output();
+    // Exactly the two lines of the one-time banner, nowhere in a log line.
+    expect(out.split(demoKey).length - 1).toBe(2);
+    for (const line of out.split('\n').filter((l) => l.startsWith('{'))) {
+      expect(line).not.toMatch(/authorization|cookie|mas_[0-9A-Za-z]{10}/i);
+    }
+    expect(out).toMatch(/"req":\{"id":"req_\w+","method":"GET","path":"\/api\/v1\/balance"\}/);
+    expect(out).toContain('"path":"/mcp/[redacted]"');
+  });
+
+  it('on SIGTERM stops accepting, finishes the request in flight, then exits cleanly', async () => {
+    const url = new URL(`${first.base}/api/v1/wallet/history`);
+    // A request whose body is still arriving when the signal comes.
+    const inFlight = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = http.request(
+        { host: url.hostname, port: url.port, path: url.pathname, method: 'GET', headers: { authorization: `Bearer ${demoKey}`, 'content-type': 'application/json', 'content-length': '2' } },
+        (res) => {
+          let body = '';
+          res.on('data', (c: Buffer) => (body += c.toString()));
+          res.on('end', () => resolve({ status: res.statusCode!, body }));
+        },
+      );
+      req.on('error', reject);
+      req.write('{');
+      setTimeout(() => {
+        first.proc.child.kill('SIGTERM');
+        setTimeout(() => req.end('}'), 500);
+      }, 200);
+    });
+    await first.proc.waitFor(/shutting down/);
+    const done = await inFlight;
+    expect(done.status).toBe(200);
+    expect(JSON.parse(done.body)).toMatchObject({ object: 'list' });
+    expect(await first.proc.exited).toBe(0);
+    expect(first.proc.output()).toMatch(/"msg":"stopped"/);
+    await expect(fetch(`${first.base}/healthz`)).rejects.toThrow();
+  });
+
+  it('does not create a second demo account on the next start', async () => {
+    const second = await startServer();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(second.proc.output()).not.toContain('Demo account created');
+    second.proc.child.kill('SIGTERM');
+    expect(await second.proc.exited).toBe(0);
+  });
+
+  it('refuses a bad configuration value with one clear line', async () => {
+    const proc = spawnProject(serverArgs(), { PORT: 'eighty', DATABASE_URL: db.url });
+    expect(await proc.exited).toBe(1);
+    expect(proc.output().trim()).toMatch(/^Invalid configuration: PORT: .*\(got "eighty"\)$/);
+  });
+});
