@@ -5,6 +5,7 @@ export default defineConfig({
     // One real PostgreSQL (embedded, in a fresh temporary DATA_DIR) for the whole run.
     globalSetup: ['test/support/global-setup.ts'],
     include: ['test/**/*.test.ts'],
+    reporters: ['default', './test/support/summary-reporter.ts'],
     pool: 'forks',
     testTimeout: 60_000,
     hookTimeout: 120_000,
