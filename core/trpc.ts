@@ -1,3 +1,4 @@
+import { ConnectionException, DriverException } from '@mikro-orm/core';
 import { initTRPC, TRPCError } from '@trpc/server';
 import { ZodError } from 'zod';
 import type { CoreContext } from './context.ts';
@@ -32,6 +33,9 @@ export const operatorProcedure = t.procedure.use(({ ctx, next }) => {
 export function toCoreError(err: unknown): CoreError | undefined {
   const cause = err instanceof TRPCError ? (err.cause ?? err) : err;
   if (isCoreError(cause)) return cause;
+  if (isDatabaseUnreachable(cause)) {
+    return new CoreError('unavailable', 'The service cannot reach its database. Retry shortly.', { reason: 'database_unreachable' });
+  }
   if (cause instanceof ZodError) {
     const issue = cause.issues[0];
     const param = issue?.path.map(String).join('.') || undefined;
@@ -48,4 +52,15 @@ export function toCoreError(err: unknown): CoreError | undefined {
     });
   }
   return undefined;
+}
+
+/** Socket errors and the SQLSTATEs of a database that is down, starting, stopping or full. */
+const UNREACHABLE_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'EPIPE',
+  '57P01', '57P02', '57P03', '08000', '08001', '08003', '08004', '08006', '53300',
+]);
+
+function isDatabaseUnreachable(err: unknown): boolean {
+  if (err instanceof ConnectionException) return true;
+  return err instanceof DriverException && UNREACHABLE_CODES.has(String(err.code));
 }

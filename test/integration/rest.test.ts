@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
+import { openOrm } from '../../core/db/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { reserve, settle } from '../../core/money/holds.ts';
 import { makeAccount, makeKey, openTestOrm } from '../support/db.ts';
@@ -82,6 +83,25 @@ describe('REST errors', () => {
     expect(b.headers.get('x-request-id')).toBe('trace-42');
     const c = await fetch(`${api.url}/api/v1/balance`, { headers: { ...bearer(key), 'x-request-id': 'bad id $(rm)' } });
     expect(c.headers.get('x-request-id')).toMatch(/^req_/);
+  });
+});
+
+describe('a database that cannot be reached', () => {
+  it('answers 503 in the error shape, on API routes and on /readyz', async () => {
+    const down = await openOrm({ url: 'postgres://nobody:nothing@127.0.0.1:1/none' });
+    const downApi = await startTestApi(down);
+    try {
+      const res = await getJson(`${downApi.url}/api/v1/balance`, { headers: bearer(key) });
+      expect(res.status).toBe(503);
+      expectErrorShape(res.body, 'server_error', 'database_unreachable');
+      const ready = await getJson(`${downApi.url}/readyz`);
+      expect(ready.status).toBe(503);
+      expectErrorShape(ready.body, 'server_error', 'database_unreachable');
+      expect((await getJson(`${downApi.url}/healthz`)).status).toBe(200);
+    } finally {
+      await downApi.close();
+      await down.close();
+    }
   });
 });
 
