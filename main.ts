@@ -1,6 +1,7 @@
 import { ConfigError, loadEnv } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
 import { startService } from './config/service.ts';
+import { CatalogError } from './core/catalog/catalog.ts';
 
 let env;
 try {
@@ -36,6 +37,10 @@ try {
     });
   }
 } catch (err) {
+  if (err instanceof CatalogError) {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(1);
+  }
   logger.fatal({ err }, 'could not start');
   logger.flush();
   process.exitCode = 1;

@@ -41,6 +41,11 @@ const envSchema = z
         }
       }),
     HOLD_TTL_SECONDS: positiveInt.default(900),
+    HOLD_SWEEP_INTERVAL_SECONDS: positiveInt.default(60),
+    CATALOG_FILE: z.string().min(1).default('config/models.yaml'),
+    API_PRICE_PERCENT: z.coerce.number().int().min(1).max(1000).default(50),
+    RATE_LIMIT_PER_MINUTE: positiveInt.default(120),
+    REDIS_URL: optional.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
     SHUTDOWN_TIMEOUT_SECONDS: positiveInt.default(25),
     METRICS_TOKEN: optional,
     TRUST_PROXY: z
@@ -51,6 +56,7 @@ const envSchema = z
   .transform((env) => ({
     ...env,
     DATA_DIR: path.resolve(env.DATA_DIR),
+    CATALOG_FILE: path.resolve(env.CATALOG_FILE),
     PUBLIC_BASE_URL: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
   }));
 
@@ -70,6 +76,6 @@ export function loadEnv(source: NodeJS.ProcessEnv = process.env): Env {
 
 function redact(name: string, value: string): string {
   if (/TOKEN|SECRET|PASSWORD|KEY/.test(name)) return '***';
-  if (name === 'DATABASE_URL') return value.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@');
+  if (name === 'DATABASE_URL' || name === 'REDIS_URL') return value.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@');
   return value;
 }

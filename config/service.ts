@@ -1,8 +1,11 @@
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { createRestApp } from '../adapters/rest/app.ts';
-import { createCoreDeps } from '../core/context.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
+import { seedModels } from '../core/catalog/catalog.ts';
+import { releaseExpiredHolds } from '../core/money/sweep.ts';
+import { loadCatalogFile } from './catalog.ts';
+import { buildCoreDeps } from './core.ts';
 import { openDatabase } from './database.ts';
 import type { Env } from './env.ts';
 
@@ -15,15 +18,24 @@ export interface RunningService {
 
 /** The composition root of the API server: wires core and adapters from the configuration. */
 export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string) => void } = {}): Promise<RunningService> {
+  const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
   const db = await openDatabase(env, logger);
-  const deps = createCoreDeps({
-    orm: db.orm,
-    logger,
-    config: { holdTtlSeconds: env.HOLD_TTL_SECONDS, demoCoins: env.DEMO_COINS },
-  });
+  const deps = buildCoreDeps(env, db.orm, logger, catalog);
 
+  const added = await seedModels(db.orm.em.fork(), catalog);
+  if (added.length > 0) logger.info({ models: added }, 'added catalog models to the database');
   const demo = await ensureDemoAccount(db.orm.em.fork(), env.DEMO_COINS);
   if (demo) hooks.onDemoKey?.(demo.key);
+
+  // Releases reservations left open by a process that died mid-request. Moves to a Temporal
+  // Schedule when Temporal lands; until then every instance runs it (it is idempotent).
+  const sweep = setInterval(() => {
+    releaseExpiredHolds(db.orm.em.fork(), new Date()).then(
+      (n) => n > 0 && logger.warn({ released: n }, 'released expired reservations'),
+      (err: unknown) => logger.error({ err }, 'hold sweep failed'),
+    );
+  }, env.HOLD_SWEEP_INTERVAL_SECONDS * 1000);
+  sweep.unref();
 
   let draining = false;
   const app = createRestApp({
@@ -46,6 +58,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   const stop = () =>
     (stopping ??= (async () => {
       draining = true;
+      clearInterval(sweep);
       logger.info('shutting down: no new connections, finishing requests in flight');
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
@@ -55,6 +68,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
       }, env.SHUTDOWN_TIMEOUT_SECONDS * 1000);
       await closed;
       clearTimeout(timeout);
+      await deps.close();
       await db.close();
       logger.info('stopped');
     })());

@@ -1,7 +1,10 @@
 import type { MikroORM, EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
-import type { Micro } from './money/coins.ts';
+import { ModelCatalog } from './catalog/catalog.ts';
+import type { ProviderRegistry } from './chat/provider.ts';
 import { LastUsedRecorder } from './keys/authenticate.ts';
+import type { RateLimiter, RateLimitState } from './limits/rate-limit.ts';
+import type { Micro } from './money/coins.ts';
 
 /** Settings core needs, taken from the environment by the composition root. */
 export interface CoreConfig {
@@ -9,6 +12,8 @@ export interface CoreConfig {
   holdTtlSeconds: number;
   /** Coins given to the demo account created on the first start. */
   demoCoins: Micro;
+  /** The API price as a percentage of the catalog's in-app price (SPEC: 50). */
+  apiPricePercent: bigint;
 }
 
 /** Everything core needs from outside, wired once per process. */
@@ -18,14 +23,39 @@ export interface CoreDeps {
   logger: Logger;
   clock: () => Date;
   lastUsed: LastUsedRecorder;
+  catalog: ModelCatalog;
+  providers: ProviderRegistry;
+  rateLimiter: RateLimiter;
 }
 
-export function createCoreDeps(args: { orm: MikroORM; config: CoreConfig; logger: Logger; clock?: () => Date }): CoreDeps {
-  return { ...args, clock: args.clock ?? (() => new Date()), lastUsed: new LastUsedRecorder(args.logger) };
+export function createCoreDeps(args: {
+  orm: MikroORM;
+  config: CoreConfig;
+  logger: Logger;
+  providers: ProviderRegistry;
+  rateLimiter: RateLimiter;
+  clock?: () => Date;
+  catalogTtlMs?: number;
+}): CoreDeps {
+  return {
+    orm: args.orm,
+    config: args.config,
+    logger: args.logger,
+    providers: args.providers,
+    rateLimiter: args.rateLimiter,
+    clock: args.clock ?? (() => new Date()),
+    lastUsed: new LastUsedRecorder(args.logger),
+    catalog: new ModelCatalog(args.logger, args.catalogTtlMs),
+  };
 }
 
 /** Who is calling: an API key's bearer token, or the operator (CLI, admin API). */
 export type Caller = { kind: 'api'; bearer: string | null } | { kind: 'operator' } | { kind: 'public' };
+
+/** What a call tells its adapter besides its result (REST turns it into headers). */
+export interface CallMeta {
+  rateLimit?: RateLimitState;
+}
 
 export interface CoreContext {
   deps: CoreDeps;
@@ -33,8 +63,22 @@ export interface CoreContext {
   em: EntityManager;
   caller: Caller;
   requestId: string | undefined;
+  /** Aborted when the client goes away: long calls (chat) stop their upstream work. */
+  signal: AbortSignal;
+  meta: CallMeta;
 }
 
-export function createContext(deps: CoreDeps, caller: Caller, requestId?: string): CoreContext {
-  return { deps, em: deps.orm.em.fork(), caller, requestId };
+export function createContext(
+  deps: CoreDeps,
+  caller: Caller,
+  opts: { requestId?: string; signal?: AbortSignal; meta?: CallMeta } = {},
+): CoreContext {
+  return {
+    deps,
+    em: deps.orm.em.fork(),
+    caller,
+    requestId: opts.requestId,
+    signal: opts.signal ?? new AbortController().signal,
+    meta: opts.meta ?? {},
+  };
 }

@@ -11,6 +11,8 @@ export type CoreErrorCode =
   | 'conflict'
   | 'limit_reached' // a per-account quota, such as the 10 active keys
   | 'rate_limited'
+  | 'upstream_failed' // the model provider answered with an error
+  | 'upstream_timeout' // the model provider did not answer in time
   | 'unavailable'; // a dependency (the database) cannot be reached
 
 export interface CoreErrorDetails {

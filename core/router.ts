@@ -5,6 +5,10 @@ import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
 import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
 import { checkReady } from './health.ts';
+import { modelIdInput, modelTypeFilter, syncModels, validateCatalog } from './catalog/catalog.ts';
+import { modelView } from './catalog/views.ts';
+import { chatCompletion } from './chat/complete.ts';
+import { chatRequestSchema } from './chat/schema.ts';
 import { apiProcedure, createCallerFactory, operatorProcedure, publicProcedure, router } from './trpc.ts';
 
 const forAccount = z.object({ account: accountRef });
@@ -16,6 +20,31 @@ const forAccount = z.object({ account: accountRef });
 export const appRouter = router({
   health: router({
     ready: publicProcedure.query(({ ctx }) => checkReady(ctx.em)),
+  }),
+
+  models: router({
+    list: apiProcedure.input(modelTypeFilter).query(async ({ ctx, input }) => ({
+      object: 'list' as const,
+      data: (await ctx.deps.catalog.list(ctx.em, input.type)).map((m) => modelView(m, ctx.deps.config.apiPricePercent)),
+    })),
+    get: apiProcedure
+      .input(modelIdInput)
+      .query(async ({ ctx, input }) => modelView(await ctx.deps.catalog.get(ctx.em, input.id), ctx.deps.config.apiPricePercent, { withExample: true })),
+  }),
+
+  chat: router({
+    complete: apiProcedure
+      .input(chatRequestSchema)
+      .mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
+  }),
+
+  catalog: router({
+    /** Makes the models table match a catalog file (parsed, not yet validated). */
+    sync: operatorProcedure.input(z.object({ catalog: z.unknown() })).mutation(async ({ ctx, input }) => {
+      const result = await syncModels(ctx.em, validateCatalog(input.catalog, ctx.deps.config.apiPricePercent));
+      ctx.deps.catalog.invalidate();
+      return result;
+    }),
   }),
 
   accounts: router({

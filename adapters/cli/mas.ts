@@ -1,8 +1,12 @@
 import { parseArgs } from 'node:util';
 import { ConfigError, loadEnv } from '../../config/env.ts';
 import { createLogger } from '../../config/logger.ts';
+import { loadCatalogFile, readCatalogYaml } from '../../config/catalog.ts';
+import { buildCoreDeps } from '../../config/core.ts';
 import { openDatabase } from '../../config/database.ts';
-import { createContext, createCoreDeps } from '../../core/context.ts';
+import type { Env } from '../../config/env.ts';
+import type { ValidatedCatalog } from '../../core/catalog/catalog.ts';
+import { createContext } from '../../core/context.ts';
 import type { CoreError, CoreErrorCode } from '../../core/errors.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
@@ -16,9 +20,14 @@ import { toCoreError } from '../../core/trpc.ts';
 type Caller = ReturnType<typeof createCaller>;
 type Flags = Record<string, string | undefined>;
 
+interface CommandContext {
+  env: Env;
+  catalogRaw: ValidatedCatalog;
+}
+
 interface Command {
   usage: string;
-  run: (core: Caller, flags: Flags) => Promise<unknown>;
+  run: (core: Caller, flags: Flags, context: CommandContext) => Promise<unknown>;
   /** Human-readable output; JSON is printed when absent or with --json. */
   show?: (result: never) => string;
 }
@@ -59,6 +68,10 @@ const COMMANDS: Record<string, Command> = {
     usage: 'key revoke --id KEYID',
     run: (core, f) => core.keys.revoke({ id: f.id! }),
   },
+  'catalog sync': {
+    usage: 'catalog sync   (makes the database\'s models match CATALOG_FILE)',
+    run: async (core, _f, { env }) => core.catalog.sync({ catalog: await readCatalogYaml(env.CATALOG_FILE) }),
+  },
   balance: {
     usage: 'balance --account ID|EMAIL',
     run: (core, f) => core.wallet.balanceOf({ account: f.account! }),
@@ -75,6 +88,8 @@ const ERROR_TYPES: Record<CoreErrorCode, string> = {
   paid_account_required: 'permission_error',
   not_found: 'not_found_error',
   rate_limited: 'rate_limit_error',
+  upstream_failed: 'upstream_error',
+  upstream_timeout: 'upstream_error',
   unavailable: 'server_error',
 };
 
@@ -130,17 +145,20 @@ async function main(argv: string[]): Promise<void> {
   }
   // Logs go to stderr, and only warnings: stdout is for the one result.
   const logger = createLogger(process.env.LOG_LEVEL ? env.LOG_LEVEL : 'warn', process.stderr);
+  const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
   const db = await openDatabase(env, logger);
-  const deps = createCoreDeps({ orm: db.orm, logger, config: { holdTtlSeconds: env.HOLD_TTL_SECONDS, demoCoins: env.DEMO_COINS } });
+  const deps = buildCoreDeps(env, db.orm, logger, catalog);
   const core = createCaller(createContext(deps, { kind: 'operator' }));
+  const context: CommandContext = { env, catalogRaw: catalog };
   let result: unknown;
   let failure: CoreError | undefined;
   try {
-    result = await command.run(core, values as unknown as Flags);
+    result = await command.run(core, values as unknown as Flags, context);
   } catch (err) {
     failure = toCoreError(err);
     if (!failure) throw err;
   } finally {
+    await deps.close();
     await db.close();
   }
   if (failure) {

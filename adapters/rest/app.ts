@@ -5,6 +5,8 @@ import { errorHandler, sendHttpError } from './errors.ts';
 import { requestLogger } from './logging.ts';
 import { createHttpMetrics, type HttpMetrics } from './metrics.ts';
 import { operationsRoutes } from './routes/operations.ts';
+import { chatRoutes } from './routes/chat.ts';
+import { modelRoutes } from './routes/models.ts';
 import { walletRoutes } from './routes/wallet.ts';
 
 export interface RestOptions {
@@ -34,7 +36,7 @@ export function createRestApp(opts: RestOptions): Express {
   app.use(express.json({ limit: JSON_BODY_LIMIT, strict: true, type: ['application/json', 'application/*+json'] }));
 
   app.use(operationsRoutes(deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
-  app.use('/api/v1', walletRoutes(deps));
+  app.use('/api/v1', walletRoutes(deps), modelRoutes(deps), chatRoutes(deps, logger));
 
   app.use((_req, res) => sendHttpError(res, 'unknown_route'));
   app.use(errorHandler(logger));

@@ -1,5 +1,6 @@
-import type { Request } from 'express';
-import { createContext, type Caller, type CoreDeps } from '../../core/context.ts';
+import type { Request, Response } from 'express';
+import { createContext, type CallMeta, type Caller, type CoreDeps } from '../../core/context.ts';
+import type { RateLimitState } from '../../core/limits/rate-limit.ts';
 import { createCaller } from '../../core/router.ts';
 
 /** The bearer token of `Authorization: Bearer <key>`, or null. Keys in query strings are never read. */
@@ -12,15 +13,32 @@ export function bearerToken(req: Request): string | null {
 
 export type CoreCaller = ReturnType<typeof createCaller>;
 
-/** The core, called in-process on behalf of the key in this request. */
-export function apiCaller(deps: CoreDeps, req: Request): CoreCaller {
-  return coreCaller(deps, req, { kind: 'api', bearer: bearerToken(req) });
+/**
+ * Runs `fn` against the core, in-process, on behalf of the key in this request. The call is
+ * aborted when the client disconnects, and the rate-limit state it reports becomes the
+ * x-ratelimit-* headers, on every answer (a 429 included).
+ */
+export async function callApi<T>(deps: CoreDeps, req: Request, res: Response, fn: (core: CoreCaller) => Promise<T>): Promise<T> {
+  const meta: CallMeta = {};
+  const aborted = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) aborted.abort(new Error('client disconnected'));
+  });
+  const core = createCaller(createContext(deps, { kind: 'api', bearer: bearerToken(req) }, { requestId: String(req.id), meta, signal: aborted.signal }));
+  try {
+    return await fn(core);
+  } finally {
+    if (meta.rateLimit && !res.headersSent) setRateLimitHeaders(res, meta.rateLimit);
+  }
 }
 
 export function publicCaller(deps: CoreDeps, req: Request): CoreCaller {
-  return coreCaller(deps, req, { kind: 'public' });
+  return createCaller(createContext(deps, { kind: 'public' } satisfies Caller, { requestId: String(req.id) }));
 }
 
-function coreCaller(deps: CoreDeps, req: Request, caller: Caller): CoreCaller {
-  return createCaller(createContext(deps, caller, String(req.id)));
+/** OpenAI's header names; the reset is a duration such as "42s". */
+function setRateLimitHeaders(res: Response, state: RateLimitState): void {
+  res.setHeader('x-ratelimit-limit-requests', String(state.limit));
+  res.setHeader('x-ratelimit-remaining-requests', String(state.remaining));
+  res.setHeader('x-ratelimit-reset-requests', `${state.resetSeconds}s`);
 }

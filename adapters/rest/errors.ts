@@ -16,6 +16,8 @@ const CORE_ERRORS: Record<CoreErrorCode, { status: number; type: string; code: s
   not_found: { status: 404, type: 'not_found_error', code: 'not_found' },
   conflict: { status: 409, type: 'invalid_request_error', code: 'conflict' },
   rate_limited: { status: 429, type: 'rate_limit_error', code: 'rate_limit_exceeded' },
+  upstream_failed: { status: 502, type: 'upstream_error', code: 'upstream_error' },
+  upstream_timeout: { status: 504, type: 'upstream_error', code: 'upstream_timeout' },
   unavailable: { status: 503, type: 'server_error', code: 'service_unavailable' },
 };
 
@@ -39,10 +41,16 @@ export function sendHttpError(res: Response, code: HttpErrorCode, message?: stri
   sendError(res, e.status, e.type, code, message ?? e.message);
 }
 
-export function sendCoreError(res: Response, err: CoreError): void {
+/** The status and body of a core error, for a response or for an error event in a stream. */
+export function coreErrorBody(err: CoreError): { status: number; body: { error: { message: string; type: string; code: string } } } {
   const e = CORE_ERRORS[err.code];
+  return { status: e.status, body: { error: { message: err.message, type: e.type, code: err.reason ?? e.code } } };
+}
+
+export function sendCoreError(res: Response, err: CoreError): void {
   if (err.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(Math.max(1, Math.ceil(err.retryAfterSeconds))));
-  sendError(res, e.status, e.type, err.reason ?? e.code, err.message);
+  const { status, body } = coreErrorBody(err);
+  res.status(status).json(body);
 }
 
 /** body-parser's error types, by what the client did wrong. */

@@ -4,6 +4,8 @@ import pino from 'pino';
 import { inject } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createAccount } from '../../core/accounts/accounts.ts';
+import { createRateLimiter } from '../../adapters/limits/rate-limiter.ts';
+import type { ProviderRegistry } from '../../core/chat/provider.ts';
 import { createCoreDeps, type CoreDeps } from '../../core/context.ts';
 import { openOrm, migrate } from '../../core/db/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
@@ -17,8 +19,16 @@ export async function openTestOrm(poolMax = 10): Promise<MikroORM> {
   return openOrm({ url: inject('databaseUrl'), poolMax });
 }
 
-export function testDeps(orm: MikroORM): CoreDeps {
-  return createCoreDeps({ orm, logger: silentLogger, config: { holdTtlSeconds: 900, demoCoins: 0n } });
+/** Core dependencies for tests: the given providers and rate limit, in-memory counting. */
+export function testDeps(orm: MikroORM, opts: { providers?: ProviderRegistry; perMinute?: number; holdTtlSeconds?: number; catalogTtlMs?: number } = {}): CoreDeps {
+  return createCoreDeps({
+    orm,
+    logger: silentLogger,
+    providers: opts.providers ?? { get: () => undefined },
+    rateLimiter: createRateLimiter({ perMinute: opts.perMinute ?? 100_000 }),
+    config: { holdTtlSeconds: opts.holdTtlSeconds ?? 900, demoCoins: 0n, apiPricePercent: 50n },
+    catalogTtlMs: opts.catalogTtlMs ?? 0,
+  });
 }
 
 /** A brand-new empty database on the test server, for tests that need a first start. */

@@ -1,6 +1,8 @@
 import { Migration20261122000000_foundation } from './Migration20261122000000_foundation.ts';
+import { Migration20261122010000_models } from './Migration20261122010000_models.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
   { name: 'Migration20261122000000_foundation', class: Migration20261122000000_foundation },
+  { name: 'Migration20261122010000_models', class: Migration20261122010000_models },
 ];

@@ -1,0 +1,44 @@
+import { Redis } from 'ioredis';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { RateLimiter, RateLimitState } from '../../core/limits/rate-limit.ts';
+
+/**
+ * Fixed one-minute windows per key, counted by rate-limiter-flexible: in this process's memory
+ * by default, in Redis when REDIS_URL is set so that every instance shares one count.
+ */
+export function createRateLimiter(opts: { perMinute: number; redisUrl?: string | undefined }): RateLimiter & { close(): Promise<void> } {
+  let redis: Redis | undefined;
+  let limiter: RateLimiterAbstract;
+  if (opts.redisUrl) {
+    redis = new Redis(opts.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+    limiter = new RateLimiterRedis({
+      storeClient: redis,
+      keyPrefix: 'mas:rl',
+      points: opts.perMinute,
+      duration: 60,
+      // While Redis is unreachable, count per process rather than refuse every request.
+      insuranceLimiter: new RateLimiterMemory({ keyPrefix: 'mas:rl', points: opts.perMinute, duration: 60 }),
+    });
+  } else {
+    limiter = new RateLimiterMemory({ keyPrefix: 'mas:rl', points: opts.perMinute, duration: 60 });
+  }
+  const state = (res: RateLimiterRes, allowed: boolean): RateLimitState => ({
+    allowed,
+    limit: opts.perMinute,
+    remaining: Math.max(0, res.remainingPoints),
+    resetSeconds: Math.max(1, Math.ceil(res.msBeforeNext / 1000)),
+  });
+  return {
+    async consume(key) {
+      try {
+        return state(await limiter.consume(key), true);
+      } catch (err) {
+        if (err instanceof RateLimiterRes) return state(err, false);
+        throw err;
+      }
+    },
+    async close() {
+      redis?.disconnect();
+    },
+  };
+}

@@ -1,0 +1,24 @@
+import type { ChatProvider, ProviderRegistry } from '../../core/chat/provider.ts';
+import type { ProviderConfig } from '../../core/catalog/schema.ts';
+import { localProvider } from './local.ts';
+import { openaiCompatibleProvider } from './openai-compatible.ts';
+
+/** Builds the providers named in the catalog file; upstream keys come from the environment. */
+export function createProviderRegistry(configs: Record<string, ProviderConfig>, env: NodeJS.ProcessEnv = process.env): ProviderRegistry {
+  const providers = new Map<string, ChatProvider>();
+  for (const [name, config] of Object.entries(configs)) {
+    if (config.kind === 'local') providers.set(name, localProvider());
+    else {
+      providers.set(
+        name,
+        openaiCompatibleProvider({
+          baseUrl: config.base_url,
+          apiKey: config.api_key_env ? env[config.api_key_env] : undefined,
+          timeoutMs: config.timeout_seconds * 1000,
+          headers: config.headers,
+        }),
+      );
+    }
+  }
+  return { get: (name) => providers.get(name) };
+}

@@ -1,0 +1,18 @@
+import { Router } from 'express';
+import type { Logger } from 'pino';
+import type { CoreDeps } from '../../../core/context.ts';
+import { callApi } from '../caller.ts';
+import { sendEventStream } from '../sse.ts';
+import { route } from './route.ts';
+
+export function chatRoutes(deps: CoreDeps, logger: Logger): Router {
+  const router = Router();
+  route(router, '/chat/completions', {
+    post: async (req, res) => {
+      const result = await callApi(deps, req, res, (core) => core.chat.complete(req.body));
+      if (result.stream) await sendEventStream(res, result.chunks, req.log ?? logger);
+      else res.json(result.completion);
+    },
+  });
+  return router;
+}

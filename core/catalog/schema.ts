@@ -1,0 +1,170 @@
+import { z } from 'zod';
+import { parseCoins } from '../money/coins.ts';
+
+/**
+ * The catalog file's shape (config/models.yaml): providers, and models with their in-app
+ * prices. Everything the API shows is derived from this by core/catalog/views.ts, and every
+ * price by core/catalog/pricing.ts.
+ */
+
+/** A non-negative decimal with at most 6 decimals, as micro-units (coins or factors). */
+export const decimal6 = z.union([z.string(), z.number()]).transform((v, ctx) => {
+  try {
+    return parseCoins(String(v));
+  } catch (err) {
+    ctx.addIssue({ code: 'custom', message: (err as Error).message });
+    return z.NEVER;
+  }
+});
+
+export const MODEL_TYPES = ['text', 'image', 'video', 'audio', '3d'] as const;
+export type ModelType = (typeof MODEL_TYPES)[number];
+export const FILE_KINDS = ['image', 'video', 'audio', 'model'] as const;
+
+const description = z.string().max(2000).optional();
+
+export const settingSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('enum'), options: z.array(z.union([z.string(), z.number()])).min(1), default: z.union([z.string(), z.number()]), description }),
+  z.object({ type: z.literal('integer'), min: z.number().int(), max: z.number().int(), default: z.number().int(), description }),
+  z.object({ type: z.literal('number'), min: z.number(), max: z.number(), default: z.number(), description }),
+  z.object({ type: z.literal('boolean'), default: z.boolean(), description }),
+  z.object({ type: z.literal('string'), max_length: z.number().int().positive().default(1000), default: z.string().optional(), description }),
+]);
+export type SettingSpec = z.output<typeof settingSchema>;
+
+export const inputSchema = z.object({
+  accepts: z.array(z.enum(FILE_KINDS)).min(1),
+  multiple: z.boolean().default(false),
+  required: z.boolean().default(false),
+  description,
+});
+
+export const textPricingSchema = z.object({
+  /** In-app coins per million input (prompt) tokens. */
+  input_per_million: decimal6,
+  /** In-app coins per million output (completion) tokens. */
+  output_per_million: decimal6,
+});
+
+/**
+ * Media price, in in-app coins: (base + Σ per_unit[k] × value(k)) × Π factors[k][value(k)] × Π value(m) for m in multiply_by.
+ * For example per second of video (per_unit: {duration: 2}), per image (multiply_by: [num_images]),
+ * per resolution step (factors: {resolution: {"720p": 1, "1080p": 2}}).
+ */
+export const mediaPricingSchema = z.object({
+  base: decimal6,
+  per_unit: z.record(z.string(), decimal6).default({}),
+  multiply_by: z.array(z.string()).default([]),
+  factors: z.record(z.string(), z.record(z.string(), decimal6)).default({}),
+});
+
+export const providerRouteSchema = z.object({
+  /** A provider named in the catalog's `providers` section. */
+  name: z.string().min(1),
+  /** The model name the upstream knows. */
+  model: z.string().min(1),
+});
+
+const modelId = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*(\/[A-Za-z0-9][A-Za-z0-9._:-]*)*$/, 'letters, digits, . _ : - and / between parts')
+  .max(200);
+
+const baseModel = {
+  id: modelId,
+  name: z.string().min(1).max(200),
+  description: z.string().max(4000).default(''),
+  generation_types: z.array(z.string().min(1)).min(1),
+  paid_only: z.boolean().default(false),
+  provider: providerRouteSchema,
+  settings: z.record(z.string(), settingSchema).default({}),
+  inputs: z.record(z.string(), inputSchema).default({}),
+  example: z.record(z.string(), z.unknown()).optional(),
+};
+
+export const textModelSchema = z.object({
+  ...baseModel,
+  type: z.literal('text'),
+  pricing: textPricingSchema,
+  context_window: z.number().int().positive(),
+  max_output_tokens: z.number().int().positive(),
+  /** The output limit reserved for when a request names none. */
+  default_max_tokens: z.number().int().positive(),
+});
+
+export const mediaModelSchema = z.object({
+  ...baseModel,
+  type: z.enum(['image', 'video', 'audio', '3d']),
+  pricing: mediaPricingSchema,
+  /** How long a job may take before it fails and is refunded. */
+  deadline_seconds: z.number().int().positive().default(600),
+});
+
+export const modelSchema = z.discriminatedUnion('type', [textModelSchema, mediaModelSchema]).superRefine((m, ctx) => {
+  if (m.type === 'text' && m.default_max_tokens > m.max_output_tokens) {
+    ctx.addIssue({ code: 'custom', path: ['default_max_tokens'], message: 'must not exceed max_output_tokens' });
+  }
+  for (const [key, s] of Object.entries(m.settings)) {
+    const bad = settingDefaultProblem(s);
+    if (bad) ctx.addIssue({ code: 'custom', path: ['settings', key, 'default'], message: bad });
+  }
+  if (m.type !== 'text') {
+    const referenced = [...Object.keys(m.pricing.per_unit), ...m.pricing.multiply_by, ...Object.keys(m.pricing.factors)];
+    for (const key of referenced) {
+      const s = m.settings[key];
+      if (!s) ctx.addIssue({ code: 'custom', path: ['pricing'], message: `prices by setting "${key}", which the model does not have` });
+      else if (key in m.pricing.factors && s.type !== 'enum' && s.type !== 'boolean') {
+        ctx.addIssue({ code: 'custom', path: ['pricing', 'factors', key], message: 'factors need an enum or boolean setting' });
+      } else if (key in m.pricing.factors) {
+        const options = s.type === 'enum' ? s.options.map(String) : ['true', 'false'];
+        for (const option of options) {
+          if (!(option in m.pricing.factors[key]!)) ctx.addIssue({ code: 'custom', path: ['pricing', 'factors', key], message: `no factor for option "${option}"` });
+        }
+      } else if (s.type !== 'integer' && s.type !== 'number' && !(s.type === 'enum' && s.options.every((o) => typeof o === 'number'))) {
+        ctx.addIssue({ code: 'custom', path: ['pricing'], message: `setting "${key}" must be numeric to price by its value` });
+      }
+    }
+  }
+});
+export type ModelDefinition = z.output<typeof modelSchema>;
+export type TextModel = Extract<ModelDefinition, { type: 'text' }>;
+export type MediaModel = Exclude<ModelDefinition, { type: 'text' }>;
+
+function settingDefaultProblem(s: SettingSpec): string | undefined {
+  if (s.type === 'enum' && !s.options.includes(s.default)) return 'must be one of the options';
+  if ((s.type === 'integer' || s.type === 'number') && (s.min > s.max || s.default < s.min || s.default > s.max)) {
+    return 'must lie within min..max';
+  }
+  return undefined;
+}
+
+export const providerConfigSchema = z.discriminatedUnion('kind', [
+  z.object({ kind: z.literal('local') }),
+  z.object({
+    kind: z.literal('openai-compatible'),
+    base_url: z.url({ protocol: /^https?$/ }),
+    /** The environment variable that holds the upstream key: keys never live in the file. */
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+    /** Longest wait for the upstream's first byte, and between two streamed chunks. */
+    timeout_seconds: z.number().positive().max(3600).default(120),
+    headers: z.record(z.string(), z.string()).default({}),
+  }),
+]);
+export type ProviderConfig = z.output<typeof providerConfigSchema>;
+
+export const catalogFileSchema = z
+  .object({
+    providers: z.record(z.string(), providerConfigSchema).default({}),
+    models: z.array(modelSchema).default([]),
+  })
+  .superRefine((file, ctx) => {
+    const seen = new Set<string>();
+    file.models.forEach((m, i) => {
+      if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
+      seen.add(m.id);
+      if (!(m.provider.name in file.providers)) {
+        ctx.addIssue({ code: 'custom', path: ['models', i, 'provider', 'name'], message: `unknown provider "${m.provider.name}"` });
+      }
+    });
+  });
+export type CatalogFile = z.output<typeof catalogFileSchema>;

@@ -1,0 +1,160 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { requireTextModel } from '../catalog/catalog.ts';
+import { textCost, textPrices, type TextPrices } from '../catalog/pricing.ts';
+import type { TextModel } from '../catalog/schema.ts';
+import type { CoreDeps } from '../context.ts';
+import { CoreError, invalid } from '../errors.ts';
+import { randomBase62 } from '../ids.ts';
+import type { Principal } from '../keys/authenticate.ts';
+import { formatCoins, type Micro } from '../money/coins.ts';
+import { release, reserve, settle } from '../money/holds.ts';
+import { ProviderError, type ChatProvider } from './provider.ts';
+import { contextTooLong, type ChatRequest } from './schema.ts';
+import { countChatTokens, countTextTokens } from './tokens.ts';
+
+/**
+ * A chat completion, paid as SPEC part 1 rule 1 says: reserve the input plus the output
+ * limit at the model's prices, call the provider, then settle on the usage it reports
+ * (clamped to the limit; our own count when it reports none) and release the rest.
+ */
+export interface PreparedChat {
+  id: string;
+  created: number;
+  model: TextModel;
+  provider: ChatProvider;
+  /** The prices the hold was made at: a later price edit does not change this request. */
+  prices: TextPrices;
+  inputTokens: number;
+  maxTokens: number;
+  holdId: string;
+  holdAmount: Micro;
+  request: ChatRequest;
+}
+
+export async function prepareChat(deps: CoreDeps, em: EntityManager, principal: Principal, request: ChatRequest): Promise<PreparedChat> {
+  const model = await deps.catalog.get(em, request.model);
+  requireTextModel(model);
+  if (model.paid_only && !principal.paid) {
+    throw new CoreError('paid_account_required', `The model '${model.id}' needs a paid account: make a first top-up or subscribe.`);
+  }
+  const provider = deps.providers.get(model.provider.name);
+  if (!provider) throw new CoreError('unavailable', `The provider of '${model.id}' is not configured on this server.`, { reason: 'provider_unavailable' });
+
+  const maxTokens = request.maxTokens ?? model.default_max_tokens;
+  if (maxTokens > model.max_output_tokens) {
+    throw invalid(request.maxTokensParam, `Invalid value for '${request.maxTokensParam}': at most ${model.max_output_tokens} for '${model.id}'.`);
+  }
+  const inputTokens = countChatTokens(request.messages);
+  if (inputTokens + maxTokens > model.context_window) throw contextTooLong(inputTokens, maxTokens, model.context_window);
+
+  const prices = textPrices(model, deps.config.apiPricePercent);
+  const holdAmount = textCost(prices, inputTokens, maxTokens);
+  const id = `chatcmpl-${randomBase62(24)}`;
+  const { holdId } = await reserve(em, {
+    accountId: principal.accountId,
+    amount: holdAmount,
+    reference: id,
+    expiresAt: new Date(deps.clock().getTime() + deps.config.holdTtlSeconds * 1000),
+    metadata: {
+      kind: 'chat',
+      model: model.id,
+      key_id: principal.keyId,
+      input_tokens: inputTokens,
+      max_tokens: maxTokens,
+      prices: { input_per_million: formatCoins(prices.inputPerMillion), output_per_million: formatCoins(prices.outputPerMillion) },
+    },
+  });
+  return { id, created: Math.floor(deps.clock().getTime() / 1000), model, provider, prices, inputTokens, maxTokens, holdId, holdAmount, request };
+}
+
+export interface ChatUsage {
+  promptTokens: number;
+  completionTokens: number;
+  cost: Micro;
+}
+
+export type ChatEvent = { type: 'delta'; content: string } | { type: 'done'; finishReason: string; usage: ChatUsage };
+
+/**
+ * Calls the provider and yields the answer as it comes, then a final `done` with the usage
+ * charged. Whatever happens the hold ends exactly once:
+ * - the answer completes: charge the reported usage (clamped), release the rest;
+ * - the client goes away (signal aborted, or the consumer stops iterating): charge what the
+ *   upstream produced, never more than the hold;
+ * - the upstream fails: charge nothing, or when streaming, only what was already delivered.
+ */
+export async function* runChat(
+  deps: CoreDeps,
+  em: EntityManager,
+  chat: PreparedChat,
+  opts: { signal: AbortSignal; streaming: boolean },
+): AsyncGenerator<ChatEvent, void, undefined> {
+  let produced = '';
+  let delivered = '';
+  let finishReason = 'stop';
+  let reported: { promptTokens?: number | undefined; completionTokens?: number | undefined } = {};
+  let ended = false;
+
+  const charge = async (content: string, useReported: boolean): Promise<ChatUsage> => {
+    ended = true;
+    const promptTokens = useReported && reported.promptTokens !== undefined ? Math.max(0, reported.promptTokens) : chat.inputTokens;
+    const counted = useReported && reported.completionTokens !== undefined ? reported.completionTokens : countTextTokens(content);
+    const completionTokens = Math.min(Math.max(0, counted), chat.maxTokens);
+    const cost = min(textCost(chat.prices, promptTokens, completionTokens), chat.holdAmount);
+    const outcome = await settle(em, chat.holdId, cost);
+    return { promptTokens, completionTokens, cost: outcome.captured };
+  };
+
+  try {
+    try {
+      const request = { model: chat.model.provider.model, messages: chat.request.messages, maxTokens: chat.maxTokens, options: chat.request.options };
+      for await (const event of chat.provider.stream(request, opts.signal)) {
+        if (event.type === 'delta') {
+          if (event.content.length === 0) continue;
+          produced += event.content;
+          yield event;
+          delivered += event.content;
+        } else if (event.type === 'finish') {
+          finishReason = event.reason;
+        } else {
+          reported = { promptTokens: event.promptTokens, completionTokens: event.completionTokens };
+        }
+      }
+    } catch (err) {
+      if (opts.signal.aborted) {
+        await charge(produced, false);
+        return;
+      }
+      if (opts.streaming && delivered.length > 0) {
+        await charge(delivered, false);
+      } else {
+        ended = true;
+        await release(em, chat.holdId);
+      }
+      throw upstreamError(err, chat.model.id);
+    }
+    if (opts.signal.aborted) {
+      await charge(produced, false);
+      return;
+    }
+    const usage = await charge(produced, true);
+    yield { type: 'done', finishReason, usage };
+  } finally {
+    // The consumer stopped iterating (the client went away): charge what the upstream produced.
+    if (!ended) await charge(produced, false);
+  }
+}
+
+function upstreamError(err: unknown, modelId: string): CoreError {
+  if (err instanceof ProviderError) {
+    return err.kind === 'timeout'
+      ? new CoreError('upstream_timeout', `The provider of '${modelId}' did not answer in time. Nothing was charged for the unanswered part.`)
+      : new CoreError('upstream_failed', `The provider of '${modelId}' failed: ${err.message}`);
+  }
+  if (err instanceof CoreError) return err;
+  return new CoreError('upstream_failed', `The provider of '${modelId}' failed.`);
+}
+
+function min(a: bigint, b: bigint): bigint {
+  return a < b ? a : b;
+}

@@ -1,0 +1,71 @@
+import { CoreError } from '../errors.ts';
+import { coinsToJson } from '../money/coins.ts';
+import type { ChatEvent, ChatUsage, PreparedChat } from './chat.ts';
+
+/** The chat-completion objects of the OpenAI format, with `usage.cost_coins` added (SPEC part 2). */
+export function usageView(u: ChatUsage) {
+  return {
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.promptTokens + u.completionTokens,
+    cost_coins: coinsToJson(u.cost),
+  };
+}
+
+export function completionView(chat: PreparedChat, content: string, finishReason: string, usage: ChatUsage) {
+  return {
+    id: chat.id,
+    object: 'chat.completion' as const,
+    created: chat.created,
+    model: chat.model.id,
+    choices: [{ index: 0, message: { role: 'assistant' as const, content, refusal: null }, logprobs: null, finish_reason: finishReason }],
+    usage: usageView(usage),
+  };
+}
+
+/** Collects a run into one chat.completion object. */
+export async function collectCompletion(chat: PreparedChat, events: AsyncIterable<ChatEvent>) {
+  let content = '';
+  for await (const event of events) {
+    if (event.type === 'delta') content += event.content;
+    else return completionView(chat, content, event.finishReason, event.usage);
+  }
+  // Only a run stopped because the client went away ends without a result.
+  throw new CoreError('invalid_request', 'The client closed the request.', { reason: 'client_closed_request' });
+}
+
+function chunk(chat: PreparedChat, choices: unknown[], usage?: ReturnType<typeof usageView>) {
+  return {
+    id: chat.id,
+    object: 'chat.completion.chunk' as const,
+    created: chat.created,
+    model: chat.model.id,
+    choices,
+    ...(usage ? { usage } : {}),
+  };
+}
+
+/**
+ * A run as `chat.completion.chunk` objects: the first carries the role, then content deltas,
+ * then the finish chunk. `usage` with `cost_coins` is in the last chunk: its own chunk with no
+ * choices when the client asked for `stream_options.include_usage`, else on the finish chunk.
+ */
+export async function* streamChunks(chat: PreparedChat, events: AsyncIterable<ChatEvent>) {
+  let first = true;
+  for await (const event of events) {
+    if (event.type === 'delta') {
+      const delta = first ? { role: 'assistant', content: event.content } : { content: event.content };
+      first = false;
+      yield chunk(chat, [{ index: 0, delta, logprobs: null, finish_reason: null }]);
+    } else {
+      const usage = usageView(event.usage);
+      const finish = [{ index: 0, delta: first ? { role: 'assistant', content: '' } : {}, logprobs: null, finish_reason: event.finishReason }];
+      if (chat.request.includeUsage) {
+        yield chunk(chat, finish);
+        yield chunk(chat, [], usage);
+      } else {
+        yield chunk(chat, finish, usage);
+      }
+    }
+  }
+}
