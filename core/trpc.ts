@@ -44,7 +44,7 @@ export function toCoreError(err: unknown): CoreError | undefined {
     return new CoreError('unavailable', 'The service cannot reach its database. Retry shortly.', { reason: 'database_unreachable' });
   }
   if (cause instanceof ZodError) {
-    const issue = cause.issues[0];
+    const issue = mostSpecific(cause.issues[0]);
     const param = issue?.path.map(String).join('.') || undefined;
     const missing = issue?.code === 'invalid_type' && /received undefined$/.test(issue.message);
     const detail = (issue?.message ?? 'invalid').replace(/^Invalid input: /, '');
@@ -70,4 +70,18 @@ const UNREACHABLE_CODES = new Set([
 function isDatabaseUnreachable(err: unknown): boolean {
   if (err instanceof ConnectionException) return true;
   return err instanceof DriverException && UNREACHABLE_CODES.has(String(err.code));
+}
+
+type Issue = ZodError['issues'][number];
+
+/**
+ * For a value that matched no branch of a union (content: a string or a list of parts), the
+ * useful complaint is the one from the branch the value was shaped like, not "invalid input".
+ */
+function mostSpecific(issue: Issue | undefined): Issue | undefined {
+  if (!issue || issue.code !== 'invalid_union' || !('errors' in issue)) return issue;
+  const branches = (issue.errors as Issue[][]).filter((b) => b.length > 0);
+  const shaped = branches.find((b) => !(b[0]!.code === 'invalid_type' && b[0]!.path.length === 0)) ?? branches[0];
+  const inner = shaped?.[0];
+  return inner ? mostSpecific({ ...inner, path: [...issue.path, ...inner.path] } as Issue) : issue;
 }

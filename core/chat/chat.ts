@@ -97,10 +97,13 @@ export async function* runChat(
 
   const charge = async (content: string, useReported: boolean): Promise<ChatUsage> => {
     ended = true;
-    const promptTokens = useReported && reported.promptTokens !== undefined ? Math.max(0, reported.promptTokens) : chat.inputTokens;
-    const counted = useReported && reported.completionTokens !== undefined ? reported.completionTokens : countTextTokens(content);
-    const completionTokens = Math.min(Math.max(0, counted), chat.maxTokens);
-    const cost = min(textCost(chat.prices, promptTokens, completionTokens), chat.holdAmount);
+    // Reported usage is clamped to what was reserved (our input count, the output limit), so
+    // the usage shown is exactly what is billed and the charge never exceeds the hold.
+    const prompt = useReported && reported.promptTokens !== undefined ? reported.promptTokens : chat.inputTokens;
+    const completion = useReported && reported.completionTokens !== undefined ? reported.completionTokens : countTextTokens(content);
+    const promptTokens = clamp(prompt, chat.inputTokens);
+    const completionTokens = clamp(completion, chat.maxTokens);
+    const cost = textCost(chat.prices, promptTokens, completionTokens);
     const outcome = await settle(em, chat.holdId, cost);
     return { promptTokens, completionTokens, cost: outcome.captured };
   };
@@ -155,6 +158,6 @@ function upstreamError(err: unknown, modelId: string): CoreError {
   return new CoreError('upstream_failed', `The provider of '${modelId}' failed.`);
 }
 
-function min(a: bigint, b: bigint): bigint {
-  return a < b ? a : b;
+function clamp(n: number, max: number): number {
+  return Math.min(Math.max(0, Math.floor(n)), max);
 }

@@ -4,15 +4,19 @@ import { createRestApp } from '../../adapters/rest/app.ts';
 import { silentLogger, testDeps } from './db.ts';
 
 /** The real REST app on a real port of this machine, wired to the test database. */
-export async function startTestApi(orm: MikroORM): Promise<{ url: string; close: () => Promise<void> }> {
-  const app = createRestApp({ deps: testDeps(orm), logger: silentLogger, publicBaseUrl: 'http://localhost' });
+export async function startTestApi(orm: MikroORM, opts: Parameters<typeof testDeps>[1] = {}): Promise<{ url: string; close: () => Promise<void> }> {
+  const app = createRestApp({ deps: testDeps(orm, opts), logger: silentLogger, publicBaseUrl: 'http://localhost' });
   const server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
   const { port } = server.address() as { port: number };
   return {
     url: `http://127.0.0.1:${port}`,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 

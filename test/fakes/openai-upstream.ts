@@ -1,0 +1,141 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/**
+ * A fake model provider speaking the OpenAI chat-completions protocol (plain and SSE), for
+ * driving the openai-compatible adapter through every path. The upstream model name picks
+ * the behaviour:
+ *   ok            3 chunks, finish "stop", usage {prompt 11, completion 5}
+ *   no-usage      the same without a usage chunk
+ *   over-limit    reports 100000 completion tokens
+ *   error         HTTP 500 with an OpenAI error body
+ *   hang          never sends headers
+ *   stall         one chunk, then nothing more
+ *   fail-mid      two chunks, then the connection drops
+ *   slow          30 chunks, one every 100 ms
+ *   echo-body     answers with the JSON body it received
+ */
+export interface FakeUpstream {
+  url: string;
+  requests: Record<string, unknown>[];
+  /** Requests whose client went away before the fake had finished answering. */
+  aborted: number;
+  close(): Promise<void>;
+}
+
+const WORDS = ['Hello', ' from', ' upstream'];
+
+export async function startFakeUpstream(): Promise<FakeUpstream> {
+  const state = { requests: [] as Record<string, unknown>[], aborted: 0 };
+  const sockets = new Set<import('node:net').Socket>();
+  const server = http.createServer((req, res) => {
+    let raw = '';
+    req.on('data', (c: Buffer) => (raw += c.toString()));
+    req.on('end', () => {
+      const body = JSON.parse(raw || '{}') as Record<string, unknown>;
+      state.requests.push(body);
+      if (req.headers.authorization !== 'Bearer upstream-secret') {
+        res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'bad upstream key' } }));
+        return;
+      }
+      let finished = false;
+      res.on('close', () => {
+        if (!finished) state.aborted++;
+      });
+      const done = () => {
+        finished = true;
+        res.end();
+      };
+      void answer(String(body.model), body, res, done);
+    });
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    get requests() {
+      return state.requests;
+    },
+    get aborted() {
+      return state.aborted;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+async function answer(model: string, body: Record<string, unknown>, res: http.ServerResponse, done: () => void) {
+  const stream = body.stream === true;
+  const base = { id: 'chatcmpl-upstream', created: 1, model };
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null) =>
+    `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  const usage = (prompt: number, completion: number) =>
+    `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion } })}\n\n`;
+  const sse = () => res.writeHead(200, { 'content-type': 'text/event-stream' });
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  switch (model) {
+    case 'error':
+      res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'the upstream exploded', type: 'server_error' } }));
+      return;
+    case 'hang':
+      return; // never answers; the client must time out
+    case 'echo-body': {
+      const text = JSON.stringify(body);
+      if (!stream) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1 } }));
+        return;
+      }
+      sse();
+      res.write(chunk({ role: 'assistant', content: text }));
+      res.write(chunk({}, 'stop'));
+      res.write(usage(1, 1));
+      res.write('data: [DONE]\n\n');
+      return done();
+    }
+    case 'stall':
+      sse();
+      res.write(chunk({ role: 'assistant', content: 'Partial' }));
+      return; // and then silence
+    case 'fail-mid':
+      sse();
+      res.write(chunk({ role: 'assistant', content: 'Hello' }));
+      res.write(chunk({ content: ' from' }));
+      await sleep(30);
+      res.socket?.destroy();
+      return;
+    case 'slow':
+      sse();
+      for (let i = 0; i < 30; i++) {
+        if (res.destroyed) return;
+        res.write(chunk(i === 0 ? { role: 'assistant', content: 'word' } : { content: ' word' }));
+        await sleep(100);
+      }
+      res.write(chunk({}, 'stop'));
+      res.write(usage(11, 30));
+      res.write('data: [DONE]\n\n');
+      return done();
+    default: {
+      if (!stream) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: WORDS.join('') }, finish_reason: 'stop' }], usage: { prompt_tokens: 11, completion_tokens: 5 } }));
+        return done();
+      }
+      sse();
+      WORDS.forEach((w, i) => res.write(chunk(i === 0 ? { role: 'assistant', content: w } : { content: w })));
+      res.write(chunk({}, 'stop'));
+      if (model === 'ok') res.write(usage(11, 5));
+      if (model === 'over-limit') res.write(usage(11, 100_000));
+      res.write('data: [DONE]\n\n');
+      return done();
+    }
+  }
+}
