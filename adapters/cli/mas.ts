@@ -5,7 +5,6 @@ import { loadCatalogFile, readCatalogYaml } from '../../config/catalog.ts';
 import { buildCoreDeps } from '../../config/core.ts';
 import { openDatabase } from '../../config/database.ts';
 import type { Env } from '../../config/env.ts';
-import type { ValidatedCatalog } from '../../core/catalog/catalog.ts';
 import { createContext } from '../../core/context.ts';
 import type { CoreError, CoreErrorCode } from '../../core/errors.ts';
 import { createCaller } from '../../core/router.ts';
@@ -22,7 +21,6 @@ type Flags = Record<string, string | undefined>;
 
 interface CommandContext {
   env: Env;
-  catalogRaw: ValidatedCatalog;
 }
 
 interface Command {
@@ -149,7 +147,7 @@ async function main(argv: string[]): Promise<void> {
   const db = await openDatabase(env, logger);
   const deps = buildCoreDeps(env, db.orm, logger, catalog);
   const core = createCaller(createContext(deps, { kind: 'operator' }));
-  const context: CommandContext = { env, catalogRaw: catalog };
+  const context: CommandContext = { env };
   let result: unknown;
   let failure: CoreError | undefined;
   try {

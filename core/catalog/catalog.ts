@@ -1,3 +1,4 @@
+import { isDeepStrictEqual } from 'node:util';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -57,14 +58,15 @@ export async function seedModels(em: EntityManager, catalog: ValidatedCatalog): 
 /** Makes the database match the file: adds, overwrites and removes models. */
 export async function syncModels(em: EntityManager, catalog: ValidatedCatalog) {
   return em.transactional(async (tx) => {
-    const before = new Map((await tx.execute<{ id: string; definition: unknown }[]>('select id, definition from models for update')).map((r) => [r.id, JSON.stringify(r.definition)]));
+    const before = new Map((await tx.execute<{ id: string; definition: unknown }[]>('select id, definition from models for update')).map((r) => [r.id, r.definition]));
     const result = { object: 'catalog_sync' as const, added: [] as string[], updated: [] as string[], removed: [] as string[], unchanged: 0 };
     for (const m of catalog.parsed.models) {
       const definition = JSON.stringify(catalog.raw.get(m.id));
       const previous = before.get(m.id);
       before.delete(m.id);
       if (previous === undefined) result.added.push(m.id);
-      else if (JSON.stringify(JSON.parse(previous)) === JSON.stringify(JSON.parse(definition))) {
+      // jsonb keeps its own key order: compare values, not text.
+      else if (isDeepStrictEqual(previous, JSON.parse(definition))) {
         result.unchanged++;
         continue;
       } else result.updated.push(m.id);

@@ -106,6 +106,21 @@ describe('the server process', () => {
     expect(await second.proc.exited).toBe(0);
   });
 
+  it('mas catalog sync makes the database match the catalog file', async () => {
+    const { runCli } = await import('../support/process.ts');
+    const out = await runCli(['catalog', 'sync', '--json'], { DATABASE_URL: db.url, DATA_DIR: dataDir });
+    expect(out.code).toBe(0);
+    expect(JSON.parse(out.stdout)).toMatchObject({ object: 'catalog_sync', added: [], removed: [], updated: [] });
+  });
+
+  it('refuses a broken catalog file with one clear line', async () => {
+    const file = path.join(dataDir, 'broken.yaml');
+    await fs.writeFile(file, 'providers: {}\nmodels:\n  - id: a/b\n    type: text\n');
+    const proc = spawnProject(serverArgs(), { CATALOG_FILE: file, DATABASE_URL: db.url });
+    expect(await proc.exited).toBe(1);
+    expect(proc.output().trim()).toMatch(/^catalog: models\.0\.\w+: /);
+  });
+
   it('refuses a bad configuration value with one clear line', async () => {
     const proc = spawnProject(serverArgs(), { PORT: 'eighty', DATABASE_URL: db.url });
     expect(await proc.exited).toBe(1);
