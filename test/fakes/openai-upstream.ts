@@ -20,13 +20,15 @@ export interface FakeUpstream {
   requests: Record<string, unknown>[];
   /** Requests whose client went away before the fake had finished answering. */
   aborted: number;
+  /** TCP connections opened to the fake so far (keep-alive reuses them). */
+  connections: number;
   close(): Promise<void>;
 }
 
 const WORDS = ['Hello', ' from', ' upstream'];
 
 export async function startFakeUpstream(): Promise<FakeUpstream> {
-  const state = { requests: [] as Record<string, unknown>[], aborted: 0 };
+  const state = { requests: [] as Record<string, unknown>[], aborted: 0, connections: 0 };
   const sockets = new Set<import('node:net').Socket>();
   const server = http.createServer((req, res) => {
     let raw = '';
@@ -50,6 +52,7 @@ export async function startFakeUpstream(): Promise<FakeUpstream> {
     });
   });
   server.on('connection', (s) => {
+    state.connections++;
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
   });
@@ -62,6 +65,9 @@ export async function startFakeUpstream(): Promise<FakeUpstream> {
     },
     get aborted() {
       return state.aborted;
+    },
+    get connections() {
+      return state.connections;
     },
     close: () =>
       new Promise<void>((resolve) => {

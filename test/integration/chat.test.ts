@@ -97,6 +97,13 @@ describe('the official openai client, unchanged', () => {
     expect(chunks.at(-2)!.choices[0]!.finish_reason).toBe('stop');
   });
 
+  it('reuses connections to the upstream (keep-alive)', async () => {
+    await client.chat.completions.create({ model: 'test/ok', messages });
+    const before = upstream.connections;
+    for (let i = 0; i < 5; i++) await client.chat.completions.create({ model: 'test/ok', messages });
+    expect(upstream.connections).toBe(before);
+  });
+
   it('surfaces our errors as typed client errors', async () => {
     await expect(client.chat.completions.create({ model: 'nope/nothing', messages })).rejects.toMatchObject({ status: 404, code: 'model_not_found' });
     await expect(client.chat.completions.create({ model: 'test/error', messages })).rejects.toMatchObject({ status: 502 });

@@ -1,0 +1,67 @@
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { createRestApp } from '../../adapters/rest/app.ts';
+import { createRateLimiter } from '../../adapters/limits/rate-limiter.ts';
+import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { bearer } from '../support/http.ts';
+import { freePort } from '../support/process.ts';
+import type { Server } from 'node:http';
+
+/**
+ * With REDIS_URL the per-key limit holds across instances. Needs a `redis-server` binary;
+ * .ci/run installs Debian's when it is missing.
+ */
+const hasRedis = spawnSync('redis-server', ['--version']).status === 0;
+
+let orm: MikroORM;
+let redis: ChildProcess | undefined;
+let redisUrl: string;
+const servers: Server[] = [];
+const limiters: { close(): Promise<void> }[] = [];
+
+beforeAll(async () => {
+  orm = await openTestOrm();
+  if (!hasRedis) return;
+  const port = await freePort();
+  redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    redis!.stdout!.on('data', (c: Buffer) => c.toString().includes('Ready to accept connections') && resolve());
+    redis!.once('exit', (code) => reject(new Error(`redis-server exited with ${code}`)));
+  });
+  redisUrl = `redis://127.0.0.1:${port}`;
+});
+afterAll(async () => {
+  for (const s of servers) await new Promise((r) => s.close(r));
+  for (const l of limiters) await l.close();
+  redis?.kill();
+  await orm.close();
+});
+
+async function instance(): Promise<string> {
+  const rateLimiter = createRateLimiter({ perMinute: 10, redisUrl });
+  limiters.push(rateLimiter);
+  const deps = { ...testDeps(orm), rateLimiter };
+  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+  const server = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  servers.push(server);
+  return `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+}
+
+describe.runIf(hasRedis)('rate limit shared through Redis', () => {
+  it('counts one key across two instances', async () => {
+    const [a, b] = [await instance(), await instance()];
+    const account = await makeAccount(orm);
+    const { key } = await makeKey(orm, account.id);
+    const statuses: number[] = [];
+    for (let i = 0; i < 11; i++) {
+      const res = await fetch(`${i % 2 ? a : b}/api/v1/balance`, { headers: bearer(key) });
+      await res.arrayBuffer();
+      statuses.push(res.status);
+    }
+    expect(statuses.slice(0, 10)).toEqual(Array(10).fill(200));
+    expect(statuses[10]).toBe(429);
+  });
+});
