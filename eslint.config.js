@@ -30,6 +30,25 @@ export default tseslint.config(
     },
   },
   {
+    // Workflow code is replayed deterministically in Temporal's sandbox: it may import only
+    // @temporalio/workflow, the shared names, other workflows, and types.
+    files: ['workflows/*.workflow.ts', 'workflows/shared.ts', 'workflows/index.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              regex: '^(?!@temporalio/workflow$|\\./shared\\.ts$|\\./[\\w-]+\\.workflow\\.ts$)',
+              allowTypeImports: true,
+              message: 'workflow files import only @temporalio/workflow, ./shared.ts, other workflows and types',
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     files: ['test/**/*.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off', '@typescript-eslint/no-non-null-assertion': 'off' },
   },

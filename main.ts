@@ -23,6 +23,7 @@ try {
         `\nDemo account created (demo@example.com). Its API key, shown only this once:\n\n  ${key}\n\n` +
           `Try it:\n\n  curl -H "Authorization: Bearer ${key}" ${baseUrl}/balance\n\n`,
       ),
+    onTemporalUi: (url) => process.stdout.write(`Temporal Web UI (embedded dev server): ${url}\n`),
   });
   process.stdout.write(`Model Access Service listening on ${baseUrl}\n`);
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {

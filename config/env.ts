@@ -45,6 +45,12 @@ const envSchema = z
     CATALOG_FILE: z.string().min(1).default('config/models.yaml'),
     API_PRICE_PERCENT: z.coerce.number().int().min(1).max(1000).default(50),
     RATE_LIMIT_PER_MINUTE: positiveInt.default(120),
+    TEMPORAL_ADDRESS: optional.pipe(z.string().regex(/^[^\s/:]+:\d+$/, 'must be host:port').optional()),
+    TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+    RUN_WORKER: z
+      .enum(['true', 'false', ''])
+      .default('true')
+      .transform((v) => v !== 'false'),
     REDIS_URL: optional.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
     SHUTDOWN_TIMEOUT_SECONDS: positiveInt.default(25),
     METRICS_TOKEN: optional,

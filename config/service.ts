@@ -3,11 +3,12 @@ import type { Logger } from 'pino';
 import { createRestApp } from '../adapters/rest/app.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
-import { releaseExpiredHolds } from '../core/money/sweep.ts';
+import { startWorker } from '../workflows/worker.ts';
 import { loadCatalogFile } from './catalog.ts';
 import { buildCoreDeps } from './core.ts';
 import { openDatabase } from './database.ts';
 import type { Env } from './env.ts';
+import { ensureHoldSweepSchedule, openTemporal } from './temporal.ts';
 
 export interface RunningService {
   server: Server;
@@ -17,7 +18,7 @@ export interface RunningService {
 }
 
 /** The composition root of the API server: wires core and adapters from the configuration. */
-export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string) => void } = {}): Promise<RunningService> {
+export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string) => void; onTemporalUi?: (url: string) => void } = {}): Promise<RunningService> {
   const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
   const db = await openDatabase(env, logger);
   const deps = buildCoreDeps(env, db.orm, logger, catalog);
@@ -27,15 +28,13 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   const demo = await ensureDemoAccount(db.orm.em.fork(), env.DEMO_COINS);
   if (demo) hooks.onDemoKey?.(demo.key);
 
-  // Releases reservations left open by a process that died mid-request. Moves to a Temporal
-  // Schedule when Temporal lands; until then every instance runs it (it is idempotent).
-  const sweep = setInterval(() => {
-    releaseExpiredHolds(db.orm.em.fork(), new Date()).then(
-      (n) => n > 0 && logger.warn({ released: n }, 'released expired reservations'),
-      (err: unknown) => logger.error({ err }, 'hold sweep failed'),
-    );
-  }, env.HOLD_SWEEP_INTERVAL_SECONDS * 1000);
-  sweep.unref();
+  const temporal = await openTemporal(env, logger);
+  // Releases reservations left open by a process that died mid-request.
+  await ensureHoldSweepSchedule(temporal.client, env.HOLD_SWEEP_INTERVAL_SECONDS);
+  const worker = env.RUN_WORKER
+    ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger })
+    : undefined;
+  if (temporal.uiUrl) hooks.onTemporalUi?.(temporal.uiUrl);
 
   let draining = false;
   const app = createRestApp({
@@ -58,7 +57,6 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   const stop = () =>
     (stopping ??= (async () => {
       draining = true;
-      clearInterval(sweep);
       logger.info('shutting down: no new connections, finishing requests in flight');
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
@@ -68,6 +66,8 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
       }, env.SHUTDOWN_TIMEOUT_SECONDS * 1000);
       await closed;
       clearTimeout(timeout);
+      await worker?.shutdown();
+      await temporal.close();
       await deps.close();
       await db.close();
       logger.info('stopped');

@@ -4,6 +4,7 @@ import { createKey, createKeyInput, keyIdInput, listKeys, revokeKey } from './ke
 import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
 import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
+import { releaseExpiredHolds } from './money/sweep.ts';
 import { checkReady } from './health.ts';
 import { modelIdInput, modelTypeFilter, syncModels, validateCatalog } from './catalog/catalog.ts';
 import { modelView } from './catalog/views.ts';
@@ -36,6 +37,13 @@ export const appRouter = router({
     complete: apiProcedure
       .input(chatRequestSchema)
       .mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
+  }),
+
+  holds: router({
+    /** Releases reservations past their expiry; run by the hold-sweep Temporal Schedule. */
+    releaseExpired: operatorProcedure.mutation(async ({ ctx }) => ({
+      released: await releaseExpiredHolds(ctx.em, ctx.deps.clock()),
+    })),
   }),
 
   catalog: router({

@@ -57,6 +57,10 @@ describe('embedded PostgreSQL', () => {
     const server = spawnProject(serverArgs(), { ...env(), PORT: String(port), HOST: '127.0.0.1' });
     await server.waitFor(/listening on/);
     expect(postgresRunning()).toBe(true);
+    // With no TEMPORAL_ADDRESS, a Temporal dev server runs too, with its Web UI printed.
+    const [, ui] = await server.waitFor(/Temporal Web UI \(embedded dev server\): (http:\/\/127\.0\.0\.1:\d+)/);
+    expect((await fetch(ui!)).status).toBe(200);
+    const temporalState = JSON.parse(await fs.readFile(path.join(dataDir, 'temporal', 'server.json'), 'utf8')) as { pid: number };
     // The accounts the CLI made are there, so no demo account is created.
     expect(server.output()).not.toContain('Demo account created');
 
@@ -79,6 +83,7 @@ describe('embedded PostgreSQL', () => {
     server.child.kill('SIGTERM');
     expect(await server.exited).toBe(0);
     expect(postgresRunning()).toBe(false);
+    expect(() => process.kill(temporalState.pid, 0)).toThrow();
   });
 
   it.runIf(process.getuid?.() === 0)('as root, lets the postgres user through closed folders to its files', async () => {

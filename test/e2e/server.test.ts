@@ -2,7 +2,7 @@ import http from 'node:http';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createFreshDatabase } from '../support/db.ts';
 import { freePort, serverArgs, spawnProject, type Spawned } from '../support/process.ts';
 
@@ -26,6 +26,7 @@ async function startServer(extra: Record<string, string> = {}): Promise<{ proc: 
     PORT: String(port),
     HOST: '127.0.0.1',
     PUBLIC_BASE_URL: `http://api.test.example:${port}`,
+    TEMPORAL_ADDRESS: inject('temporalAddress'),
     ...extra,
   });
   await proc.waitFor(/listening on/);

@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../adapters/embedded/postgres.ts';
+import { startEmbeddedTemporal, type EmbeddedTemporal } from '../../adapters/embedded/temporal.ts';
 import { createLogger } from '../../config/logger.ts';
 import { migrate, openOrm } from '../../core/db/orm.ts';
 
@@ -10,16 +11,18 @@ declare module 'vitest' {
   export interface ProvidedContext {
     databaseUrl: string;
     adminDatabaseUrl: string;
+    temporalAddress: string;
   }
 }
 
 let pg: EmbeddedPostgres | undefined;
+let temporal: EmbeddedTemporal | undefined;
 let dataDir: string | undefined;
 
 /**
  * Starts the embedded PostgreSQL in a fresh `mktemp -d` folder (mode 0700, so a run as root
  * also proves the postgres user can reach a data directory inside a closed folder), creates
- * the test database and applies the migrations once.
+ * the test database and applies the migrations once; starts a Temporal dev server.
  */
 export async function setup(project: TestProject): Promise<void> {
   dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-test-'));
@@ -30,9 +33,13 @@ export async function setup(project: TestProject): Promise<void> {
   await orm.close();
   project.provide('databaseUrl', pg.url);
   project.provide('adminDatabaseUrl', pg.adminUrl);
+  // A real Temporal dev server from the same CLI binary `npm start` uses (installed on first use).
+  temporal = await startEmbeddedTemporal({ dataDir: path.join(dataDir, 'data'), logger });
+  project.provide('temporalAddress', temporal.address);
 }
 
 export async function teardown(): Promise<void> {
+  await temporal?.release();
   await pg?.release();
   if (dataDir) await fs.rm(dataDir, { recursive: true, force: true });
 }

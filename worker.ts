@@ -1,0 +1,35 @@
+import { ConfigError, loadEnv } from './config/env.ts';
+import { createLogger } from './config/logger.ts';
+import { loadCatalogFile } from './config/catalog.ts';
+import { buildCoreDeps } from './config/core.ts';
+import { openDatabase } from './config/database.ts';
+import { openTemporal } from './config/temporal.ts';
+import { startWorker } from './workflows/worker.ts';
+
+/** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
+let env;
+try {
+  env = loadEnv();
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  process.stderr.write(`${err.message}\n`);
+  process.exit(1);
+}
+const logger = createLogger(env.LOG_LEVEL);
+const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
+const db = await openDatabase(env, logger);
+const deps = buildCoreDeps(env, db.orm, logger, catalog);
+const temporal = await openTemporal(env, logger);
+const worker = await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger });
+
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.once(signal, () => {
+    logger.info('worker shutting down: finishing activities in flight');
+    void worker.shutdown();
+  });
+}
+await worker.done.catch(() => undefined);
+await temporal.close();
+await deps.close();
+await db.close();
+logger.info('worker stopped');

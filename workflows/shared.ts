@@ -1,0 +1,3 @@
+/** Names both sides (workflows and their starters) agree on. Imported by workflow code: no I/O here. */
+export const TASK_QUEUE = 'mas';
+export const HOLD_SWEEP_SCHEDULE_ID = 'mas-hold-sweep';
