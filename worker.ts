@@ -3,7 +3,7 @@ import { createLogger } from './config/logger.ts';
 import { loadCatalogFile } from './config/catalog.ts';
 import { buildCoreDeps } from './config/core.ts';
 import { openDatabase } from './config/database.ts';
-import { openTemporal } from './config/temporal.ts';
+import { openTemporal, temporalGenerationStarter } from './config/temporal.ts';
 import { startWorker } from './workflows/worker.ts';
 
 /** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
@@ -18,9 +18,9 @@ try {
 const logger = createLogger(env.LOG_LEVEL);
 const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
 const db = await openDatabase(env, logger);
-const deps = buildCoreDeps(env, db.orm, logger, catalog);
 const temporal = await openTemporal(env, logger);
-const worker = await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger });
+const deps = await buildCoreDeps(env, db.orm, logger, catalog, temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE, retentionSeconds: env.RESULT_RETENTION_SECONDS }));
+const worker = await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE });
 
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.once(signal, () => {

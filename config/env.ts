@@ -47,10 +47,17 @@ const envSchema = z
     RATE_LIMIT_PER_MINUTE: positiveInt.default(120),
     TEMPORAL_ADDRESS: optional.pipe(z.string().regex(/^[^\s/:]+:\d+$/, 'must be host:port').optional()),
     TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+    TEMPORAL_TASK_QUEUE: z.string().regex(/^[\w.-]{1,100}$/).default('mas'),
     RUN_WORKER: z
       .enum(['true', 'false', ''])
       .default('true')
       .transform((v) => v !== 'false'),
+    SIGNING_SECRET: optional.pipe(z.string().min(32, 'must be at least 32 characters').optional()),
+    INPUT_URL_ALLOWLIST: z
+      .string()
+      .default('')
+      .transform((v) => v.split(',').map((h) => h.trim()).filter(Boolean)),
+    RESULT_RETENTION_SECONDS: positiveInt.default(3600),
     REDIS_URL: optional.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
     SHUTDOWN_TIMEOUT_SECONDS: positiveInt.default(25),
     METRICS_TOKEN: optional,

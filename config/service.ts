@@ -8,7 +8,7 @@ import { loadCatalogFile } from './catalog.ts';
 import { buildCoreDeps } from './core.ts';
 import { openDatabase } from './database.ts';
 import type { Env } from './env.ts';
-import { ensureHoldSweepSchedule, openTemporal } from './temporal.ts';
+import { ensureHoldSweepSchedule, openTemporal, temporalGenerationStarter } from './temporal.ts';
 
 export interface RunningService {
   server: Server;
@@ -21,18 +21,18 @@ export interface RunningService {
 export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string) => void; onTemporalUi?: (url: string) => void } = {}): Promise<RunningService> {
   const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
   const db = await openDatabase(env, logger);
-  const deps = buildCoreDeps(env, db.orm, logger, catalog);
+  const temporal = await openTemporal(env, logger);
+  const deps = await buildCoreDeps(env, db.orm, logger, catalog, temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE, retentionSeconds: env.RESULT_RETENTION_SECONDS }));
 
   const added = await seedModels(db.orm.em.fork(), catalog);
   if (added.length > 0) logger.info({ models: added }, 'added catalog models to the database');
   const demo = await ensureDemoAccount(db.orm.em.fork(), env.DEMO_COINS);
   if (demo) hooks.onDemoKey?.(demo.key);
 
-  const temporal = await openTemporal(env, logger);
   // Releases reservations left open by a process that died mid-request.
-  await ensureHoldSweepSchedule(temporal.client, env.HOLD_SWEEP_INTERVAL_SECONDS);
+  await ensureHoldSweepSchedule(temporal.client, env.HOLD_SWEEP_INTERVAL_SECONDS, { taskQueue: env.TEMPORAL_TASK_QUEUE });
   const worker = env.RUN_WORKER
-    ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger })
+    ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE })
     : undefined;
   if (temporal.uiUrl) hooks.onTemporalUi?.(temporal.uiUrl);
 

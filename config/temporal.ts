@@ -1,7 +1,8 @@
-import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy } from '@temporalio/client';
+import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
+import type { GenerationStarter } from '../core/generations/ports.ts';
 import type { Logger } from 'pino';
 import { startEmbeddedTemporal } from '../adapters/embedded/temporal.ts';
-import { HOLD_SWEEP_SCHEDULE_ID, TASK_QUEUE } from '../workflows/shared.ts';
+import { HOLD_SWEEP_SCHEDULE_ID, TASK_QUEUE, GENERATION_WORKFLOW } from '../workflows/shared.ts';
 import type { Env } from './env.ts';
 
 export interface TemporalHandle {
@@ -37,8 +38,10 @@ export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL
 export async function ensureHoldSweepSchedule(
   client: Client,
   everySeconds: number,
-  { scheduleId = HOLD_SWEEP_SCHEDULE_ID, taskQueue = TASK_QUEUE } = {},
+  opts: { taskQueue?: string; scheduleId?: string } = {},
 ): Promise<void> {
+  const taskQueue = opts.taskQueue ?? TASK_QUEUE;
+  const scheduleId = opts.scheduleId ?? (taskQueue === TASK_QUEUE ? HOLD_SWEEP_SCHEDULE_ID : `${taskQueue}-hold-sweep`);
   const spec = { intervals: [{ every: `${everySeconds}s` }] };
   try {
     await client.schedule.create({
@@ -51,4 +54,21 @@ export async function ensureHoldSweepSchedule(
     if (!(err instanceof ScheduleAlreadyRunning)) throw err;
     await client.schedule.getHandle(scheduleId).update((previous) => ({ ...previous, spec }));
   }
+}
+
+/** Starts a job's workflow, its id the job id; a second start of the same job is a no-op. */
+export function temporalGenerationStarter(client: Client, opts: { taskQueue?: string; retentionSeconds?: number } = {}): GenerationStarter {
+  return {
+    async start(jobId) {
+      try {
+        await client.workflow.start(GENERATION_WORKFLOW, {
+          workflowId: jobId,
+          taskQueue: opts.taskQueue ?? TASK_QUEUE,
+          args: [jobId, { retentionSeconds: opts.retentionSeconds ?? 3600 }],
+        });
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      }
+    },
+  };
 }

@@ -4,6 +4,9 @@ import { ModelCatalog } from './catalog/catalog.ts';
 import type { ProviderRegistry } from './chat/provider.ts';
 import { LastUsedRecorder } from './keys/authenticate.ts';
 import type { RateLimiter, RateLimitState } from './limits/rate-limit.ts';
+import type { GenerationStarter, MediaProviderRegistry, ResultStorage, UrlGuard } from './generations/ports.ts';
+import type { UrlSigner } from './generations/signed-url.ts';
+import { CoreError } from './errors.ts';
 import type { Micro } from './money/coins.ts';
 
 /** Settings core needs, taken from the environment by the composition root. */
@@ -26,7 +29,18 @@ export interface CoreDeps {
   catalog: ModelCatalog;
   providers: ProviderRegistry;
   rateLimiter: RateLimiter;
+  media: MediaProviderRegistry;
+  storage: ResultStorage;
+  urlGuard: UrlGuard;
+  signer: UrlSigner;
+  /** Starts a job's workflow; the API server wires Temporal here. */
+  generations: GenerationStarter;
 }
+
+/** For processes that run no jobs (the CLI): starting one is refused, cleanly. */
+const noJobRunner: GenerationStarter = {
+  start: () => Promise.reject(new CoreError('unavailable', 'This process cannot start jobs.', { reason: 'job_runner_unavailable' })),
+};
 
 export function createCoreDeps(args: {
   orm: MikroORM;
@@ -34,6 +48,11 @@ export function createCoreDeps(args: {
   logger: Logger;
   providers: ProviderRegistry;
   rateLimiter: RateLimiter;
+  media: MediaProviderRegistry;
+  storage: ResultStorage;
+  urlGuard: UrlGuard;
+  signer: UrlSigner;
+  generations?: GenerationStarter;
   clock?: () => Date;
   catalogTtlMs?: number;
 }): CoreDeps {
@@ -43,6 +62,11 @@ export function createCoreDeps(args: {
     logger: args.logger,
     providers: args.providers,
     rateLimiter: args.rateLimiter,
+    media: args.media,
+    storage: args.storage,
+    urlGuard: args.urlGuard,
+    signer: args.signer,
+    generations: args.generations ?? noJobRunner,
     clock: args.clock ?? (() => new Date()),
     lastUsed: new LastUsedRecorder(args.logger),
     catalog: new ModelCatalog(args.logger, args.catalogTtlMs),

@@ -7,6 +7,7 @@ export type CoreErrorCode =
   | 'unauthorized' // missing, malformed, unknown or revoked key: one answer for all four
   | 'insufficient_balance'
   | 'paid_account_required'
+  | 'forbidden' // a signed link that is expired or tampered with
   | 'not_found'
   | 'conflict'
   | 'limit_reached' // a per-account quota, such as the 10 active keys

@@ -5,6 +5,9 @@ import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
 import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
 import { releaseExpiredHolds } from './money/sweep.ts';
+import { createGeneration, getGeneration } from './generations/generations.ts';
+import { beginJob, completeJob, deleteJobResult, failJob, pollJob, readJobOutput, staleQueuedJobs, storeJobResult, submitJob } from './generations/lifecycle.ts';
+import { createGenerationSchema, generationIdInput } from './generations/schema.ts';
 import { checkReady } from './health.ts';
 import { modelIdInput, modelTypeFilter, syncModels, validateCatalog } from './catalog/catalog.ts';
 import { modelView } from './catalog/views.ts';
@@ -37,6 +40,42 @@ export const appRouter = router({
     complete: apiProcedure
       .input(chatRequestSchema)
       .mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
+  }),
+
+  generations: router({
+    create: apiProcedure
+      .input(createGenerationSchema)
+      .mutation(({ ctx, input }) => createGeneration(ctx.deps, ctx.em, ctx.principal, input)),
+    get: apiProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal, input.id)),
+    /** The bytes behind a signed result link: no API key, the signature is the credential. */
+    output: publicProcedure
+      .input(z.object({ id: z.string().max(100), expires: z.unknown(), signature: z.unknown() }))
+      .query(({ ctx, input }) => readJobOutput(ctx.deps, ctx.em, input.id, input.expires, input.signature)),
+  }),
+
+  /** The steps of a job's workflow, called by its activities. */
+  jobs: router({
+    begin: operatorProcedure.input(z.object({ id: z.string() })).mutation(({ ctx, input }) => beginJob(ctx.deps, ctx.em, input.id)),
+    submit: operatorProcedure.input(z.object({ id: z.string() })).mutation(({ ctx, input }) => submitJob(ctx.deps, ctx.em, input.id)),
+    poll: operatorProcedure
+      .input(z.object({ provider: z.string(), handle: z.string() }))
+      .query(({ ctx, input }) => pollJob(ctx.deps, input.provider, input.handle)),
+    store: operatorProcedure
+      .input(z.object({ id: z.string(), provider: z.string(), handle: z.string() }))
+      .mutation(({ ctx, input }) => storeJobResult(ctx.deps, input.id, input.provider, input.handle)),
+    complete: operatorProcedure
+      .input(z.object({ id: z.string(), output: z.object({ key: z.string(), mime_type: z.string(), bytes: z.number(), filename: z.string() }) }))
+      .mutation(({ ctx, input }) => completeJob(ctx.deps, ctx.em, input.id, input.output)),
+    fail: operatorProcedure
+      .input(z.object({ id: z.string(), error: z.object({ message: z.string(), code: z.string() }) }))
+      .mutation(({ ctx, input }) => failJob(ctx.em, input.id, input.error)),
+    deleteResult: operatorProcedure.input(z.object({ id: z.string() })).mutation(({ ctx, input }) => deleteJobResult(ctx.deps, ctx.em, input.id)),
+    /** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */
+    restartStale: operatorProcedure.mutation(async ({ ctx }) => {
+      const ids = await staleQueuedJobs(ctx.em, 30);
+      for (const id of ids) await ctx.deps.generations.start(id);
+      return { started: ids.length };
+    }),
   }),
 
   holds: router({

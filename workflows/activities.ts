@@ -1,9 +1,11 @@
 import { createContext, type CoreDeps } from '../core/context.ts';
+import type { JobError, StoredOutput } from '../core/generations/lifecycle.ts';
 import { createCaller } from '../core/router.ts';
 
 /**
  * Activities call core through the same router as every adapter, as the operator. Built by a
- * factory so the worker passes real dependencies and tests pass their own.
+ * factory so the worker passes real dependencies and tests pass their own. Each may run more
+ * than once: the core steps behind them are idempotent on the job id.
  */
 export function createActivities(deps: CoreDeps) {
   const core = () => createCaller(createContext(deps, { kind: 'operator' }));
@@ -11,6 +13,16 @@ export function createActivities(deps: CoreDeps) {
     async releaseExpiredHolds(): Promise<number> {
       return (await core().holds.releaseExpired()).released;
     },
+    async restartStaleGenerations(): Promise<number> {
+      return (await core().jobs.restartStale()).started;
+    },
+    beginGeneration: (id: string) => core().jobs.begin({ id }),
+    submitGeneration: (id: string) => core().jobs.submit({ id }),
+    pollGeneration: (provider: string, handle: string) => core().jobs.poll({ provider, handle }),
+    storeGenerationResult: (id: string, provider: string, handle: string): Promise<StoredOutput> => core().jobs.store({ id, provider, handle }),
+    completeGeneration: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
+    failGeneration: (id: string, error: JobError) => core().jobs.fail({ id, error }),
+    deleteGenerationResult: (id: string) => core().jobs.deleteResult({ id }),
   };
 }
 

@@ -1,16 +1,18 @@
 import { proxyActivities } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
-const { releaseExpiredHolds } = proxyActivities<Activities>({
+const { releaseExpiredHolds, restartStaleGenerations } = proxyActivities<Activities>({
   startToCloseTimeout: '2 minutes',
   retry: { initialInterval: '1 second', maximumAttempts: 5 },
 });
 
 /**
- * Run by a Temporal Schedule: releases reservations whose expiry has passed (left by a
- * process that died between reserve and settle). Idempotent, so overlapping or repeated runs
+ * Run by a Temporal Schedule: starts the workflows of jobs left queued, and releases
+ * reservations whose expiry has passed (left by a process that died between reserve and settle). Idempotent, so overlapping or repeated runs
  * are harmless; each hold still ends exactly once.
  */
 export async function holdSweepWorkflow(): Promise<number> {
+  // Jobs accepted but never started (a crash between the HTTP answer and the workflow start).
+  await restartStaleGenerations();
   return releaseExpiredHolds();
 }

@@ -84,6 +84,7 @@ const ERROR_TYPES: Record<CoreErrorCode, string> = {
   unauthorized: 'authentication_error',
   insufficient_balance: 'billing_error',
   paid_account_required: 'permission_error',
+  forbidden: 'permission_error',
   not_found: 'not_found_error',
   rate_limited: 'rate_limit_error',
   upstream_failed: 'upstream_error',
@@ -145,7 +146,7 @@ async function main(argv: string[]): Promise<void> {
   const logger = createLogger(process.env.LOG_LEVEL ? env.LOG_LEVEL : 'warn', process.stderr);
   const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
   const db = await openDatabase(env, logger);
-  const deps = buildCoreDeps(env, db.orm, logger, catalog);
+  const deps = await buildCoreDeps(env, db.orm, logger, catalog);
   const core = createCaller(createContext(deps, { kind: 'operator' }));
   const context: CommandContext = { env };
   let result: unknown;

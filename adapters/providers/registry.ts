@@ -1,6 +1,8 @@
 import type { ChatProvider, ProviderRegistry } from '../../core/chat/provider.ts';
 import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import { localProvider } from './local.ts';
+import { localMediaProvider } from './media/local-media.ts';
+import type { MediaProvider, MediaProviderRegistry } from '../../core/generations/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 
 /** Builds the providers named in the catalog file; upstream keys come from the environment. */
@@ -19,6 +21,15 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
         }),
       );
     }
+  }
+  return { get: (name) => providers.get(name) };
+}
+
+/** Media providers of the catalog: `local` makes files offline; input URLs are fetched through the guard. */
+export function createMediaProviderRegistry(configs: Record<string, ProviderConfig>, fetchInput: (url: string) => Promise<Uint8Array>): MediaProviderRegistry {
+  const providers = new Map<string, MediaProvider>();
+  for (const [name, config] of Object.entries(configs)) {
+    if (config.kind === 'local') providers.set(name, localMediaProvider({ fetchInput }));
   }
   return { get: (name) => providers.get(name) };
 }

@@ -13,6 +13,7 @@ const CORE_ERRORS: Record<CoreErrorCode, { status: number; type: string; code: s
   unauthorized: { status: 401, type: 'authentication_error', code: 'invalid_api_key' },
   insufficient_balance: { status: 402, type: 'billing_error', code: 'insufficient_balance' },
   paid_account_required: { status: 403, type: 'permission_error', code: 'paid_account_required' },
+  forbidden: { status: 403, type: 'permission_error', code: 'forbidden' },
   not_found: { status: 404, type: 'not_found_error', code: 'not_found' },
   conflict: { status: 409, type: 'invalid_request_error', code: 'conflict' },
   rate_limited: { status: 429, type: 'rate_limit_error', code: 'rate_limit_exceeded' },

@@ -27,6 +27,7 @@ async function startServer(extra: Record<string, string> = {}): Promise<{ proc: 
     HOST: '127.0.0.1',
     PUBLIC_BASE_URL: `http://api.test.example:${port}`,
     TEMPORAL_ADDRESS: inject('temporalAddress'),
+    TEMPORAL_TASK_QUEUE: `e2e-server-${process.pid}`,
     ...extra,
   });
   await proc.waitFor(/listening on/);

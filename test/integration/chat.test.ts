@@ -284,8 +284,10 @@ describe('chat request validation: a clear 4xx naming the field, nothing charged
 describe('models', () => {
   it('filters by type and finds ids with slashes, with an example', async () => {
     const images = await getJson(`${api.url}/api/v1/models?type=image`, { headers: bearer(key) });
-    expect(images.body.data.map((m: { id: string }) => m.id)).toEqual(['test/image']);
-    expect(images.body.data[0].pricing).toMatchObject({ currency: 'coins', from: 5, base: 5 });
+    expect(images.body.data.length).toBeGreaterThan(0);
+    expect(images.body.data.every((m: { type: string }) => m.type === 'image')).toBe(true);
+    const testImage = images.body.data.find((m: { id: string }) => m.id === 'test/image');
+    expect(testImage.pricing).toMatchObject({ currency: 'coins', from: 5, base: 5 });
     const deep = await getJson(`${api.url}/api/v1/models/test/vendor/deep/model`, { headers: bearer(key) });
     expect(deep.status).toBe(200);
     expect(deep.body).toMatchObject({ id: 'test/vendor/deep/model', object: 'model', type: 'text', pricing: { input: 1, output: 2 } });

@@ -42,6 +42,16 @@ export const TEST_CATALOG = {
       },
       pricing: { base: 10, factors: { size: { '512': 1, '1024': 2.5 } }, multiply_by: ['num_images'] },
     },
+    {
+      id: 'test/deadline-image',
+      name: 'Image with a 2-second deadline',
+      type: 'image',
+      generation_types: ['text-to-image'],
+      provider: { name: 'local', model: 'image' },
+      settings: { size: { type: 'enum', options: [64], default: 64 }, delay_ms: { type: 'integer', min: 0, max: 60000, default: 0 } },
+      pricing: { base: 4 },
+      deadline_seconds: 2,
+    },
   ],
 };
 

@@ -4,7 +4,14 @@ import pino from 'pino';
 import { inject } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createAccount } from '../../core/accounts/accounts.ts';
+import os from 'node:os';
+import path from 'node:path';
 import { createRateLimiter } from '../../adapters/limits/rate-limiter.ts';
+import { createUrlGuard } from '../../adapters/net/url-guard.ts';
+import { createMediaProviderRegistry } from '../../adapters/providers/registry.ts';
+import { localDiskStorage } from '../../adapters/storage/local-disk.ts';
+import type { GenerationStarter } from '../../core/generations/ports.ts';
+import { createUrlSigner } from '../../core/generations/signed-url.ts';
 import type { ProviderRegistry } from '../../core/chat/provider.ts';
 import { createCoreDeps, type CoreDeps } from '../../core/context.ts';
 import { openOrm, migrate } from '../../core/db/orm.ts';
@@ -20,11 +27,21 @@ export async function openTestOrm(poolMax = 10): Promise<MikroORM> {
 }
 
 /** Core dependencies for tests: the given providers and rate limit, in-memory counting. */
-export function testDeps(orm: MikroORM, opts: { providers?: ProviderRegistry; perMinute?: number; holdTtlSeconds?: number; catalogTtlMs?: number } = {}): CoreDeps {
+export function testDeps(
+  orm: MikroORM,
+  opts: { providers?: ProviderRegistry; perMinute?: number; holdTtlSeconds?: number; catalogTtlMs?: number; generations?: GenerationStarter; storageDir?: string } = {},
+): CoreDeps {
+  // Test servers for input URLs listen on 127.0.0.1; everything else stays refused.
+  const urlGuard = createUrlGuard({ allowlist: ['127.0.0.1'] });
   return createCoreDeps({
     orm,
     logger: silentLogger,
     providers: opts.providers ?? { get: () => undefined },
+    media: createMediaProviderRegistry({ local: { kind: 'local' } }, (url) => urlGuard.fetch(url)),
+    storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
+    urlGuard,
+    signer: createUrlSigner('test-signing-secret-test-signing-secret', 'http://localhost'),
+    ...(opts.generations ? { generations: opts.generations } : {}),
     rateLimiter: createRateLimiter({ perMinute: opts.perMinute ?? 100_000 }),
     config: { holdTtlSeconds: opts.holdTtlSeconds ?? 900, demoCoins: 0n, apiPricePercent: 50n },
     catalogTtlMs: opts.catalogTtlMs ?? 0,

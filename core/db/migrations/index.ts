@@ -1,8 +1,10 @@
 import { Migration20261122000000_foundation } from './Migration20261122000000_foundation.ts';
 import { Migration20261122010000_models } from './Migration20261122010000_models.ts';
+import { Migration20261122020000_generations } from './Migration20261122020000_generations.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
   { name: 'Migration20261122000000_foundation', class: Migration20261122000000_foundation },
   { name: 'Migration20261122010000_models', class: Migration20261122010000_models },
+  { name: 'Migration20261122020000_generations', class: Migration20261122020000_generations },
 ];

@@ -1,0 +1,29 @@
+import { Router } from 'express';
+import type { CoreDeps } from '../../../core/context.ts';
+import { callApi, publicCaller } from '../caller.ts';
+import { route } from './route.ts';
+
+export function generationRoutes(deps: CoreDeps): Router {
+  const router = Router();
+  route(router, '/generations', {
+    post: async (req, res) => {
+      res.status(202).json(await callApi(deps, req, res, (core) => core.generations.create(req.body)));
+    },
+  });
+  route(router, '/generations/:id', {
+    get: async (req, res) => {
+      res.json(await callApi(deps, req, res, (core) => core.generations.get({ id: String(req.params.id) })));
+    },
+  });
+  // A signed result link: no API key; the signature and expiry are the credential.
+  route(router, '/generations/:id/output', {
+    get: async (req, res) => {
+      const out = await publicCaller(deps, req).generations.output({ id: String(req.params.id), expires: req.query.expires, signature: req.query.signature });
+      res.setHeader('Content-Type', out.mimeType);
+      res.setHeader('Content-Disposition', `inline; filename="${out.filename}"`);
+      res.setHeader('Cache-Control', 'private, max-age=300');
+      res.send(Buffer.from(out.bytes));
+    },
+  });
+  return router;
+}

@@ -1,0 +1,75 @@
+import type { MediaModel, SettingSpec } from '../catalog/schema.ts';
+import { invalid } from '../errors.ts';
+import type { UrlGuard } from './ports.ts';
+
+/**
+ * Checks a job's settings and inputs against its model. Every setting key must be known and
+ * its value within its options or bounds; left-out settings take their defaults. Every input
+ * key must be known, each value a public http(s) URL (a list only for multi-file inputs), and
+ * required inputs present. Each error names the key.
+ */
+export function validateSettings(model: MediaModel, settings: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(settings)) {
+    if (!(key in model.settings)) {
+      throw invalid(`settings.${key}`, `Unknown setting 'settings.${key}' for '${model.id}'. Known settings: ${Object.keys(model.settings).join(', ') || 'none'}.`, 'unknown_setting');
+    }
+  }
+  for (const [key, spec] of Object.entries(model.settings)) {
+    const value = key in settings ? settings[key] : spec.default;
+    if (value === undefined) continue;
+    const problem = settingProblem(spec, value);
+    if (problem) throw invalid(`settings.${key}`, `Invalid value for 'settings.${key}': ${problem}.`);
+    out[key] = value;
+  }
+  return out;
+}
+
+function settingProblem(spec: SettingSpec, value: unknown): string | undefined {
+  switch (spec.type) {
+    case 'enum':
+      return spec.options.includes(value as string | number) ? undefined : `must be one of ${spec.options.map((o) => JSON.stringify(o)).join(', ')}`;
+    case 'integer':
+    case 'number':
+      if (typeof value !== 'number' || !Number.isFinite(value)) return `must be a number`;
+      if (spec.type === 'integer' && !Number.isInteger(value)) return 'must be a whole number';
+      if (!/^-?\d+(\.\d{1,6})?$/.test(String(value))) return 'has more than 6 decimals';
+      return value < spec.min || value > spec.max ? `must be between ${spec.min} and ${spec.max}` : undefined;
+    case 'boolean':
+      return typeof value === 'boolean' ? undefined : 'must be true or false';
+    case 'string':
+      if (typeof value !== 'string') return 'must be a string';
+      return value.length > spec.max_length ? `must be at most ${spec.max_length} characters` : undefined;
+  }
+}
+
+export async function validateInputs(model: MediaModel, inputs: Record<string, unknown>, guard: UrlGuard): Promise<Record<string, string | string[]>> {
+  const out: Record<string, string | string[]> = {};
+  for (const key of Object.keys(inputs)) {
+    if (!(key in model.inputs)) {
+      throw invalid(`inputs.${key}`, `Unknown input 'inputs.${key}' for '${model.id}'. Known inputs: ${Object.keys(model.inputs).join(', ') || 'none'}.`, 'unknown_input');
+    }
+  }
+  for (const [key, spec] of Object.entries(model.inputs)) {
+    const value = inputs[key];
+    if (value === undefined || value === null) {
+      if (spec.required) throw invalid(`inputs.${key}`, `Missing required input 'inputs.${key}'.`, 'missing_field');
+      continue;
+    }
+    const urls = Array.isArray(value) ? value : [value];
+    if (Array.isArray(value) && !spec.multiple) throw invalid(`inputs.${key}`, `Input 'inputs.${key}' takes one file, not a list.`);
+    if (urls.length === 0) throw invalid(`inputs.${key}`, `Input 'inputs.${key}' is an empty list.`);
+    if (urls.length > 20) throw invalid(`inputs.${key}`, `Input 'inputs.${key}' takes at most 20 files.`);
+    for (const [i, url] of urls.entries()) {
+      const param = Array.isArray(value) ? `inputs.${key}.${i}` : `inputs.${key}`;
+      if (typeof url !== 'string') throw invalid(param, `Invalid value for '${param}': must be a URL.`);
+      try {
+        await guard.check(url);
+      } catch (err) {
+        throw invalid(param, `Invalid value for '${param}': ${(err as Error).message}.`, 'invalid_url');
+      }
+    }
+    out[key] = Array.isArray(value) ? (value as string[]) : (value as string);
+  }
+  return out;
+}

@@ -1,0 +1,229 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import type { Server } from 'node:http';
+import { Client, Connection } from '@temporalio/client';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { createRestApp } from '../../adapters/rest/app.ts';
+import { loadCatalogFile } from '../../config/catalog.ts';
+import { temporalGenerationStarter } from '../../config/temporal.ts';
+import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
+import type { CoreDeps } from '../../core/context.ts';
+import { parseCoins } from '../../core/money/coins.ts';
+import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
+import { TEST_CATALOG } from '../support/catalog.ts';
+import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { bearer, getJson } from '../support/http.ts';
+import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
+
+/**
+ * Media jobs end to end: the REST app over HTTP, a real Temporal dev server, a real worker,
+ * real PostgreSQL, the local provider making real files.
+ */
+let orm: MikroORM;
+let deps: CoreDeps;
+let connection: Connection;
+let worker: RunningWorker;
+let server: Server;
+let base: string;
+let inputServer: Server;
+let inputBase: string;
+let inputHits = 0;
+const taskQueue = `test-gen-${randomBytes(4).toString('hex')}`;
+
+beforeAll(async () => {
+  orm = await openTestOrm();
+  await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
+  await seedModels(orm.em.fork(), validateCatalog(TEST_CATALOG, 50n));
+  connection = await Connection.connect({ address: inject('temporalAddress') });
+  const storageDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-storage-'));
+  deps = testDeps(orm, { storageDir, generations: temporalGenerationStarter(new Client({ connection }), { taskQueue, retentionSeconds: 3 }) });
+  worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+  server = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  // A file server for input URLs (127.0.0.1 is on the test allowlist).
+  inputServer = http.createServer((_req, res) => {
+    inputHits++;
+    res.writeHead(200, { 'content-type': 'image/png' }).end(Buffer.from('not-really-a-png'));
+  });
+  await new Promise<void>((resolve) => inputServer.listen(0, '127.0.0.1', resolve));
+  inputBase = `http://127.0.0.1:${(inputServer.address() as { port: number }).port}`;
+});
+afterAll(async () => {
+  await worker.shutdown();
+  await connection.close();
+  await new Promise((r) => server.close(r));
+  await new Promise((r) => inputServer.close(r));
+  await orm.close();
+});
+
+async function customer(coins = '100') {
+  const account = await makeAccount(orm, { coins });
+  const { key } = await makeKey(orm, account.id);
+  return { account, key };
+}
+
+function submit(key: string, body: unknown) {
+  return getJson(`${base}/api/v1/generations`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'application/json' }, body: JSON.stringify(body) });
+}
+
+async function waitEnded(key: string, id: string, timeout = 30_000) {
+  let job: any;
+  await vi.waitFor(
+    async () => {
+      job = (await getJson(`${base}/api/v1/generations/${id}`, { headers: bearer(key) })).body;
+      expect(['succeeded', 'failed', 'canceled']).toContain(job.status);
+    },
+    { timeout, interval: 100 },
+  );
+  return job;
+}
+
+/** The signed link, aimed at this test's server (links carry PUBLIC_BASE_URL). */
+const local = (url: string) => `${base}${new URL(url).pathname}${new URL(url).search}`;
+
+describe('generations', () => {
+  const kinds: [string, Record<string, unknown>, string, (b: Buffer) => void][] = [
+    ['mas/image-demo', { size: 128, seed: 7 }, 'image/png', (b) => expect(b.subarray(0, 8).toString('hex')).toBe('89504e470d0a1a0a')],
+    ['mas/audio-demo', { duration: 1 }, 'audio/wav', (b) => expect([b.subarray(0, 4).toString(), b.subarray(8, 12).toString()]).toEqual(['RIFF', 'WAVE'])],
+    ['mas/video-demo', { duration: 1 }, 'video/x-msvideo', (b) => expect([b.subarray(0, 4).toString(), b.subarray(8, 12).toString()]).toEqual(['RIFF', 'AVI '])],
+    ['mas/3d-demo', { detail: 'low' }, 'model/gltf+json', (b) => expect(JSON.parse(b.toString()).asset.version).toBe('2.0')],
+  ];
+  for (const [model, settings, mime, check] of kinds) {
+    it(`${model}: 202 queued, then succeeded with a downloadable file, charged exactly cost_coins`, async () => {
+      const { account, key } = await customer();
+      const res = await submit(key, { model, prompt: 'a lighthouse at dusk', settings });
+      expect(res.status).toBe(202);
+      expect(res.body).toMatchObject({ id: expect.stringMatching(/^gen_/), object: 'generation', status: 'queued', model, cost_coins: null, output: null });
+      expect(res.body.price_coins).toBeGreaterThan(0);
+      const job = await waitEnded(key, res.body.id);
+      expect(job.status).toBe('succeeded');
+      expect(job.cost_coins).toBe(res.body.price_coins);
+      expect(Date.parse(job.output.expires_at) - Date.parse(job.completed_at)).toBeGreaterThan(3_590_000);
+      expect(job.output.url).not.toContain(key);
+      const file = await fetch(local(job.output.url));
+      expect(file.status).toBe(200);
+      expect(file.headers.get('content-type')).toBe(mime);
+      check(Buffer.from(await file.arrayBuffer()));
+      expect(Number(await capturedFor(orm, job.id))).toBe(job.cost_coins * 1e6);
+      const state = await expectSettledWallet(orm, account.id);
+      expect(state.balance.purchased).toBe(parseCoins('100') - parseCoins(String(job.cost_coins)));
+    });
+  }
+
+  it('a failing provider: failed with an error object, refunded in full', async () => {
+    const { account, key } = await customer('10');
+    const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { fail: true } });
+    const job = await waitEnded(key, res.body.id);
+    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, output: null, error: { code: 'provider_failed', message: expect.any(String) } });
+    expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(parseCoins('10'));
+  });
+
+  it("a job past its model's deadline: failed, refunded in full", async () => {
+    const { account, key } = await customer('10');
+    const res = await submit(key, { model: 'test/deadline-image', prompt: 'x', settings: { delay_ms: 60_000 } });
+    const job = await waitEnded(key, res.body.id);
+    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, error: { code: 'deadline_exceeded' } });
+    expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(parseCoins('10'));
+  });
+
+  it('20 parallel submissions on one key start at most 5; the others get 429 and are not charged', async () => {
+    const { account, key } = await customer('100');
+    const results = await Promise.all(Array.from({ length: 20 }, () => submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { delay_ms: 1500, size: 128 } })));
+    const accepted = results.filter((r) => r.status === 202);
+    expect(accepted).toHaveLength(5);
+    for (const r of results.filter((x) => x.status !== 202)) {
+      expect(r.status).toBe(429);
+      expect(r.body.error).toMatchObject({ type: 'rate_limit_error', code: 'concurrency_limit_exceeded' });
+    }
+    const price = parseCoins(String(accepted[0]!.body.price_coins));
+    const [held] = await orm.em.fork().execute<{ h: string }[]>('select held_micro::text as h from wallets where account_id = ?', [account.id]);
+    expect(BigInt(held!.h)).toBe(5n * price);
+    for (const r of accepted) await waitEnded(key, r.body.id);
+    // Once they end, the key may start jobs again.
+    expect((await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } })).status).toBe(202);
+  });
+
+  it('refuses bad requests with a clear 4xx naming the field, and charges nothing', async () => {
+    const { account, key } = await customer('10');
+    const cases: [Record<string, unknown>, number, string | RegExp][] = [
+      [{ model: 'mas/image-demo', prompt: 'x', settings: { colour: 'red' } }, 400, /settings\.colour/],
+      [{ model: 'mas/image-demo', prompt: 'x', settings: { size: 4096 } }, 400, /settings\.size/],
+      [{ model: 'mas/audio-demo', prompt: 'x', settings: { duration: 99 } }, 400, /settings\.duration.*between 1 and 30/],
+      [{ model: 'mas/audio-demo', prompt: 'x', settings: { duration: 2.5 } }, 400, /settings\.duration/],
+      [{ model: 'mas/image-demo', prompt: 'x', inputs: { mask: 'https://example.com/a.png' } }, 400, /inputs\.mask/],
+      [{ model: 'mas/image-demo', prompt: 'x', inputs: { reference_image: ['https://example.com/a.png'] } }, 400, /inputs\.reference_image.*one file/],
+      [{ model: 'mas/image-demo', prompt: 'x', inputs: { reference_image: 'http://169.254.169.254/latest/meta-data' } }, 400, /inputs\.reference_image/],
+      [{ model: 'mas/image-demo', prompt: 'x', inputs: { reference_image: 'http://localhost:8080/a.png' } }, 400, /inputs\.reference_image.*private/],
+      [{ model: 'mas/image-demo', prompt: 'x', inputs: { reference_image: 'http://[::1]/a.png' } }, 400, /inputs\.reference_image/],
+      [{ model: 'mas/image-demo', prompt: 'x', inputs: { reference_image: 'http://10.1.2.3/a.png' } }, 400, /inputs\.reference_image/],
+      [{ model: 'mas/image-demo', prompt: 'x', inputs: { reference_image: 'ftp://example.com/a.png' } }, 400, /inputs\.reference_image.*http/],
+      [{ model: 'mas/echo', prompt: 'x' }, 400, /chat\/completions/],
+      [{ model: 'nobody/nothing', prompt: 'x' }, 404, /nobody\/nothing/],
+      [{ prompt: 'x' }, 400, /'model'/],
+    ];
+    for (const [body, status, message] of cases) {
+      const res = await submit(key, body);
+      expect(res.status, JSON.stringify(body)).toBe(status);
+      expect(res.body.error.message).toMatch(message);
+    }
+    const state = await expectSettledWallet(orm, account.id);
+    expect(state.balance.purchased).toBe(parseCoins('10'));
+    expect(state.ledgerTotal).toBe(parseCoins('10'));
+  });
+
+  it('403 for a paid-only model on an unpaid account; 402 when the price does not fit', async () => {
+    const unpaid = await makeAccount(orm);
+    const unpaidKey = (await makeKey(orm, unpaid.id)).key;
+    expect((await submit(unpaidKey, { model: 'mas/3d-demo', prompt: 'x' })).status).toBe(403);
+    const poor = await customer('0.5');
+    const res = await submit(poor.key, { model: 'mas/image-demo', prompt: 'x' });
+    expect(res.status).toBe(402);
+    expect(res.body.error.code).toBe('insufficient_balance');
+    await expectSettledWallet(orm, poor.account.id);
+  });
+
+  it('fetches public input URLs at run time (the URL guard applies again when connecting)', async () => {
+    const { key } = await customer();
+    const before = inputHits;
+    const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128 }, inputs: { reference_image: `${inputBase}/ref.png` } });
+    expect(res.status).toBe(202);
+    expect((await waitEnded(key, res.body.id)).status).toBe('succeeded');
+    expect(inputHits).toBe(before + 1);
+  });
+
+  it("another account's job is 404, like an unknown one; a tampered or expired link is 403", async () => {
+    const a = await customer();
+    const b = await customer();
+    const res = await submit(a.key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } });
+    const job = await waitEnded(a.key, res.body.id);
+    const other = await getJson(`${base}/api/v1/generations/${job.id}`, { headers: bearer(b.key) });
+    const unknown = await getJson(`${base}/api/v1/generations/gen_nothing`, { headers: bearer(b.key) });
+    expect(other.status).toBe(404);
+    expect(unknown.status).toBe(404);
+    expect(other.body.error).toEqual({ type: unknown.body.error.type, code: unknown.body.error.code, message: `No generation ${job.id}.` });
+
+    const url = new URL(local(job.output.url));
+    url.searchParams.set('signature', `${url.searchParams.get('signature')!.slice(0, -2)}xx`);
+    const tampered = await getJson(url.toString());
+    expect(tampered.status).toBe(403);
+    expect(tampered.body.error.code).toBe('invalid_signature');
+    const expired = await getJson(local(deps.signer.sign(job.id, new Date(Date.now() - 1000))));
+    expect(expired.status).toBe(403);
+    expect(expired.body.error.code).toBe('url_expired');
+  });
+
+  it('deletes the stored result after its retention, on a durable timer', async () => {
+    const { key } = await customer();
+    const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } });
+    const job = await waitEnded(key, res.body.id);
+    expect((await fetch(local(job.output.url))).status).toBe(200);
+    await vi.waitFor(async () => expect((await fetch(local(job.output.url))).status).toBe(404), { timeout: 15_000, interval: 250 });
+  });
+});

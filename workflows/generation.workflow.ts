@@ -1,0 +1,61 @@
+import { ActivityFailure, ApplicationFailure, CancellationScope, proxyActivities, sleep } from '@temporalio/workflow';
+import type { Activities } from './activities.ts';
+
+/** Calls to the provider and storage: retried with backoff, then the job fails. */
+const steps = proxyActivities<Activities>({
+  startToCloseTimeout: '2 minutes',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 8 },
+});
+/** Money and state: retried without limit (they are idempotent), so a hold always ends. */
+const ledger = proxyActivities<Activities>({
+  startToCloseTimeout: '1 minute',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
+});
+
+export interface GenerationWorkflowOptions {
+  /** How long the stored result is kept after the job succeeded. */
+  retentionSeconds?: number;
+}
+
+/**
+ * One media job, its workflow id the job id. The job's reservation was made when it was
+ * accepted; this workflow ends it exactly once: settled when the result is stored, released in
+ * full on any failure or when the model's deadline passes. Waiting uses durable timers, so a
+ * worker that dies mid-job is replaced by another that carries on.
+ */
+export async function generationWorkflow(jobId: string, options: GenerationWorkflowOptions = {}): Promise<string> {
+  const job = await ledger.beginGeneration(jobId);
+  if (job.ended) return 'already-ended';
+  try {
+    if (job.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
+    const deadline = Date.now() + job.deadlineSeconds * 1000;
+    const { provider, handle } = await steps.submitGeneration(jobId);
+    let wait = 250;
+    for (;;) {
+      const state = await steps.pollGeneration(provider, handle);
+      if (state.status === 'succeeded') break;
+      if (state.status === 'failed') throw ApplicationFailure.nonRetryable(state.message, state.code ?? 'provider_failed');
+      if (Date.now() + wait > deadline) {
+        throw ApplicationFailure.nonRetryable(`The job did not finish within the model's deadline of ${job.deadlineSeconds} s.`, 'deadline_exceeded');
+      }
+      await sleep(wait);
+      wait = Math.min(wait * 2, 10_000);
+    }
+    const output = await steps.storeGenerationResult(jobId, provider, handle);
+    const done = await ledger.completeGeneration(jobId, output);
+    if (done.status !== 'succeeded') return done.status;
+  } catch (err) {
+    await CancellationScope.nonCancellable(() => ledger.failGeneration(jobId, jobError(err)));
+    return 'failed';
+  }
+  // Keep the result for its retention period on a durable timer, then delete it.
+  await sleep((options.retentionSeconds ?? 3600) * 1000);
+  await steps.deleteGenerationResult(jobId);
+  return 'succeeded';
+}
+
+function jobError(err: unknown): { message: string; code: string } {
+  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
+  if (cause instanceof ApplicationFailure) return { message: cause.message, code: cause.type ?? 'provider_failed' };
+  return { message: 'The job failed.', code: 'job_failed' };
+}
