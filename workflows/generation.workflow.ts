@@ -1,14 +1,16 @@
 import { ActivityFailure, ApplicationFailure, CancellationScope, proxyActivities, sleep } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
-/** Calls to the provider and storage: retried with backoff, then the job fails. */
-const steps = proxyActivities<Activities>({
-  startToCloseTimeout: '2 minutes',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 8 },
-});
+// Short start-to-close timeouts: when a worker dies mid-activity, Temporal retries the activity
+// on another worker once the timeout passes.
+const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 8 };
+/** Calls to the provider: retried with backoff, then the job fails. */
+const steps = proxyActivities<Activities>({ startToCloseTimeout: '30 seconds', retry });
+/** Copying the result into our storage may move a large file. */
+const transfer = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', retry });
 /** Money and state: retried without limit (they are idempotent), so a hold always ends. */
 const ledger = proxyActivities<Activities>({
-  startToCloseTimeout: '1 minute',
+  startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 });
 
@@ -41,7 +43,7 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
       await sleep(wait);
       wait = Math.min(wait * 2, 10_000);
     }
-    const output = await steps.storeGenerationResult(jobId, provider, handle);
+    const output = await transfer.storeGenerationResult(jobId, provider, handle);
     const done = await ledger.completeGeneration(jobId, output);
     if (done.status !== 'succeeded') return done.status;
   } catch (err) {

@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Server } from 'node:http';
 import { Client, Connection } from '@temporalio/client';
+import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createRestApp } from '../../adapters/rest/app.ts';
@@ -217,6 +218,47 @@ describe('generations', () => {
     const expired = await getJson(local(deps.signer.sign(job.id, new Date(Date.now() - 1000))));
     expect(expired.status).toBe(403);
     expect(expired.body.error.code).toBe('url_expired');
+  });
+
+  it('starts the workflow of a job left queued by a crash between accepting it and starting it', async () => {
+    const { account, key } = await customer('10');
+    // A process that records the job and dies before starting its workflow: a starter that does nothing.
+    const crashed = { ...deps, generations: { start: async () => undefined } };
+    const app = createRestApp({ deps: crashed, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+    const crashedServer = await new Promise<Server>((resolve) => {
+      const srv = app.listen(0, '127.0.0.1', () => resolve(srv));
+    });
+    const res = await getJson(`http://127.0.0.1:${(crashedServer.address() as { port: number }).port}/api/v1/generations`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }),
+    });
+    await new Promise((r) => crashedServer.close(r));
+    expect(res.status).toBe(202);
+    await new Promise((r) => setTimeout(r, 500));
+    expect((await getJson(`${base}/api/v1/generations/${res.body.id}`, { headers: bearer(key) })).body.status).toBe('queued');
+
+    await orm.em.fork().execute(`update generations set created_at = now() - interval '1 minute' where id = ?`, [res.body.id]);
+    const { createActivities } = await import('../../workflows/activities.ts');
+    expect(await createActivities(deps).restartStaleGenerations()).toBeGreaterThanOrEqual(1);
+    expect((await waitEnded(key, res.body.id)).status).toBe('succeeded');
+    await expectSettledWallet(orm, account.id);
+  });
+
+  it('replays the recorded workflow histories without determinism errors', async () => {
+    const client = new Client({ connection });
+    const ids: string[] = [];
+    for await (const wf of client.workflow.list({ query: `TaskQueue = '${taskQueue}'` })) ids.push(wf.workflowId);
+    expect(ids.length).toBeGreaterThan(5);
+    const histories = await Promise.all(ids.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() })));
+    const { createRequire } = await import('node:module');
+    const require = createRequire(import.meta.url);
+    let replayed = 0;
+    for await (const result of Worker.runReplayHistories({ workflowsPath: require.resolve('../../workflows/index.ts') }, histories)) {
+      expect(result.error, result.workflowId).toBeUndefined();
+      replayed++;
+    }
+    expect(replayed).toBe(ids.length);
   });
 
   it('deletes the stored result after its retention, on a durable timer', async () => {
