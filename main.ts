@@ -1,16 +1,9 @@
-import { ConfigError, loadEnv } from './config/env.ts';
+import { loadEnvOrExit } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
 import { startService } from './config/service.ts';
 import { CatalogError } from './core/catalog/catalog.ts';
 
-let env;
-try {
-  env = loadEnv();
-} catch (err) {
-  if (!(err instanceof ConfigError)) throw err;
-  process.stderr.write(`${err.message}\n`);
-  process.exit(1);
-}
+const env = loadEnvOrExit();
 
 const logger = createLogger(env.LOG_LEVEL);
 const baseUrl = `${env.PUBLIC_BASE_URL}/api/v1`;

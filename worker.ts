@@ -1,4 +1,4 @@
-import { ConfigError, loadEnv } from './config/env.ts';
+import { loadEnvOrExit } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
 import { loadCatalogFile } from './config/catalog.ts';
 import { buildCoreDeps } from './config/core.ts';
@@ -7,14 +7,7 @@ import { openTemporal, temporalGenerationStarter } from './config/temporal.ts';
 import { startWorker } from './workflows/worker.ts';
 
 /** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
-let env;
-try {
-  env = loadEnv();
-} catch (err) {
-  if (!(err instanceof ConfigError)) throw err;
-  process.stderr.write(`${err.message}\n`);
-  process.exit(1);
-}
+const env = loadEnvOrExit();
 const logger = createLogger(env.LOG_LEVEL);
 const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
 const db = await openDatabase(env, logger);

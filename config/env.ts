@@ -92,3 +92,14 @@ function redact(name: string, value: string): string {
   if (name === 'DATABASE_URL' || name === 'REDIS_URL') return value.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@');
   return value;
 }
+
+/** For the entry points (server, worker): a bad value prints one line and exits 1. */
+export function loadEnvOrExit(): Env {
+  try {
+    return loadEnv();
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(`${err.message}\n`);
+    process.exit(1);
+  }
+}

@@ -42,20 +42,13 @@ const noJobRunner: GenerationStarter = {
   start: () => Promise.reject(new CoreError('unavailable', 'This process cannot start jobs.', { reason: 'job_runner_unavailable' })),
 };
 
-export function createCoreDeps(args: {
-  orm: MikroORM;
-  config: CoreConfig;
-  logger: Logger;
-  providers: ProviderRegistry;
-  rateLimiter: RateLimiter;
-  media: MediaProviderRegistry;
-  storage: ResultStorage;
-  urlGuard: UrlGuard;
-  signer: UrlSigner;
-  generations?: GenerationStarter;
-  clock?: () => Date;
-  catalogTtlMs?: number;
-}): CoreDeps {
+export function createCoreDeps(
+  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'catalog' | 'generations'> & {
+    generations?: GenerationStarter;
+    clock?: () => Date;
+    catalogTtlMs?: number;
+  },
+): CoreDeps {
   return {
     orm: args.orm,
     config: args.config,
