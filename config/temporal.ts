@@ -1,4 +1,4 @@
-import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError } from '@temporalio/client';
+import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import type { GenerationStarter } from '../core/generations/ports.ts';
 import type { Logger } from 'pino';
 import { startEmbeddedTemporal } from '../adapters/embedded/temporal.ts';
@@ -68,6 +68,14 @@ export function temporalGenerationStarter(client: Client, opts: { taskQueue?: st
         });
       } catch (err) {
         if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      }
+    },
+    async cancel(jobId) {
+      try {
+        await client.workflow.getHandle(jobId).cancel();
+      } catch (err) {
+        // The workflow already closed (or never started): nothing left to stop.
+        if (!(err instanceof WorkflowNotFoundError)) throw err;
       }
     },
   };

@@ -40,6 +40,7 @@ export interface CoreDeps {
 /** For processes that run no jobs (the CLI): starting one is refused, cleanly. */
 const noJobRunner: GenerationStarter = {
   start: () => Promise.reject(new CoreError('unavailable', 'This process cannot start jobs.', { reason: 'job_runner_unavailable' })),
+  cancel: () => Promise.reject(new CoreError('unavailable', 'This process cannot cancel jobs.', { reason: 'job_runner_unavailable' })),
 };
 
 export function createCoreDeps(

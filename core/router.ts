@@ -5,8 +5,8 @@ import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
 import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
 import { releaseExpiredHolds } from './money/sweep.ts';
-import { createGeneration, getGeneration } from './generations/generations.ts';
-import { beginJob, completeJob, deleteJobResult, failJob, pollJob, readJobOutput, staleQueuedJobs, storeJobResult, submitJob } from './generations/lifecycle.ts';
+import { cancelGeneration, createGeneration, getGeneration } from './generations/generations.ts';
+import { beginJob, cancelUpstream, completeJob, deleteJobResult, failJob, pollJob, readJobOutput, staleQueuedJobs, storeJobResult, submitJob } from './generations/lifecycle.ts';
 import { createGenerationSchema, generationIdInput } from './generations/schema.ts';
 import { checkReady } from './health.ts';
 import { modelIdInput, modelTypeFilter, syncModels, validateCatalog } from './catalog/catalog.ts';
@@ -47,6 +47,7 @@ export const appRouter = router({
       .input(createGenerationSchema)
       .mutation(({ ctx, input }) => createGeneration(ctx.deps, ctx.em, ctx.principal, input)),
     get: apiProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal, input.id)),
+    cancel: apiProcedure.input(generationIdInput).mutation(({ ctx, input }) => cancelGeneration(ctx.deps, ctx.em, ctx.principal, input.id)),
     /** The bytes behind a signed result link: no API key, the signature is the credential. */
     output: publicProcedure
       .input(z.object({ id: z.string().max(100), expires: z.unknown(), signature: z.unknown() }))
@@ -69,6 +70,9 @@ export const appRouter = router({
     fail: operatorProcedure
       .input(z.object({ id: z.string(), error: z.object({ message: z.string(), code: z.string() }) }))
       .mutation(({ ctx, input }) => failJob(ctx.em, input.id, input.error)),
+    cancelUpstream: operatorProcedure
+      .input(z.object({ provider: z.string(), handle: z.string() }))
+      .mutation(({ ctx, input }) => cancelUpstream(ctx.deps, input.provider, input.handle)),
     deleteResult: operatorProcedure.input(z.object({ id: z.string() })).mutation(({ ctx, input }) => deleteJobResult(ctx.deps, ctx.em, input.id)),
     /** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */
     restartStale: operatorProcedure.mutation(async ({ ctx }) => {

@@ -22,6 +22,7 @@ export function createActivities(deps: CoreDeps) {
     storeGenerationResult: (id: string, provider: string, handle: string): Promise<StoredOutput> => core().jobs.store({ id, provider, handle }),
     completeGeneration: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
     failGeneration: (id: string, error: JobError) => core().jobs.fail({ id, error }),
+    cancelUpstreamGeneration: (provider: string, handle: string) => core().jobs.cancelUpstream({ provider, handle }),
     deleteGenerationResult: (id: string) => core().jobs.deleteResult({ id }),
   };
 }

@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure, CancellationScope, proxyActivities, sleep } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, CancellationScope, isCancellation, proxyActivities, sleep } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
 // Short start-to-close timeouts: when a worker dies mid-activity, Temporal retries the activity
@@ -28,10 +28,12 @@ export interface GenerationWorkflowOptions {
 export async function generationWorkflow(jobId: string, options: GenerationWorkflowOptions = {}): Promise<string> {
   const job = await ledger.beginGeneration(jobId);
   if (job.ended) return 'already-ended';
+  let submitted: { provider: string; handle: string } | undefined;
   try {
     if (job.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
     const deadline = Date.now() + job.deadlineSeconds * 1000;
-    const { provider, handle } = await steps.submitGeneration(jobId);
+    submitted = await steps.submitGeneration(jobId);
+    const { provider, handle } = submitted;
     let wait = 250;
     for (;;) {
       const state = await steps.pollGeneration(provider, handle);
@@ -47,6 +49,13 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
     const done = await ledger.completeGeneration(jobId, output);
     if (done.status !== 'succeeded') return done.status;
   } catch (err) {
+    if (isCancellation(err)) {
+      // Canceled through the API: the job is already canceled and refunded; stop the upstream too.
+      const upstream = submitted;
+      if (upstream) await CancellationScope.nonCancellable(() => steps.cancelUpstreamGeneration(upstream.provider, upstream.handle)).catch(() => undefined);
+      await CancellationScope.nonCancellable(() => ledger.failGeneration(jobId, { message: 'The job was canceled.', code: 'canceled' }));
+      return 'canceled';
+    }
     await CancellationScope.nonCancellable(() => ledger.failGeneration(jobId, jobError(err)));
     return 'failed';
   }

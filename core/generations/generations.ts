@@ -8,7 +8,7 @@ import type { Principal } from '../keys/authenticate.ts';
 import { reserve } from '../money/holds.ts';
 import type { CreateGenerationInput } from './schema.ts';
 import { validateInputs, validateSettings } from './validate.ts';
-import { failJob, loadJob } from './lifecycle.ts';
+import { cancelJob, failJob, loadJob } from './lifecycle.ts';
 import { generationView } from './views.ts';
 
 /** SPEC part 8: at most 5 media jobs not yet finished per API key. */
@@ -78,4 +78,14 @@ export async function getGeneration(deps: CoreDeps, em: EntityManager, principal
   const job = await loadJob(em, id).catch(() => undefined);
   if (!job || job.account_id !== principal.accountId) throw notFound('generation_not_found', `No generation ${id}.`);
   return generationView(job, deps.signer);
+}
+
+/** POST /generations/{id}/cancel: refunded in full if it had not finished; 409 if it had. */
+export async function cancelGeneration(deps: CoreDeps, em: EntityManager, principal: Principal, id: string) {
+  const job = await loadJob(em, id).catch(() => undefined);
+  if (!job || job.account_id !== principal.accountId) throw notFound('generation_not_found', `No generation ${id}.`);
+  const canceled = await cancelJob(em, id);
+  // The money and status are settled above; stopping the work is best effort.
+  await deps.generations.cancel(id).catch((err: unknown) => deps.logger.warn({ err, job: id }, 'could not cancel the job workflow'));
+  return generationView(canceled, deps.signer);
 }

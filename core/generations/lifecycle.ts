@@ -83,6 +83,10 @@ export function pollJob(deps: CoreDeps, provider: string, handle: string): Promi
   return providerOf(deps, provider).poll(handle);
 }
 
+export async function cancelUpstream(deps: CoreDeps, provider: string, handle: string): Promise<void> {
+  await providerOf(deps, provider).cancel?.(handle);
+}
+
 /** Copies the provider's result into our storage; returns where it is. */
 export async function storeJobResult(deps: CoreDeps, id: string, provider: string, handle: string): Promise<StoredOutput> {
   const result = await providerOf(deps, provider).fetchResult(handle);
@@ -93,41 +97,76 @@ export async function storeJobResult(deps: CoreDeps, id: string, provider: strin
 }
 
 /**
+ * Ends a job: succeeded, failed or canceled. Every ending runs in one transaction holding the
+ * job's row lock, ends the hold inside it and moves the status only from queued or running,
+ * so completion, failure and cancellation racing each other produce exactly one outcome, and
+ * the money always matches the status.
+ */
+async function endJob<T>(em: EntityManager, id: string, fn: (tx: EntityManager, job: JobRow) => Promise<T>): Promise<{ ended: JobRow } | { done: T }> {
+  return em.transactional(async (tx) => {
+    const [locked] = await tx.execute<{ status: string }[]>('select status from generations where id = ? for update', [id]);
+    if (!locked) throw notFound('generation_not_found', `No generation ${id}.`);
+    const job = await loadJob(tx, id);
+    if (job.status !== 'queued' && job.status !== 'running') return { ended: job };
+    return { done: await fn(tx, job) };
+  });
+}
+
+/**
  * Settles the hold at the job's price and marks it succeeded, its link valid for an hour.
  * If the hold was already released (the sweep found it expired), the job ends failed and
  * refunded instead: a job is never delivered unpaid, nor paid twice.
  */
 export async function completeJob(deps: CoreDeps, em: EntityManager, id: string, output: StoredOutput) {
-  const job = await loadJob(em, id);
-  if (job.status !== 'running' && job.status !== 'queued') return { status: job.status };
-  const outcome = await settle(em, job.hold_id, BigInt(job.price_micro));
-  if (outcome.status === 'released') {
-    await markFailed(em, id, { message: 'The reservation expired before the job finished. It was refunded in full.', code: 'reservation_expired' });
-    await deps.storage.delete(output.key);
-    return { status: 'failed' };
-  }
-  await em.execute(
-    `update generations set status = 'succeeded', cost_micro = ?::bigint, output = ?::jsonb, completed_at = now(),
-       output_expires_at = now() + interval '1 hour'
-     where id = ? and status in ('queued', 'running')`,
-    [outcome.captured.toString(), JSON.stringify(output), id],
-  );
-  return { status: 'succeeded' };
+  const result = await endJob(em, id, async (tx, job) => {
+    const outcome = await settle(tx, job.hold_id, BigInt(job.price_micro));
+    if (outcome.status === 'released') {
+      await markEnded(tx, id, 'failed', { message: 'The reservation expired before the job finished. It was refunded in full.', code: 'reservation_expired' });
+      return 'failed';
+    }
+    await tx.execute(
+      `update generations set status = 'succeeded', cost_micro = ?::bigint, output = ?::jsonb, completed_at = now(),
+         output_expires_at = now() + interval '1 hour'
+       where id = ?`,
+      [outcome.captured.toString(), JSON.stringify(output), id],
+    );
+    return 'succeeded';
+  });
+  const status = 'ended' in result ? result.ended.status : result.done;
+  // A result that will never be served (the job ended otherwise) is not kept.
+  if (status !== 'succeeded') await deps.storage.delete(output.key);
+  return { status };
 }
 
 /** Releases the hold in full and marks the job failed with its error. */
 export async function failJob(em: EntityManager, id: string, error: JobError) {
-  const job = await loadJob(em, id);
-  await release(em, job.hold_id);
-  await markFailed(em, id, error);
+  await endJob(em, id, async (tx, job) => {
+    await release(tx, job.hold_id);
+    await markEnded(tx, id, 'failed', error);
+  });
 }
 
-async function markFailed(em: EntityManager, id: string, error: JobError) {
-  await em.execute(
-    `update generations set status = 'failed', cost_micro = 0, error = ?::jsonb, completed_at = now()
-     where id = ? and status in ('queued', 'running')`,
-    [JSON.stringify(error), id],
-  );
+/**
+ * POST /generations/{id}/cancel: a job not yet finished ends canceled and refunded in full;
+ * a finished one answers 409 and keeps its state. Returns the job as it now is.
+ */
+export async function cancelJob(em: EntityManager, id: string): Promise<JobRow> {
+  const result = await endJob(em, id, async (tx, job) => {
+    await release(tx, job.hold_id);
+    await markEnded(tx, id, 'canceled', null);
+  });
+  if ('ended' in result) {
+    throw new CoreError('conflict', `The generation ${id} has already ended (${result.ended.status}); it cannot be canceled.`, { reason: 'generation_finished' });
+  }
+  return loadJob(em, id);
+}
+
+async function markEnded(tx: EntityManager, id: string, status: 'failed' | 'canceled', error: JobError | null) {
+  await tx.execute(`update generations set status = ?, cost_micro = 0, error = ?::jsonb, completed_at = now() where id = ?`, [
+    status,
+    error ? JSON.stringify(error) : null,
+    id,
+  ]);
 }
 
 /** After the retention period, the stored result is deleted; the job keeps its record. */

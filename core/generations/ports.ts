@@ -29,6 +29,8 @@ export interface MediaProvider {
   submit(spec: MediaJobSpec): Promise<string>;
   poll(handle: string): Promise<MediaPollResult>;
   fetchResult(handle: string): Promise<MediaResult>;
+  /** Asks the upstream to stop the job, where it supports that. */
+  cancel?(handle: string): Promise<void>;
 }
 
 export interface MediaProviderRegistry {
@@ -50,4 +52,6 @@ export interface UrlGuard {
 export interface GenerationStarter {
   /** Starts the job's workflow (its id is the job id); starting it twice is harmless. */
   start(jobId: string): Promise<void>;
+  /** Tells a running job's workflow to stop (it then asks the provider to stop too). */
+  cancel(jobId: string): Promise<void>;
 }

@@ -223,7 +223,7 @@ describe('generations', () => {
   it('starts the workflow of a job left queued by a crash between accepting it and starting it', async () => {
     const { account, key } = await customer('10');
     // A process that records the job and dies before starting its workflow: a starter that does nothing.
-    const crashed = { ...deps, generations: { start: async () => undefined } };
+    const crashed = { ...deps, generations: { start: async () => undefined, cancel: async () => undefined } };
     const app = createRestApp({ deps: crashed, logger: silentLogger, publicBaseUrl: 'http://localhost' });
     const crashedServer = await new Promise<Server>((resolve) => {
       const srv = app.listen(0, '127.0.0.1', () => resolve(srv));
@@ -242,6 +242,52 @@ describe('generations', () => {
     const { createActivities } = await import('../../workflows/activities.ts');
     expect(await createActivities(deps).restartStaleGenerations()).toBeGreaterThanOrEqual(1);
     expect((await waitEnded(key, res.body.id)).status).toBe('succeeded');
+    await expectSettledWallet(orm, account.id);
+  });
+
+  it('cancel while running: canceled, refunded in full, once; a finished job answers 409 and keeps its state', async () => {
+    const { account, key } = await customer('10');
+    const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128, delay_ms: 20_000 } });
+    await vi.waitFor(async () => expect((await getJson(`${base}/api/v1/generations/${res.body.id}`, { headers: bearer(key) })).body.status).toBe('running'));
+    const canceled = await getJson(`${base}/api/v1/generations/${res.body.id}/cancel`, { method: 'POST', headers: bearer(key) });
+    expect(canceled.status).toBe(200);
+    expect(canceled.body).toMatchObject({ status: 'canceled', cost_coins: 0, output: null });
+    expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(parseCoins('10'));
+    // The workflow stops too, and leaves the job as it is.
+    const client = new Client({ connection });
+    await vi.waitFor(async () => expect((await client.workflow.getHandle(res.body.id).describe()).status.name).not.toBe('RUNNING'), { timeout: 10_000 });
+    const again = await getJson(`${base}/api/v1/generations/${res.body.id}/cancel`, { method: 'POST', headers: bearer(key) });
+    expect(again.status).toBe(409);
+    expect(again.body.error.code).toBe('generation_finished');
+    expect((await getJson(`${base}/api/v1/generations/${res.body.id}`, { headers: bearer(key) })).body.status).toBe('canceled');
+
+    const other = await customer();
+    expect((await getJson(`${base}/api/v1/generations/${res.body.id}/cancel`, { method: 'POST', headers: bearer(other.key) })).status).toBe(404);
+  });
+
+  it('cancel racing completion: exactly one outcome, and the money matches it', async () => {
+    const { account, key } = await customer('100');
+    const outcomes: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await submit(key, { model: 'mas/image-demo', prompt: `race ${i}`, settings: { size: 128, delay_ms: 300 } });
+      await new Promise((r) => setTimeout(r, 150 + i * 100));
+      const cancel = await getJson(`${base}/api/v1/generations/${res.body.id}/cancel`, { method: 'POST', headers: bearer(key) });
+      const job = await waitEnded(key, res.body.id);
+      const [counts] = await orm.em.fork().execute<{ captures: number; releases: number }[]>(
+        `select (select count(*)::int from ledger_entries where hold_id = ? and kind = 'capture') as captures,
+                (select count(*)::int from ledger_entries where hold_id = ? and kind = 'release' and pocket = 'held') as releases`,
+        [`hold_${job.id}`, `hold_${job.id}`],
+      );
+      if (cancel.status === 200) {
+        expect(job.status).toBe('canceled');
+        expect(counts).toEqual({ captures: 0, releases: 1 });
+      } else {
+        expect(cancel.status).toBe(409);
+        expect(job.status).toBe('succeeded');
+        expect(counts).toEqual({ captures: 1, releases: 0 });
+      }
+      outcomes.push(job.status);
+    }
     await expectSettledWallet(orm, account.id);
   });
 

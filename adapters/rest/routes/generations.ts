@@ -15,6 +15,11 @@ export function generationRoutes(deps: CoreDeps): Router {
       res.json(await callApi(deps, req, res, (core) => core.generations.get({ id: String(req.params.id) })));
     },
   });
+  route(router, '/generations/:id/cancel', {
+    post: async (req, res) => {
+      res.json(await callApi(deps, req, res, (core) => core.generations.cancel({ id: String(req.params.id) })));
+    },
+  });
   // A signed result link: no API key; the signature and expiry are the credential.
   route(router, '/generations/:id/output', {
     get: async (req, res) => {
