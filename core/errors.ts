@@ -10,6 +10,7 @@ export type CoreErrorCode =
   | 'forbidden' // a signed link that is expired or tampered with
   | 'not_found'
   | 'conflict'
+  | 'idempotency_conflict' // an Idempotency-Key reused with another request body
   | 'limit_reached' // a per-account quota, such as the 10 active keys
   | 'rate_limited'
   | 'upstream_failed' // the model provider answered with an error

@@ -5,9 +5,10 @@ import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
 import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
 import { releaseExpiredHolds } from './money/sweep.ts';
+import { deleteOldIdempotencyKeys } from './idempotency.ts';
 import { cancelGeneration, createGeneration, getGeneration } from './generations/generations.ts';
 import { beginJob, cancelUpstream, completeJob, deleteJobResult, failJob, pollJob, readJobOutput, staleQueuedJobs, storeJobResult, submitJob } from './generations/lifecycle.ts';
-import { createGenerationSchema, generationIdInput } from './generations/schema.ts';
+import { createGenerationCall, generationIdInput } from './generations/schema.ts';
 import { checkReady } from './health.ts';
 import { modelIdInput, modelTypeFilter, syncModels, validateCatalog } from './catalog/catalog.ts';
 import { modelView } from './catalog/views.ts';
@@ -44,7 +45,7 @@ export const appRouter = router({
 
   generations: router({
     create: apiProcedure
-      .input(createGenerationSchema)
+      .input(createGenerationCall)
       .mutation(({ ctx, input }) => createGeneration(ctx.deps, ctx.em, ctx.principal, input)),
     get: apiProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal, input.id)),
     cancel: apiProcedure.input(generationIdInput).mutation(({ ctx, input }) => cancelGeneration(ctx.deps, ctx.em, ctx.principal, input.id)),
@@ -86,6 +87,7 @@ export const appRouter = router({
     /** Releases reservations past their expiry; run by the hold-sweep Temporal Schedule. */
     releaseExpired: operatorProcedure.mutation(async ({ ctx }) => ({
       released: await releaseExpiredHolds(ctx.em, ctx.deps.clock()),
+      forgottenIdempotencyKeys: await deleteOldIdempotencyKeys(ctx.em),
     })),
   }),
 

@@ -45,7 +45,9 @@ export function toCoreError(err: unknown): CoreError | undefined {
   }
   if (cause instanceof ZodError) {
     const issue = mostSpecific(cause.issues[0]);
-    const param = issue?.path.map(String).join('.') || undefined;
+    // A call that wraps the request body as `body` (beside transport fields) names body fields plainly.
+    const path = issue?.path[0] === 'body' ? issue.path.slice(1) : (issue?.path ?? []);
+    const param = path.map(String).join('.') || undefined;
     const missing = issue?.code === 'invalid_type' && /received undefined$/.test(issue.message);
     const detail = (issue?.message ?? 'invalid').replace(/^Invalid input: /, '');
     const message = param

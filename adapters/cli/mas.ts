@@ -81,6 +81,7 @@ const ERROR_TYPES: Record<CoreErrorCode, string> = {
   invalid_request: 'invalid_request_error',
   limit_reached: 'invalid_request_error',
   conflict: 'invalid_request_error',
+  idempotency_conflict: 'idempotency_error',
   unauthorized: 'authentication_error',
   insufficient_balance: 'billing_error',
   paid_account_required: 'permission_error',

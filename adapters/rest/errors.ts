@@ -16,6 +16,7 @@ const CORE_ERRORS: Record<CoreErrorCode, { status: number; type: string; code: s
   forbidden: { status: 403, type: 'permission_error', code: 'forbidden' },
   not_found: { status: 404, type: 'not_found_error', code: 'not_found' },
   conflict: { status: 409, type: 'invalid_request_error', code: 'conflict' },
+  idempotency_conflict: { status: 422, type: 'idempotency_error', code: 'idempotency_key_reused' },
   rate_limited: { status: 429, type: 'rate_limit_error', code: 'rate_limit_exceeded' },
   upstream_failed: { status: 502, type: 'upstream_error', code: 'upstream_error' },
   upstream_timeout: { status: 504, type: 'upstream_error', code: 'upstream_timeout' },

@@ -291,6 +291,60 @@ describe('generations', () => {
     await expectSettledWallet(orm, account.id);
   });
 
+  it('50 parallel submissions with one Idempotency-Key: one job, one charge, the first response for all', async () => {
+    const { account, key } = await customer('100');
+    const body = { model: 'mas/image-demo', prompt: 'once', settings: { size: 128 } };
+    const headers = { ...bearer(key), 'content-type': 'application/json', 'idempotency-key': `order-${randomBytes(4).toString('hex')}` };
+    const results = await Promise.all(
+      Array.from({ length: 50 }, () => getJson(`${base}/api/v1/generations`, { method: 'POST', headers, body: JSON.stringify(body) })),
+    );
+    expect(results.map((r) => r.status)).toEqual(Array(50).fill(202));
+    const ids = new Set(results.map((r) => r.body.id));
+    expect(ids.size).toBe(1);
+    expect(results.filter((r) => r.headers.get('idempotent-replayed') === 'true')).toHaveLength(49);
+    const [jobs] = await orm.em.fork().execute<{ n: number }[]>('select count(*)::int as n from generations where account_id = ?', [account.id]);
+    expect(jobs!.n).toBe(1);
+    const job = await waitEnded(key, [...ids][0]!);
+    expect(Number(await capturedFor(orm, job.id))).toBe(job.cost_coins * 1e6);
+    await expectSettledWallet(orm, account.id);
+
+    // The same key with another body: 422, nothing done.
+    const other = await getJson(`${base}/api/v1/generations`, { method: 'POST', headers, body: JSON.stringify({ ...body, prompt: 'twice' }) });
+    expect(other.status).toBe(422);
+    expect(other.body.error).toMatchObject({ type: 'idempotency_error', code: 'idempotency_key_reused' });
+    // An invalid key is refused by name.
+    const bad = await getJson(`${base}/api/v1/generations`, { method: 'POST', headers: { ...headers, 'idempotency-key': 'has space' }, body: JSON.stringify(body) });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.message).toMatch(/idempotency_key/);
+  });
+
+  it('Prefer: wait=N answers with the finished job when it ends in time, else 202', async () => {
+    const { key } = await customer();
+    const quick = await getJson(`${base}/api/v1/generations`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json', prefer: 'wait=10' },
+      body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }),
+    });
+    expect(quick.status).toBe(200);
+    expect(quick.headers.get('preference-applied')).toBe('wait=10');
+    expect(quick.body).toMatchObject({ status: 'succeeded', output: { url: expect.any(String) } });
+    const slow = await getJson(`${base}/api/v1/generations`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json', prefer: 'wait=1' },
+      body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128, delay_ms: 5000 } }),
+    });
+    expect(slow.status).toBe(202);
+    expect(slow.body.status).toMatch(/queued|running/);
+    const tooLong = await getJson(`${base}/api/v1/generations`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json', prefer: 'wait=61' },
+      body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x' }),
+    });
+    expect(tooLong.status).toBe(400);
+    expect(tooLong.body.error.message).toMatch(/wait_seconds/);
+    await waitEnded(key, slow.body.id);
+  });
+
   it('replays the recorded workflow histories without determinism errors', async () => {
     const client = new Client({ connection });
     const ids: string[] = [];

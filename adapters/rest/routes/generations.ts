@@ -7,7 +7,14 @@ export function generationRoutes(deps: CoreDeps): Router {
   const router = Router();
   route(router, '/generations', {
     post: async (req, res) => {
-      res.status(202).json(await callApi(deps, req, res, (core) => core.generations.create(req.body)));
+      // RFC 7240: `Prefer: wait=N`; a preference we do not understand is ignored.
+      const wait = /(?:^|[\s,;])wait=(\d{1,6})(?:$|[\s,;])/.exec(req.get('prefer') ?? '');
+      const result = await callApi(deps, req, res, (core) =>
+        core.generations.create({ body: req.body, idempotency_key: req.get('idempotency-key'), wait_seconds: wait ? Number(wait[1]) : undefined }),
+      );
+      if (wait) res.setHeader('Preference-Applied', `wait=${wait[1]}`);
+      if (result.replayed) res.setHeader('Idempotent-Replayed', 'true');
+      res.status(result.status).json(result.body);
     },
   });
   route(router, '/generations/:id', {

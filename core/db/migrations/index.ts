@@ -1,10 +1,12 @@
 import { Migration20261122000000_foundation } from './Migration20261122000000_foundation.ts';
 import { Migration20261122010000_models } from './Migration20261122010000_models.ts';
 import { Migration20261122020000_generations } from './Migration20261122020000_generations.ts';
+import { Migration20261122030000_idempotency } from './Migration20261122030000_idempotency.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
   { name: 'Migration20261122000000_foundation', class: Migration20261122000000_foundation },
   { name: 'Migration20261122010000_models', class: Migration20261122010000_models },
   { name: 'Migration20261122020000_generations', class: Migration20261122020000_generations },
+  { name: 'Migration20261122030000_idempotency', class: Migration20261122030000_idempotency },
 ];
