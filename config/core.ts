@@ -30,6 +30,7 @@ export async function buildCoreDeps(
     media: createMediaProviderRegistry(catalog.parsed.providers, (url) => urlGuard.fetch(url)),
     storage: localDiskStorage(path.join(env.DATA_DIR, 'storage')),
     urlGuard,
+    webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
     signer: createUrlSigner(env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR)), env.PUBLIC_BASE_URL),
     rateLimiter,
     ...(generations ? { generations } : {}),

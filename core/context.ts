@@ -6,6 +6,7 @@ import { LastUsedRecorder } from './keys/authenticate.ts';
 import type { RateLimiter, RateLimitState } from './limits/rate-limit.ts';
 import type { GenerationStarter, MediaProviderRegistry, ResultStorage, UrlGuard } from './generations/ports.ts';
 import type { UrlSigner } from './generations/signed-url.ts';
+import type { WebhookTransport } from './webhooks/webhooks.ts';
 import { CoreError } from './errors.ts';
 import type { Micro } from './money/coins.ts';
 
@@ -33,6 +34,7 @@ export interface CoreDeps {
   storage: ResultStorage;
   urlGuard: UrlGuard;
   signer: UrlSigner;
+  webhooks: WebhookTransport;
   /** Starts a job's workflow; the API server wires Temporal here. */
   generations: GenerationStarter;
 }
@@ -60,6 +62,7 @@ export function createCoreDeps(
     storage: args.storage,
     urlGuard: args.urlGuard,
     signer: args.signer,
+    webhooks: args.webhooks,
     generations: args.generations ?? noJobRunner,
     clock: args.clock ?? (() => new Date()),
     lastUsed: new LastUsedRecorder(args.logger),

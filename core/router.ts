@@ -6,6 +6,7 @@ import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
 import { releaseExpiredHolds } from './money/sweep.ts';
 import { deleteOldIdempotencyKeys } from './idempotency.ts';
+import { deliverJobWebhook, webhookSecret } from './webhooks/webhooks.ts';
 import { cancelGeneration, createGeneration, getGeneration } from './generations/generations.ts';
 import { beginJob, cancelUpstream, completeJob, deleteJobResult, failJob, pollJob, readJobOutput, staleQueuedJobs, storeJobResult, submitJob } from './generations/lifecycle.ts';
 import { createGenerationCall, generationIdInput } from './generations/schema.ts';
@@ -74,6 +75,7 @@ export const appRouter = router({
     cancelUpstream: operatorProcedure
       .input(z.object({ provider: z.string(), handle: z.string() }))
       .mutation(({ ctx, input }) => cancelUpstream(ctx.deps, input.provider, input.handle)),
+    deliverWebhook: operatorProcedure.input(z.object({ id: z.string() })).mutation(({ ctx, input }) => deliverJobWebhook(ctx.deps, ctx.em, input.id)),
     deleteResult: operatorProcedure.input(z.object({ id: z.string() })).mutation(({ ctx, input }) => deleteJobResult(ctx.deps, ctx.em, input.id)),
     /** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */
     restartStale: operatorProcedure.mutation(async ({ ctx }) => {
@@ -81,6 +83,11 @@ export const appRouter = router({
       for (const id of ids) await ctx.deps.generations.start(id);
       return { started: ids.length };
     }),
+  }),
+
+  webhooks: router({
+    /** The account's signing secret for webhooks (made on first use). */
+    secret: apiProcedure.query(async ({ ctx }) => ({ object: 'webhook_secret' as const, secret: await webhookSecret(ctx.em, ctx.principal.accountId) })),
   }),
 
   holds: router({

@@ -23,6 +23,7 @@ export function createActivities(deps: CoreDeps) {
     completeGeneration: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
     failGeneration: (id: string, error: JobError) => core().jobs.fail({ id, error }),
     cancelUpstreamGeneration: (provider: string, handle: string) => core().jobs.cancelUpstream({ provider, handle }),
+    deliverGenerationWebhook: (id: string) => core().jobs.deliverWebhook({ id }),
     deleteGenerationResult: (id: string) => core().jobs.deleteResult({ id }),
   };
 }

@@ -14,6 +14,16 @@ const ledger = proxyActivities<Activities>({
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 });
 
+/** Webhook delivery: retried with backoff (1 s doubling to 10 min, 10 attempts, about 17 minutes). */
+const notify = proxyActivities<Activities>({
+  startToCloseTimeout: '30 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 minutes', maximumAttempts: 10 },
+});
+
+async function notifyEnd(jobId: string): Promise<void> {
+  await CancellationScope.nonCancellable(() => notify.deliverGenerationWebhook(jobId)).catch(() => undefined);
+}
+
 export interface GenerationWorkflowOptions {
   /** How long the stored result is kept after the job succeeded. */
   retentionSeconds?: number;
@@ -47,18 +57,24 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
     }
     const output = await transfer.storeGenerationResult(jobId, provider, handle);
     const done = await ledger.completeGeneration(jobId, output);
-    if (done.status !== 'succeeded') return done.status;
+    if (done.status !== 'succeeded') {
+      await notifyEnd(jobId);
+      return done.status;
+    }
   } catch (err) {
     if (isCancellation(err)) {
       // Canceled through the API: the job is already canceled and refunded; stop the upstream too.
       const upstream = submitted;
       if (upstream) await CancellationScope.nonCancellable(() => steps.cancelUpstreamGeneration(upstream.provider, upstream.handle)).catch(() => undefined);
       await CancellationScope.nonCancellable(() => ledger.failGeneration(jobId, { message: 'The job was canceled.', code: 'canceled' }));
+      await notifyEnd(jobId);
       return 'canceled';
     }
     await CancellationScope.nonCancellable(() => ledger.failGeneration(jobId, jobError(err)));
+    await notifyEnd(jobId);
     return 'failed';
   }
+  await notifyEnd(jobId);
   // Keep the result for its retention period on a durable timer, then delete it.
   await sleep((options.retentionSeconds ?? 3600) * 1000);
   await steps.deleteGenerationResult(jobId);

@@ -30,7 +30,14 @@ export function isPrivateAddress(address: string): boolean {
   return true;
 }
 
-export function createUrlGuard(opts: { allowlist?: string[] } = {}): UrlGuard & { fetch(url: string, init?: { maxBytes?: number; timeoutMs?: number }): Promise<Uint8Array> } {
+export interface GuardedHttp extends UrlGuard {
+  /** GET a public URL's bytes. */
+  fetch(url: string, init?: { maxBytes?: number; timeoutMs?: number }): Promise<Uint8Array>;
+  /** POST to a public URL; returns the status. */
+  post(url: string, body: string, headers: Record<string, string>, timeoutMs?: number): Promise<number>;
+}
+
+export function createUrlGuard(opts: { allowlist?: string[] } = {}): GuardedHttp {
   const allowed = new Set((opts.allowlist ?? []).map((h) => h.toLowerCase()));
   const isAllowed = (host: string) => allowed.has(host.toLowerCase().replace(/^\[|\]$/g, ''));
 
@@ -58,6 +65,31 @@ export function createUrlGuard(opts: { allowlist?: string[] } = {}): UrlGuard & 
     });
   };
 
+  /** One HTTP request whose connection only reaches public addresses (or allowlisted hosts). */
+  const send = (raw: string, init: { method: 'GET' | 'POST'; body?: string; headers?: Record<string, string>; maxBytes?: number | undefined; timeoutMs?: number | undefined }) => {
+    const url = parse(raw);
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    if (net.isIP(host) && isPrivateAddress(host) && !isAllowed(host)) return Promise.reject(new Error('the address is private, loopback or link-local'));
+    const maxBytes = init.maxBytes ?? 50 * 1024 * 1024;
+    const client = url.protocol === 'https:' ? https : http;
+    return new Promise<{ status: number; body: Uint8Array }>((resolve, reject) => {
+      const req = client.request(url, { method: init.method, headers: init.headers, lookup: guardedLookup, timeout: init.timeoutMs ?? 30_000 }, (res) => {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        res.on('data', (c: Buffer) => {
+          size += c.length;
+          if (size > maxBytes) req.destroy(new Error(`the answer is larger than ${maxBytes} bytes`));
+          else chunks.push(c);
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: new Uint8Array(Buffer.concat(chunks)) }));
+        res.on('error', reject);
+      });
+      req.on('timeout', () => req.destroy(new Error('the URL did not answer in time')));
+      req.on('error', reject);
+      req.end(init.body);
+    });
+  };
+
   return {
     async check(raw) {
       const url = parse(raw);
@@ -77,31 +109,14 @@ export function createUrlGuard(opts: { allowlist?: string[] } = {}): UrlGuard & 
     },
 
     async fetch(raw, init = {}) {
-      const url = parse(raw);
-      const host = url.hostname.replace(/^\[|\]$/g, '');
-      if (net.isIP(host) && isPrivateAddress(host) && !isAllowed(host)) throw new Error('the address is private, loopback or link-local');
-      const maxBytes = init.maxBytes ?? 50 * 1024 * 1024;
-      const client = url.protocol === 'https:' ? https : http;
-      return new Promise<Uint8Array>((resolve, reject) => {
-        const req = client.get(url, { lookup: guardedLookup, timeout: init.timeoutMs ?? 30_000 }, (res) => {
-          if ((res.statusCode ?? 0) >= 400) {
-            res.resume();
-            reject(new Error(`the URL answered HTTP ${res.statusCode}`));
-            return;
-          }
-          const chunks: Buffer[] = [];
-          let size = 0;
-          res.on('data', (c: Buffer) => {
-            size += c.length;
-            if (size > maxBytes) req.destroy(new Error(`the file is larger than ${maxBytes} bytes`));
-            else chunks.push(c);
-          });
-          res.on('end', () => resolve(new Uint8Array(Buffer.concat(chunks))));
-          res.on('error', reject);
-        });
-        req.on('timeout', () => req.destroy(new Error('the URL did not answer in time')));
-        req.on('error', reject);
-      });
+      const res = await send(raw, { method: 'GET', maxBytes: init.maxBytes, timeoutMs: init.timeoutMs });
+      if (res.status >= 400) throw new Error(`the URL answered HTTP ${res.status}`);
+      return res.body;
+    },
+
+    async post(raw, body, headers, timeoutMs = 10_000) {
+      const res = await send(raw, { method: 'POST', body, headers, timeoutMs, maxBytes: 64 * 1024 });
+      return res.status;
     },
   };
 }

@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { requireMediaModel } from '../catalog/catalog.ts';
 import { mediaPrice } from '../catalog/pricing.ts';
 import type { CoreDeps } from '../context.ts';
-import { CoreError, notFound } from '../errors.ts';
+import { CoreError, invalid, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { Principal } from '../keys/authenticate.ts';
 import { reserve } from '../money/holds.ts';
@@ -42,6 +42,11 @@ export async function createGeneration(
   }
   const settings = validateSettings(model, input.settings);
   const inputs = await validateInputs(model, input.inputs, deps.urlGuard);
+  if (input.webhook_url !== undefined) {
+    await deps.urlGuard.check(input.webhook_url).catch((err: unknown) => {
+      throw invalid('webhook_url', `Invalid value for 'webhook_url': ${(err as Error).message}.`, 'invalid_url');
+    });
+  }
   const price = mediaPrice(model, settings, deps.config.apiPricePercent);
   const idem = call.idempotency_key
     ? { accountId: principal.accountId, scope: 'generations.create', key: call.idempotency_key, hash: requestHash(input) }
@@ -50,7 +55,7 @@ export async function createGeneration(
   let created: string | undefined;
   const result = await em.transactional(async (tx) => {
     const accept = async () => {
-      created = await acceptJob(deps, tx, principal, { model, prompt: input.prompt, settings, inputs, price });
+      created = await acceptJob(deps, tx, principal, { model, prompt: input.prompt, settings, inputs, price, webhookUrl: input.webhook_url ?? null });
       return { status: 202, body: generationView(await loadJob(tx, created), deps.signer) };
     };
     return idem ? idempotent(tx, idem, accept) : { ...(await accept()), replayed: false };
@@ -77,7 +82,7 @@ async function acceptJob(
   deps: CoreDeps,
   tx: EntityManager,
   principal: Principal,
-  job: { model: MediaModel; prompt: string; settings: Record<string, unknown>; inputs: Record<string, string | string[]>; price: bigint },
+  job: { model: MediaModel; prompt: string; settings: Record<string, unknown>; inputs: Record<string, string | string[]>; price: bigint; webhookUrl: string | null },
 ): Promise<string> {
   const id = newId('gen');
   await tx.execute('select id from api_keys where id = ? for update', [principal.keyId]);
@@ -99,9 +104,9 @@ async function acceptJob(
     metadata: { kind: 'generation', model: job.model.id, key_id: principal.keyId },
   });
   await tx.execute(
-    `insert into generations (id, account_id, key_id, model_id, prompt, settings, inputs, price_micro, hold_id)
-     values (?, ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::bigint, ?)`,
-    [id, principal.accountId, principal.keyId, job.model.id, job.prompt, JSON.stringify(job.settings), JSON.stringify(job.inputs), job.price.toString(), holdId],
+    `insert into generations (id, account_id, key_id, model_id, prompt, settings, inputs, price_micro, hold_id, webhook_url)
+     values (?, ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::bigint, ?, ?)`,
+    [id, principal.accountId, principal.keyId, job.model.id, job.prompt, JSON.stringify(job.settings), JSON.stringify(job.inputs), job.price.toString(), holdId, job.webhookUrl],
   );
   return id;
 }

@@ -27,6 +27,7 @@ export interface JobRow {
   started_at: Date | null;
   completed_at: Date | null;
   output_expires_at: Date | null;
+  webhook_url: string | null;
 }
 
 export interface StoredOutput {

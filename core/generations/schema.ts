@@ -6,6 +6,8 @@ export const createGenerationSchema = z.object({
   prompt: z.string().max(20_000).default(''),
   settings: z.record(z.string(), z.unknown()).default({}),
   inputs: z.record(z.string(), z.unknown()).default({}),
+  /** Called with the job when it ends (docs/generations.md#webhooks). */
+  webhook_url: z.string().max(2000).optional(),
 });
 export type CreateGenerationInput = z.output<typeof createGenerationSchema>;
 

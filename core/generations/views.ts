@@ -29,5 +29,6 @@ export function generationView(job: JobRow, signer: UrlSigner) {
     cost_coins: ended ? coinsToJson(BigInt(job.cost_micro ?? '0')) : null,
     output,
     error: job.error,
+    webhook_url: job.webhook_url,
   };
 }

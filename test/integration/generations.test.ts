@@ -345,6 +345,44 @@ describe('generations', () => {
     await waitEnded(key, slow.body.id);
   });
 
+  it('webhooks: delivered signed (Standard Webhooks), retried when the receiver fails, private URLs refused', async () => {
+    const { key } = await customer();
+    const received: { headers: http.IncomingHttpHeaders; body: string }[] = [];
+    const receiver = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        received.push({ headers: req.headers, body });
+        res.writeHead(received.length === 1 ? 500 : 204).end();
+      });
+    });
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+    try {
+      const hook = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hooks/mas`;
+      const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128 }, webhook_url: hook });
+      expect(res.status).toBe(202);
+      expect(res.body.webhook_url).toBe(hook);
+      await vi.waitFor(() => expect(received.length).toBe(2), { timeout: 20_000, interval: 100 });
+      const [first, second] = received;
+      expect(second!.headers['webhook-id']).toBe(first!.headers['webhook-id']);
+      const secret = (await getJson(`${base}/api/v1/webhook_secret`, { headers: bearer(key) })).body.secret as string;
+      expect(secret).toMatch(/^whsec_/);
+      const { createHmac } = await import('node:crypto');
+      const h = second!.headers;
+      const expected = createHmac('sha256', Buffer.from(secret.slice(6), 'base64')).update(`${h['webhook-id']}.${h['webhook-timestamp']}.${second!.body}`).digest('base64');
+      expect(h['webhook-signature']).toBe(`v1,${expected}`);
+      const payload = JSON.parse(second!.body);
+      expect(payload).toMatchObject({ type: 'generation.succeeded', data: { id: res.body.id, object: 'generation', status: 'succeeded' } });
+    } finally {
+      await new Promise((r) => receiver.close(r));
+    }
+    for (const url of ['http://10.0.0.1/hook', 'http://localhost:9/hook', 'file:///tmp/x']) {
+      const bad = await submit(key, { model: 'mas/image-demo', prompt: 'x', webhook_url: url });
+      expect(bad.status, url).toBe(400);
+      expect(bad.body.error.message).toMatch(/webhook_url/);
+    }
+  });
+
   it('replays the recorded workflow histories without determinism errors', async () => {
     const client = new Client({ connection });
     const ids: string[] = [];

@@ -40,6 +40,7 @@ export function testDeps(
     media: createMediaProviderRegistry({ local: { kind: 'local' } }, (url) => urlGuard.fetch(url)),
     storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
     urlGuard,
+    webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
     signer: createUrlSigner('test-signing-secret-test-signing-secret', 'http://localhost'),
     ...(opts.generations ? { generations: opts.generations } : {}),
     rateLimiter: createRateLimiter({ perMinute: opts.perMinute ?? 100_000 }),

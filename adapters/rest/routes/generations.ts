@@ -27,6 +27,11 @@ export function generationRoutes(deps: CoreDeps): Router {
       res.json(await callApi(deps, req, res, (core) => core.generations.cancel({ id: String(req.params.id) })));
     },
   });
+  route(router, '/webhook_secret', {
+    get: async (req, res) => {
+      res.json(await callApi(deps, req, res, (core) => core.webhooks.secret()));
+    },
+  });
   // A signed result link: no API key; the signature and expiry are the credential.
   route(router, '/generations/:id/output', {
     get: async (req, res) => {

@@ -2,6 +2,7 @@ import { Migration20261122000000_foundation } from './Migration20261122000000_fo
 import { Migration20261122010000_models } from './Migration20261122010000_models.ts';
 import { Migration20261122020000_generations } from './Migration20261122020000_generations.ts';
 import { Migration20261122030000_idempotency } from './Migration20261122030000_idempotency.ts';
+import { Migration20261122040000_webhooks } from './Migration20261122040000_webhooks.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -9,4 +10,5 @@ export const migrations = [
   { name: 'Migration20261122010000_models', class: Migration20261122010000_models },
   { name: 'Migration20261122020000_generations', class: Migration20261122020000_generations },
   { name: 'Migration20261122030000_idempotency', class: Migration20261122030000_idempotency },
+  { name: 'Migration20261122040000_webhooks', class: Migration20261122040000_webhooks },
 ];
