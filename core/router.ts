@@ -5,7 +5,8 @@ import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
 import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
 import { releaseExpiredHolds } from './money/sweep.ts';
-import { deleteOldIdempotencyKeys } from './idempotency.ts';
+import { deleteOldIdempotencyKeys, idempotencyKeySchema } from './idempotency.ts';
+import { createFile, getFile, readFileContent, type SpooledUpload } from './files/files.ts';
 import { deliverJobWebhook, webhookSecret } from './webhooks/webhooks.ts';
 import { cancelGeneration, createGeneration, getGeneration } from './generations/generations.ts';
 import { beginJob, cancelUpstream, completeJob, deleteJobResult, failJob, pollJob, readJobOutput, staleQueuedJobs, storeJobResult, submitJob } from './generations/lifecycle.ts';
@@ -85,6 +86,17 @@ export const appRouter = router({
     }),
   }),
 
+  files: router({
+    create: apiProcedure
+      .input(z.object({ upload: z.custom<SpooledUpload>((v) => typeof v === 'object' && v !== null && 'path' in v), idempotency_key: idempotencyKeySchema.optional() }))
+      .mutation(({ ctx, input }) => createFile(ctx.deps, ctx.em, ctx.principal, input.upload, input.idempotency_key)),
+    get: apiProcedure.input(z.object({ id: z.string().max(100) })).query(({ ctx, input }) => getFile(ctx.deps, ctx.em, ctx.principal, input.id)),
+    /** The bytes behind a signed file link: no API key, the signature is the credential. */
+    content: publicProcedure
+      .input(z.object({ id: z.string().max(100), expires: z.unknown(), signature: z.unknown() }))
+      .query(({ ctx, input }) => readFileContent(ctx.deps, ctx.em, input.id, input.expires, input.signature)),
+  }),
+
   webhooks: router({
     /** The account's signing secret for webhooks (made on first use). */
     secret: apiProcedure.query(async ({ ctx }) => ({ object: 'webhook_secret' as const, secret: await webhookSecret(ctx.em, ctx.principal.accountId) })),
@@ -137,6 +149,8 @@ export const appRouter = router({
       return listKeys(ctx.em, account.id);
     }),
     revoke: operatorProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id)),
+    /** Checks the caller's key (and counts the request): transports call it before costly work such as reading an upload. */
+    whoami: apiProcedure.query(({ ctx }) => ({ account: ctx.principal.accountId, key: ctx.principal.keyId })),
   }),
 });
 

@@ -17,7 +17,8 @@ export const publicProcedure = t.procedure;
 export const apiProcedure = t.procedure.use(async ({ ctx, next }) => {
   if (ctx.caller.kind !== 'api') throw unauthorized();
   const principal = await authenticate(ctx.em, ctx.caller.bearer, ctx.deps.lastUsed);
-  const limit = await ctx.deps.rateLimiter.consume(principal.keyId);
+  // A transport that calls core twice for one request shares `meta`: the request counts once.
+  const limit = ctx.meta.rateLimit ?? (await ctx.deps.rateLimiter.consume(principal.keyId));
   ctx.meta.rateLimit = limit;
   if (!limit.allowed) {
     throw new CoreError('rate_limited', `Rate limit reached: ${limit.limit} requests per minute per API key. Retry in ${limit.resetSeconds} s.`, {

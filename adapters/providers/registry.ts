@@ -25,11 +25,11 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
   return { get: (name) => providers.get(name) };
 }
 
-/** Media providers of the catalog: `local` makes files offline; input URLs are fetched through the guard. */
-export function createMediaProviderRegistry(configs: Record<string, ProviderConfig>, fetchInput: (url: string) => Promise<Uint8Array>): MediaProviderRegistry {
+/** Media providers of the catalog: `local` makes files offline. */
+export function createMediaProviderRegistry(configs: Record<string, ProviderConfig>): MediaProviderRegistry {
   const providers = new Map<string, MediaProvider>();
   for (const [name, config] of Object.entries(configs)) {
-    if (config.kind === 'local') providers.set(name, localMediaProvider({ fetchInput }));
+    if (config.kind === 'local') providers.set(name, localMediaProvider());
   }
   return { get: (name) => providers.get(name) };
 }

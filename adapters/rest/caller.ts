@@ -19,7 +19,8 @@ export type CoreCaller = ReturnType<typeof createCaller>;
  * x-ratelimit-* headers, on every answer (a 429 included).
  */
 export async function callApi<T>(deps: CoreDeps, req: Request, res: Response, fn: (core: CoreCaller) => Promise<T>): Promise<T> {
-  const meta: CallMeta = {};
+  // One meta per request: a route that calls core twice counts once against the rate limit.
+  const meta: CallMeta = ((res.locals.callMeta as CallMeta | undefined) ??= {});
   const aborted = new AbortController();
   res.once('close', () => {
     if (!res.writableFinished) aborted.abort(new Error('client disconnected'));

@@ -18,6 +18,20 @@ export function localDiskStorage(root: string): ResultStorage {
       await fs.writeFile(tmp, bytes);
       await fs.rename(tmp, file);
     },
+    async putFile(key, sourcePath) {
+      const file = resolve(key);
+      await fs.mkdir(path.dirname(file), { recursive: true });
+      try {
+        await fs.rename(sourcePath, file);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+        // Another file system: copy into a temp name beside the target, then rename.
+        const tmp = `${file}.${randomBytes(6).toString('hex')}.tmp`;
+        await fs.copyFile(sourcePath, tmp);
+        await fs.rename(tmp, file);
+        await fs.rm(sourcePath, { force: true });
+      }
+    },
     async get(key) {
       try {
         return new Uint8Array(await fs.readFile(resolve(key)));

@@ -11,6 +11,7 @@ import type { MediaModel } from '../catalog/schema.ts';
 import { forgetIdempotencyKey, idempotent, requestHash } from '../idempotency.ts';
 import { validateInputs, validateSettings } from './validate.ts';
 import { cancelJob, failJob, loadJob } from './lifecycle.ts';
+import { findOwnFile } from '../files/files.ts';
 import { generationView } from './views.ts';
 
 /** SPEC part 8: at most 5 media jobs not yet finished per API key. */
@@ -41,7 +42,7 @@ export async function createGeneration(
     throw new CoreError('unavailable', `The provider of '${model.id}' is not configured on this server.`, { reason: 'provider_unavailable' });
   }
   const settings = validateSettings(model, input.settings);
-  const inputs = await validateInputs(model, input.inputs, deps.urlGuard);
+  const inputs = await validateInputs(model, input.inputs, deps.urlGuard, (id) => findOwnFile(em, principal.accountId, id));
   if (input.webhook_url !== undefined) {
     await deps.urlGuard.check(input.webhook_url).catch((err: unknown) => {
       throw invalid('webhook_url', `Invalid value for 'webhook_url': ${(err as Error).message}.`, 'invalid_url');

@@ -2,7 +2,8 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { CoreDeps } from '../context.ts';
 import { CoreError, notFound } from '../errors.ts';
 import { release, settle } from '../money/holds.ts';
-import type { MediaJobSpec, MediaPollResult } from './ports.ts';
+import type { InputReader, MediaJobSpec, MediaPollResult } from './ports.ts';
+import { readFileBytes } from '../files/files.ts';
 
 /**
  * The steps of a job's workflow, as core functions the activities call. Each is idempotent:
@@ -77,8 +78,14 @@ function providerOf(deps: CoreDeps, name: string) {
 
 export async function submitJob(deps: CoreDeps, em: EntityManager, id: string): Promise<{ provider: string; handle: string }> {
   const { spec, provider } = await jobSpec(deps, em, id);
-  return { provider, handle: await providerOf(deps, provider).submit(spec) };
+  const inputs: InputReader = {
+    read: (value) => (isFileId(value) ? readFileBytes(deps, em, value) : deps.urlGuard.fetch(value)),
+    url: (value) => (isFileId(value) ? deps.signer.sign(value, new Date(deps.clock().getTime() + 6 * 3_600_000), 'file') : value),
+  };
+  return { provider, handle: await providerOf(deps, provider).submit(spec, inputs) };
 }
+
+export const isFileId = (value: string) => /^file_[0-9A-Za-z]{1,64}$/.test(value);
 
 export function pollJob(deps: CoreDeps, provider: string, handle: string): Promise<MediaPollResult> {
   return providerOf(deps, provider).poll(handle);

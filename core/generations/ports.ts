@@ -24,9 +24,16 @@ export interface MediaResult {
   extension: string;
 }
 
+/** How a provider reads an input value: a public URL (fetched through the URL guard) or an uploaded file id. */
+export interface InputReader {
+  read(value: string): Promise<Uint8Array>;
+  /** A URL an upstream can fetch the input from (a signed link for uploaded files). */
+  url(value: string): string;
+}
+
 export interface MediaProvider {
   /** Starts the job upstream; returns the upstream's handle (opaque, JSON-serialisable). Idempotent on jobId. */
-  submit(spec: MediaJobSpec): Promise<string>;
+  submit(spec: MediaJobSpec, inputs: InputReader): Promise<string>;
   poll(handle: string): Promise<MediaPollResult>;
   fetchResult(handle: string): Promise<MediaResult>;
   /** Asks the upstream to stop the job, where it supports that. */
@@ -39,6 +46,8 @@ export interface MediaProviderRegistry {
 
 export interface ResultStorage {
   put(key: string, bytes: Uint8Array): Promise<void>;
+  /** Moves a local file (an upload spooled to disk) into storage. */
+  putFile(key: string, sourcePath: string): Promise<void>;
   /** The bytes, or undefined once deleted. */
   get(key: string): Promise<Uint8Array | undefined>;
   delete(key: string): Promise<void>;
@@ -47,6 +56,8 @@ export interface ResultStorage {
 /** Refuses URLs that are not http(s) or that resolve to a loopback, private, link-local or metadata address. */
 export interface UrlGuard {
   check(url: string): Promise<void>;
+  /** GETs a URL's bytes over a connection that applies the same check. */
+  fetch(url: string, init?: { maxBytes?: number; timeoutMs?: number }): Promise<Uint8Array>;
 }
 
 export interface GenerationStarter {

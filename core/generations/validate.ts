@@ -43,7 +43,15 @@ function settingProblem(spec: SettingSpec, value: unknown): string | undefined {
   }
 }
 
-export async function validateInputs(model: MediaModel, inputs: Record<string, unknown>, guard: UrlGuard): Promise<Record<string, string | string[]>> {
+/** What an input value may name besides a URL: one of the account's uploaded files. */
+export type FileLookup = (id: string) => Promise<{ type: string } | undefined>;
+
+export async function validateInputs(
+  model: MediaModel,
+  inputs: Record<string, unknown>,
+  guard: UrlGuard,
+  findFile: FileLookup,
+): Promise<Record<string, string | string[]>> {
   const out: Record<string, string | string[]> = {};
   for (const key of Object.keys(inputs)) {
     if (!(key in model.inputs)) {
@@ -62,7 +70,15 @@ export async function validateInputs(model: MediaModel, inputs: Record<string, u
     if (urls.length > 20) throw invalid(`inputs.${key}`, `Input 'inputs.${key}' takes at most 20 files.`);
     for (const [i, url] of urls.entries()) {
       const param = Array.isArray(value) ? `inputs.${key}.${i}` : `inputs.${key}`;
-      if (typeof url !== 'string') throw invalid(param, `Invalid value for '${param}': must be a URL.`);
+      if (typeof url !== 'string') throw invalid(param, `Invalid value for '${param}': must be a URL or a file id.`);
+      if (/^file_[0-9A-Za-z]{1,64}$/.test(url)) {
+        const file = await findFile(url);
+        if (!file) throw invalid(param, `Invalid value for '${param}': no file ${url}.`, 'file_not_found');
+        if (!(spec.accepts as string[]).includes(file.type)) {
+          throw invalid(param, `Invalid value for '${param}': ${url} is a ${file.type} file; this input accepts ${spec.accepts.join(', ')}.`, 'wrong_file_type');
+        }
+        continue;
+      }
       try {
         await guard.check(url);
       } catch (err) {

@@ -37,7 +37,7 @@ export function testDeps(
     orm,
     logger: silentLogger,
     providers: opts.providers ?? { get: () => undefined },
-    media: createMediaProviderRegistry({ local: { kind: 'local' } }, (url) => urlGuard.fetch(url)),
+    media: createMediaProviderRegistry({ local: { kind: 'local' } }),
     storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
     urlGuard,
     webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },

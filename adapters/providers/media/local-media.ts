@@ -9,8 +9,8 @@ import { avi, gltf, png, seededRandom, wav } from './formats.ts';
  * a restart. Test knobs, as settings of the demo models (docs/generations.md):
  *   delay_ms  the job runs this long before it succeeds
  *   fail      the job fails (after delay_ms)
- * Input URLs are fetched through `fetchInput` (the URL guard), so they are checked again at
- * connect time, and their bytes feed the seed.
+ * Inputs (URLs, fetched through the URL guard so they are checked again at connect time, or
+ * uploaded files) are read at submit and their bytes feed the seed.
  */
 interface Handle {
   spec: MediaJobSpec;
@@ -18,12 +18,12 @@ interface Handle {
   inputDigest: string;
 }
 
-export function localMediaProvider(opts: { fetchInput: (url: string) => Promise<Uint8Array>; now?: () => number }): MediaProvider {
+export function localMediaProvider(opts: { now?: () => number } = {}): MediaProvider {
   const now = opts.now ?? Date.now;
   return {
-    async submit(spec) {
+    async submit(spec, inputs) {
       const digest = createHash('sha256');
-      for (const url of Object.values(spec.inputs).flat()) digest.update(await opts.fetchInput(url));
+      for (const value of Object.values(spec.inputs).flat()) digest.update(await inputs.read(value));
       return JSON.stringify({ spec, submittedAt: now(), inputDigest: digest.digest('hex') } satisfies Handle);
     },
     async poll(raw): Promise<MediaPollResult> {

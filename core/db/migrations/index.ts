@@ -3,6 +3,7 @@ import { Migration20261122010000_models } from './Migration20261122010000_models
 import { Migration20261122020000_generations } from './Migration20261122020000_generations.ts';
 import { Migration20261122030000_idempotency } from './Migration20261122030000_idempotency.ts';
 import { Migration20261122040000_webhooks } from './Migration20261122040000_webhooks.ts';
+import { Migration20261122050000_files } from './Migration20261122050000_files.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -11,4 +12,5 @@ export const migrations = [
   { name: 'Migration20261122020000_generations', class: Migration20261122020000_generations },
   { name: 'Migration20261122030000_idempotency', class: Migration20261122030000_idempotency },
   { name: 'Migration20261122040000_webhooks', class: Migration20261122040000_webhooks },
+  { name: 'Migration20261122050000_files', class: Migration20261122050000_files },
 ];
