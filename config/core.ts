@@ -27,7 +27,7 @@ export async function buildCoreDeps(
     orm,
     logger,
     providers: createProviderRegistry(catalog.parsed.providers),
-    media: createMediaProviderRegistry(catalog.parsed.providers),
+    media: createMediaProviderRegistry(catalog.parsed.providers, { download: (url) => urlGuard.fetch(url) }),
     storage: localDiskStorage(path.join(env.DATA_DIR, 'storage')),
     urlGuard,
     webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },

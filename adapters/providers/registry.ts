@@ -2,6 +2,7 @@ import type { ChatProvider, ProviderRegistry } from '../../core/chat/provider.ts
 import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import { localProvider } from './local.ts';
 import { localMediaProvider } from './media/local-media.ts';
+import { replicateProvider } from './media/replicate.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/generations/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 
@@ -10,7 +11,7 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
   const providers = new Map<string, ChatProvider>();
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localProvider());
-    else {
+    else if (config.kind === 'openai-compatible') {
       providers.set(
         name,
         openaiCompatibleProvider({
@@ -25,11 +26,26 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
   return { get: (name) => providers.get(name) };
 }
 
-/** Media providers of the catalog: `local` makes files offline. */
-export function createMediaProviderRegistry(configs: Record<string, ProviderConfig>): MediaProviderRegistry {
+/** Media providers of the catalog: `local` makes files offline; `replicate` calls a predictions API. */
+export function createMediaProviderRegistry(
+  configs: Record<string, ProviderConfig>,
+  opts: { download: (url: string) => Promise<Uint8Array>; env?: NodeJS.ProcessEnv },
+): MediaProviderRegistry {
+  const env = opts.env ?? process.env;
   const providers = new Map<string, MediaProvider>();
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localMediaProvider());
+    if (config.kind === 'replicate') {
+      providers.set(
+        name,
+        replicateProvider({
+          baseUrl: config.base_url,
+          apiKey: config.api_key_env ? env[config.api_key_env] : undefined,
+          timeoutMs: config.timeout_seconds * 1000,
+          download: opts.download,
+        }),
+      );
+    }
   }
   return { get: (name) => providers.get(name) };
 }

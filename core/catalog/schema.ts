@@ -149,6 +149,13 @@ export const providerConfigSchema = z.discriminatedUnion('kind', [
     timeout_seconds: z.number().positive().max(3600).default(120),
     headers: z.record(z.string(), z.string()).default({}),
   }),
+  z.object({
+    /** A Replicate-style predictions API (POST /predictions, GET /predictions/{id}, POST …/cancel). */
+    kind: z.literal('replicate'),
+    base_url: z.url({ protocol: /^https?$/ }),
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+    timeout_seconds: z.number().positive().max(600).default(30),
+  }),
 ]);
 export type ProviderConfig = z.output<typeof providerConfigSchema>;
 

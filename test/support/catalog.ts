@@ -24,6 +24,7 @@ export const TEST_CATALOG = {
   providers: {
     fake: { kind: 'openai-compatible', base_url: 'http://placeholder/v1', api_key_env: 'FAKE_UPSTREAM_KEY', timeout_seconds: 1 },
     local: { kind: 'local' },
+    'replicate-fake': { kind: 'replicate', base_url: 'http://placeholder/v1', api_key_env: 'FAKE_REPLICATE_KEY', timeout_seconds: 5 },
   },
   models: [
     ...['ok', 'no-usage', 'over-limit', 'error', 'hang', 'stall', 'fail-mid', 'slow', 'echo-body'].map((m) => text(`test/${m}`, m)),
@@ -52,6 +53,17 @@ export const TEST_CATALOG = {
       pricing: { base: 4 },
       deadline_seconds: 2,
     },
+    ...['ok', 'fail', 'slow'].map((behaviour) => ({
+      id: `test/replicate-${behaviour}`,
+      name: `Replicate-style upstream (${behaviour})`,
+      type: 'image',
+      generation_types: ['text-to-image'],
+      provider: { name: 'replicate-fake', model: behaviour },
+      settings: { steps: { type: 'integer', min: 1, max: 50, default: 20 } },
+      inputs: { image: { accepts: ['image'] } },
+      pricing: { base: 6 },
+      deadline_seconds: 60,
+    })),
   ],
 };
 

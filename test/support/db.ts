@@ -11,6 +11,7 @@ import { createUrlGuard } from '../../adapters/net/url-guard.ts';
 import { createMediaProviderRegistry } from '../../adapters/providers/registry.ts';
 import { localDiskStorage } from '../../adapters/storage/local-disk.ts';
 import type { GenerationStarter } from '../../core/generations/ports.ts';
+import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import { createUrlSigner } from '../../core/generations/signed-url.ts';
 import type { ProviderRegistry } from '../../core/chat/provider.ts';
 import { createCoreDeps, type CoreDeps } from '../../core/context.ts';
@@ -29,7 +30,15 @@ export async function openTestOrm(poolMax = 10): Promise<MikroORM> {
 /** Core dependencies for tests: the given providers and rate limit, in-memory counting. */
 export function testDeps(
   orm: MikroORM,
-  opts: { providers?: ProviderRegistry; perMinute?: number; holdTtlSeconds?: number; catalogTtlMs?: number; generations?: GenerationStarter; storageDir?: string } = {},
+  opts: {
+    providers?: ProviderRegistry;
+    perMinute?: number;
+    holdTtlSeconds?: number;
+    catalogTtlMs?: number;
+    generations?: GenerationStarter;
+    storageDir?: string;
+    mediaProviders?: Record<string, ProviderConfig>;
+  } = {},
 ): CoreDeps {
   // Test servers for input URLs listen on 127.0.0.1; everything else stays refused.
   const urlGuard = createUrlGuard({ allowlist: ['127.0.0.1'] });
@@ -37,7 +46,7 @@ export function testDeps(
     orm,
     logger: silentLogger,
     providers: opts.providers ?? { get: () => undefined },
-    media: createMediaProviderRegistry({ local: { kind: 'local' } }),
+    media: createMediaProviderRegistry({ local: { kind: 'local' }, ...opts.mediaProviders }, { download: (url) => urlGuard.fetch(url), env: { FAKE_REPLICATE_KEY: 'replicate-secret' } }),
     storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
     urlGuard,
     webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
