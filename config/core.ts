@@ -7,6 +7,7 @@ import { createRateLimiter } from '../adapters/limits/rate-limiter.ts';
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
 import { localDiskStorage } from '../adapters/storage/local-disk.ts';
+import { s3Storage } from '../adapters/storage/s3.ts';
 import type { ValidatedCatalog } from '../core/catalog/catalog.ts';
 import { createCoreDeps, type CoreDeps } from '../core/context.ts';
 import type { GenerationStarter } from '../core/generations/ports.ts';
@@ -28,7 +29,17 @@ export async function buildCoreDeps(
     logger,
     providers: createProviderRegistry(catalog.parsed.providers),
     media: createMediaProviderRegistry(catalog.parsed.providers, { download: (url) => urlGuard.fetch(url) }),
-    storage: localDiskStorage(path.join(env.DATA_DIR, 'storage')),
+    storage:
+      env.STORAGE_DRIVER === 's3'
+        ? s3Storage({
+            bucket: env.S3_BUCKET!,
+            region: env.S3_REGION,
+            endpoint: env.S3_ENDPOINT,
+            forcePathStyle: env.S3_FORCE_PATH_STYLE,
+            accessKeyId: env.S3_ACCESS_KEY_ID,
+            secretAccessKey: env.S3_SECRET_ACCESS_KEY,
+          })
+        : localDiskStorage(path.join(env.DATA_DIR, 'storage')),
     urlGuard,
     webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
     signer: createUrlSigner(env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR)), env.PUBLIC_BASE_URL),

@@ -58,6 +58,16 @@ const envSchema = z
       .default('')
       .transform((v) => v.split(',').map((h) => h.trim()).filter(Boolean)),
     RESULT_RETENTION_SECONDS: positiveInt.default(3600),
+    STORAGE_DRIVER: z.enum(['local', 's3']).default('local'),
+    S3_BUCKET: optional,
+    S3_REGION: z.string().min(1).default('us-east-1'),
+    S3_ENDPOINT: optional.pipe(z.url({ protocol: /^https?$/ }).optional()),
+    S3_FORCE_PATH_STYLE: z
+      .enum(['true', 'false', ''])
+      .default('false')
+      .transform((v) => v === 'true'),
+    S3_ACCESS_KEY_ID: optional,
+    S3_SECRET_ACCESS_KEY: optional,
     REDIS_URL: optional.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
     SHUTDOWN_TIMEOUT_SECONDS: positiveInt.default(25),
     METRICS_TOKEN: optional,
@@ -66,6 +76,7 @@ const envSchema = z
       .default('false')
       .transform((v) => v === 'true'),
   })
+  .refine((env) => env.STORAGE_DRIVER !== 's3' || env.S3_BUCKET, { path: ['S3_BUCKET'], message: 'is required when STORAGE_DRIVER=s3' })
   .transform((env) => ({
     ...env,
     DATA_DIR: path.resolve(env.DATA_DIR),

@@ -39,6 +39,11 @@ describe('configuration', () => {
     }
   });
 
+  it('needs a bucket for the S3 storage driver', () => {
+    expect(() => loadEnv({ STORAGE_DRIVER: 's3' })).toThrow(/S3_BUCKET: is required when STORAGE_DRIVER=s3/);
+    expect(loadEnv({ STORAGE_DRIVER: 's3', S3_BUCKET: 'b', S3_FORCE_PATH_STYLE: 'true' })).toMatchObject({ S3_BUCKET: 'b', S3_FORCE_PATH_STYLE: true });
+  });
+
   it('never echoes a database password in the error', () => {
     expect(() => loadEnv({ DATABASE_URL: 'postgres://u:hunter2@h/db', DATABASE_POOL_MAX: 'x' })).toThrow(/DATABASE_POOL_MAX/);
     try {

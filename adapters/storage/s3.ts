@@ -1,0 +1,58 @@
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import { DeleteObjectCommand, GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import type { ResultStorage } from '../../core/generations/ports.ts';
+
+/**
+ * Results and uploads in an S3-compatible bucket (AWS S3, MinIO, R2…), through the AWS SDK.
+ * Credentials come from S3_ACCESS_KEY_ID / S3_SECRET_ACCESS_KEY when set, else the SDK's usual
+ * chain (environment, profile, instance role).
+ */
+export interface S3StorageConfig {
+  bucket: string;
+  region: string;
+  endpoint?: string | undefined;
+  forcePathStyle: boolean;
+  accessKeyId?: string | undefined;
+  secretAccessKey?: string | undefined;
+  prefix?: string;
+}
+
+export function s3Storage(config: S3StorageConfig): ResultStorage & { client: S3Client } {
+  const client = new S3Client({
+    region: config.region,
+    ...(config.endpoint ? { endpoint: config.endpoint } : {}),
+    forcePathStyle: config.forcePathStyle,
+    // Checksums only where S3 requires them: many S3-compatible servers do not read the SDK's
+    // default aws-chunked bodies with trailing checksums.
+    requestChecksumCalculation: 'WHEN_REQUIRED',
+    responseChecksumValidation: 'WHEN_REQUIRED',
+    ...(config.accessKeyId && config.secretAccessKey
+      ? { credentials: { accessKeyId: config.accessKeyId, secretAccessKey: config.secretAccessKey } }
+      : {}),
+  });
+  const key = (k: string) => `${config.prefix ?? ''}${k}`;
+  return {
+    client,
+    async put(k, bytes) {
+      await client.send(new PutObjectCommand({ Bucket: config.bucket, Key: key(k), Body: bytes, ContentLength: bytes.length }));
+    },
+    async putFile(k, sourcePath) {
+      const { size } = await fs.stat(sourcePath);
+      await client.send(new PutObjectCommand({ Bucket: config.bucket, Key: key(k), Body: createReadStream(sourcePath), ContentLength: size }));
+      await fs.rm(sourcePath, { force: true });
+    },
+    async get(k) {
+      try {
+        const res = await client.send(new GetObjectCommand({ Bucket: config.bucket, Key: key(k) }));
+        return res.Body ? await res.Body.transformToByteArray() : undefined;
+      } catch (err) {
+        if (err instanceof NoSuchKey || (err as { name?: string }).name === 'NoSuchKey') return undefined;
+        throw err;
+      }
+    },
+    async delete(k) {
+      await client.send(new DeleteObjectCommand({ Bucket: config.bucket, Key: key(k) }));
+    },
+  };
+}

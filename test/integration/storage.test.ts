@@ -1,0 +1,48 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import S3rver from 's3rver';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { localDiskStorage } from '../../adapters/storage/local-disk.ts';
+import { s3Storage } from '../../adapters/storage/s3.ts';
+import type { ResultStorage } from '../../core/generations/ports.ts';
+
+/**
+ * The storage port's contract, run against each driver: local disk, and the S3 driver (AWS
+ * SDK) against s3rver, an S3-compatible server on this machine.
+ */
+let root: string;
+let s3: S3rver;
+const drivers: Record<string, () => ResultStorage> = {};
+
+beforeAll(async () => {
+  root = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-storage-contract-'));
+  s3 = new S3rver({ port: 0, address: '127.0.0.1', silent: true, directory: path.join(root, 's3'), configureBuckets: [{ name: 'mas-test' }] });
+  const { port } = await s3.run();
+  drivers.local = () => localDiskStorage(path.join(root, 'disk'));
+  drivers.s3 = () =>
+    s3Storage({ bucket: 'mas-test', region: 'us-east-1', endpoint: `http://127.0.0.1:${port}`, forcePathStyle: true, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' });
+});
+afterAll(async () => {
+  await s3.close();
+  await fs.rm(root, { recursive: true, force: true });
+});
+
+describe.each(['local', 's3'])('storage driver: %s', (name) => {
+  it('stores, reads back, moves a spooled file in, and deletes', async () => {
+    const storage = drivers[name]!();
+    const bytes = new Uint8Array([1, 2, 3, 250]);
+    await storage.put('generations/a.bin', bytes);
+    expect(Buffer.from((await storage.get('generations/a.bin'))!).equals(Buffer.from(bytes))).toBe(true);
+
+    const spooled = path.join(root, `spooled-${name}`);
+    await fs.writeFile(spooled, 'uploaded bytes');
+    await storage.putFile('files/acct/file_1', spooled);
+    expect(Buffer.from((await storage.get('files/acct/file_1'))!).toString()).toBe('uploaded bytes');
+    await expect(fs.access(spooled)).rejects.toThrow();
+
+    await storage.delete('generations/a.bin');
+    expect(await storage.get('generations/a.bin')).toBeUndefined();
+    expect(await storage.get('never/there')).toBeUndefined();
+  });
+});
