@@ -1,52 +1,26 @@
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import type { Server } from 'node:http';
-import { Client, Connection } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
 import { png, seededRandom, wav } from '../../adapters/providers/media/formats.ts';
-import { loadCatalogFile } from '../../config/catalog.ts';
-import { temporalGenerationStarter } from '../../config/temporal.ts';
-import { seedModels } from '../../core/catalog/catalog.ts';
-import type { CoreDeps } from '../../core/context.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
-import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { makeAccount, makeKey } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
+import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { expectSettledWallet } from '../support/ledger.ts';
 
 /** Uploads: POST /files, then the file as a generation input. */
+let h: JobHarness;
 let orm: MikroORM;
-let deps: CoreDeps;
-let connection: Connection;
-let worker: RunningWorker;
-let server: Server;
 let base: string;
 let storageDir: string;
-const taskQueue = `test-files-${randomBytes(4).toString('hex')}`;
 
 beforeAll(async () => {
-  orm = await openTestOrm();
-  await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
-  connection = await Connection.connect({ address: inject('temporalAddress') });
-  storageDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-files-'));
-  deps = testDeps(orm, { storageDir, generations: temporalGenerationStarter(new Client({ connection }), { taskQueue }) });
-  worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
-  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
-  server = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  h = await startJobHarness();
+  ({ orm, base, storageDir } = h);
 });
-afterAll(async () => {
-  await worker.shutdown();
-  await connection.close();
-  await new Promise((r) => server.close(r));
-  await orm.close();
-});
+afterAll(() => h.close());
 
 async function customer() {
   const account = await makeAccount(orm, { coins: '100' });

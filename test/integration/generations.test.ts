@@ -1,53 +1,34 @@
 import { randomBytes } from 'node:crypto';
-import fs from 'node:fs/promises';
 import http from 'node:http';
-import os from 'node:os';
-import path from 'node:path';
 import type { Server } from 'node:http';
 import { Client, Connection } from '@temporalio/client';
 import { Worker } from '@temporalio/worker';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createRestApp } from '../../adapters/rest/app.ts';
-import { loadCatalogFile } from '../../config/catalog.ts';
-import { temporalGenerationStarter } from '../../config/temporal.ts';
-import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
-import { TEST_CATALOG } from '../support/catalog.ts';
-import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { makeAccount, makeKey, silentLogger } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
+import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
 
 /**
  * Media jobs end to end: the REST app over HTTP, a real Temporal dev server, a real worker,
  * real PostgreSQL, the local provider making real files.
  */
+let h: JobHarness;
 let orm: MikroORM;
 let deps: CoreDeps;
 let connection: Connection;
-let worker: RunningWorker;
-let server: Server;
 let base: string;
 let inputServer: Server;
 let inputBase: string;
 let inputHits = 0;
-const taskQueue = `test-gen-${randomBytes(4).toString('hex')}`;
 
 beforeAll(async () => {
-  orm = await openTestOrm();
-  await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
-  await seedModels(orm.em.fork(), validateCatalog(TEST_CATALOG, 50n));
-  connection = await Connection.connect({ address: inject('temporalAddress') });
-  const storageDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-storage-'));
-  deps = testDeps(orm, { storageDir, generations: temporalGenerationStarter(new Client({ connection }), { taskQueue, retentionSeconds: 3 }) });
-  worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
-  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
-  server = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  h = await startJobHarness({ retentionSeconds: 3 });
+  ({ orm, deps, connection, base } = h);
   // A file server for input URLs (127.0.0.1 is on the test allowlist).
   inputServer = http.createServer((_req, res) => {
     inputHits++;
@@ -57,11 +38,8 @@ beforeAll(async () => {
   inputBase = `http://127.0.0.1:${(inputServer.address() as { port: number }).port}`;
 });
 afterAll(async () => {
-  await worker.shutdown();
-  await connection.close();
-  await new Promise((r) => server.close(r));
   await new Promise((r) => inputServer.close(r));
-  await orm.close();
+  await h.close();
 });
 
 async function customer(coins = '100') {
@@ -386,7 +364,7 @@ describe('generations', () => {
   it('replays the recorded workflow histories without determinism errors', async () => {
     const client = new Client({ connection });
     const ids: string[] = [];
-    for await (const wf of client.workflow.list({ query: `TaskQueue = '${taskQueue}'` })) ids.push(wf.workflowId);
+    for await (const wf of client.workflow.list({ query: `TaskQueue = '${h.taskQueue}'` })) ids.push(wf.workflowId);
     expect(ids.length).toBeGreaterThan(5);
     const histories = await Promise.all(ids.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() })));
     const { createRequire } = await import('node:module');

@@ -1,53 +1,25 @@
-import { randomBytes } from 'node:crypto';
-import fs from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
-import type { Server } from 'node:http';
-import { Client, Connection } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
-import { temporalGenerationStarter } from '../../config/temporal.ts';
-import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
 import { startFakeReplicate, type FakeReplicate } from '../fakes/replicate-upstream.ts';
-import { TEST_CATALOG } from '../support/catalog.ts';
-import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { makeAccount, makeKey } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
+import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
 
 /** A real asynchronous upstream: the Replicate-style adapter against a fake predictions server. */
+let h: JobHarness;
 let orm: MikroORM;
 let fake: FakeReplicate;
-let connection: Connection;
-let worker: RunningWorker;
-let server: Server;
 let base: string;
-const taskQueue = `test-replicate-${randomBytes(4).toString('hex')}`;
 
 beforeAll(async () => {
-  orm = await openTestOrm();
-  await seedModels(orm.em.fork(), validateCatalog(TEST_CATALOG, 50n));
   fake = await startFakeReplicate();
-  connection = await Connection.connect({ address: inject('temporalAddress') });
-  const deps = testDeps(orm, {
-    storageDir: await fs.mkdtemp(path.join(os.tmpdir(), 'mas-replicate-')),
-    generations: temporalGenerationStarter(new Client({ connection }), { taskQueue }),
-    mediaProviders: { 'replicate-fake': { kind: 'replicate', base_url: fake.url, api_key_env: 'FAKE_REPLICATE_KEY', timeout_seconds: 5 } },
-  });
-  worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
-  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
-  server = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  h = await startJobHarness({ mediaProviders: { 'replicate-fake': { kind: 'replicate', base_url: fake.url, api_key_env: 'FAKE_REPLICATE_KEY', timeout_seconds: 5 } } });
+  ({ orm, base } = h);
 });
 afterAll(async () => {
-  await worker.shutdown();
-  await connection.close();
-  await new Promise((r) => server.close(r));
+  await h.close();
   await fake.close();
-  await orm.close();
 });
 
 async function run(model: string, settings: Record<string, unknown> = {}) {

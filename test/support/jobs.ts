@@ -1,0 +1,72 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { Server } from 'node:http';
+import { Client, Connection } from '@temporalio/client';
+import { inject } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { createRestApp } from '../../adapters/rest/app.ts';
+import { loadCatalogFile } from '../../config/catalog.ts';
+import { temporalGenerationStarter } from '../../config/temporal.ts';
+import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
+import type { ProviderConfig } from '../../core/catalog/schema.ts';
+import type { CoreDeps } from '../../core/context.ts';
+import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
+import { TEST_CATALOG } from './catalog.ts';
+import { openTestOrm, silentLogger, testDeps } from './db.ts';
+
+/**
+ * What every media-job test needs: the test database with the shipped and the test catalog,
+ * a Temporal client and a real worker on a task queue of its own, and the REST app on a real
+ * port of this machine, all sharing one set of core dependencies.
+ */
+export interface JobHarness {
+  orm: MikroORM;
+  deps: CoreDeps;
+  connection: Connection;
+  worker: RunningWorker;
+  base: string;
+  storageDir: string;
+  taskQueue: string;
+  close(): Promise<void>;
+}
+
+export async function startJobHarness(opts: { retentionSeconds?: number; mediaProviders?: Record<string, ProviderConfig>; worker?: boolean } = {}): Promise<JobHarness> {
+  const orm = await openTestOrm();
+  await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
+  await seedModels(orm.em.fork(), validateCatalog(TEST_CATALOG, 50n));
+  const taskQueue = `test-${randomBytes(5).toString('hex')}`;
+  const storageDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-jobs-'));
+  const connection = await Connection.connect({ address: inject('temporalAddress') });
+  const deps = testDeps(orm, {
+    storageDir,
+    generations: temporalGenerationStarter(new Client({ connection }), { taskQueue, ...(opts.retentionSeconds ? { retentionSeconds: opts.retentionSeconds } : {}) }),
+    ...(opts.mediaProviders ? { mediaProviders: opts.mediaProviders } : {}),
+  });
+  const worker =
+    opts.worker === false
+      ? { done: Promise.resolve(), shutdown: async () => undefined }
+      : await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+  const server = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return {
+    orm,
+    deps,
+    connection,
+    worker,
+    base: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    storageDir,
+    taskQueue,
+    async close() {
+      await worker.shutdown();
+      await connection.close();
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+      await orm.close();
+      await fs.rm(storageDir, { recursive: true, force: true });
+    },
+  };
+}
