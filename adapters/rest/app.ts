@@ -6,6 +6,7 @@ import { requestLogger } from './logging.ts';
 import { createHttpMetrics, type HttpMetrics } from './metrics.ts';
 import { operationsRoutes } from './routes/operations.ts';
 import { chatRoutes } from './routes/chat.ts';
+import { docsRoutes } from './routes/docs.ts';
 import { fileRoutes } from './routes/files.ts';
 import { generationRoutes } from './routes/generations.ts';
 import { modelRoutes } from './routes/models.ts';
@@ -38,7 +39,7 @@ export function createRestApp(opts: RestOptions): Express {
   app.use(express.json({ limit: JSON_BODY_LIMIT, strict: true, type: ['application/json', 'application/*+json'] }));
 
   app.use(operationsRoutes(deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
-  app.use('/api/v1', walletRoutes(deps), modelRoutes(deps), chatRoutes(deps, logger), generationRoutes(deps), fileRoutes(deps));
+  app.use('/api/v1', docsRoutes(opts.publicBaseUrl), walletRoutes(deps), modelRoutes(deps), chatRoutes(deps, logger), generationRoutes(deps), fileRoutes(deps));
 
   app.use((_req, res) => sendHttpError(res, 'unknown_route'));
   app.use(errorHandler(logger));

@@ -7,6 +7,7 @@ import { Client, Connection } from '@temporalio/client';
 import { inject } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createRestApp } from '../../adapters/rest/app.ts';
+import { createProviderRegistry } from '../../adapters/providers/registry.ts';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { temporalGenerationStarter } from '../../config/temporal.ts';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
@@ -43,6 +44,7 @@ export async function startJobHarness(opts: { retentionSeconds?: number; mediaPr
     storageDir,
     generations: temporalGenerationStarter(new Client({ connection }), { taskQueue, ...(opts.retentionSeconds ? { retentionSeconds: opts.retentionSeconds } : {}) }),
     ...(opts.mediaProviders ? { mediaProviders: opts.mediaProviders } : {}),
+    providers: createProviderRegistry({ local: { kind: 'local' } }),
   });
   const worker =
     opts.worker === false
