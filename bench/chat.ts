@@ -1,0 +1,190 @@
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import pg from 'pg';
+import { freePort, machine, median, percentile, start, type Proc } from './support.ts';
+
+/**
+ * npm run bench:chat — our gateway against a mock upstream that answers at once, beside the
+ * mock called directly and the Portkey gateway in front of the same mock. Real billing on
+ * every request (reserve, settle, ledger). Several runs; the table shows medians.
+ *   RUNS (3), DURATION seconds per autocannon run (10), SAMPLES sequential requests for
+ *   latency (2000)
+ */
+const RUNS = Number(process.env.RUNS ?? 3);
+const DURATION = Number(process.env.DURATION ?? 10);
+const SAMPLES = Number(process.env.SAMPLES ?? 2000);
+const body = JSON.stringify({ model: 'bench/mock', messages: [{ role: 'user', content: 'Hello, ledger.' }], max_tokens: 16 });
+
+interface Target {
+  name: string;
+  url: string;
+  headers: Record<string, string>;
+  proc?: Proc;
+}
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+function once(t: Target, payload = body): Promise<{ ms: number; firstChunkMs: number; status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const began = process.hrtime.bigint();
+    let first = 0;
+    const req = http.request(t.url, { method: 'POST', agent, headers: { 'content-type': 'application/json', ...t.headers } }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => {
+        if (!first) first = Number(process.hrtime.bigint() - began) / 1e6;
+        if (res.statusCode !== 200) text += c.toString();
+      });
+      res.on('end', () => resolve({ ms: Number(process.hrtime.bigint() - began) / 1e6, firstChunkMs: first, status: res.statusCode ?? 0, text }));
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+/** Errors are counted, not fatal: a gateway that fails some requests is reported as such. */
+const failures: Record<string, { count: number; sample: string }> = {};
+function failed(t: Target, status: number, text: string) {
+  const f = (failures[t.name] ??= { count: 0, sample: '' });
+  f.count++;
+  f.sample ||= `${status} ${text.slice(0, 200)}`;
+}
+
+async function sequential(t: Target, payload = body) {
+  const ms: number[] = [];
+  const first: number[] = [];
+  for (let i = 0; i < 200; i++) await once(t, payload); // warm-up
+  for (let i = 0; i < SAMPLES; i++) {
+    const r = await once(t, payload);
+    if (r.status !== 200) {
+      failed(t, r.status, r.text);
+      continue;
+    }
+    ms.push(r.ms);
+    first.push(r.firstChunkMs);
+  }
+  return { p50: percentile(ms, 50), p99: percentile(ms, 99), firstP50: percentile(first, 50), firstP99: percentile(first, 99) };
+}
+
+async function load(t: Target, connections: number) {
+  const result = await autocannon({ url: t.url, method: 'POST', headers: { 'content-type': 'application/json', ...t.headers }, body, connections, duration: DURATION });
+  if (result.non2xx > 0 || result.errors > 0) {
+    const f = (failures[t.name] ??= { count: 0, sample: '' });
+    f.count += result.non2xx + result.errors;
+  }
+  // Throughput counts only successful answers.
+  return { rps: result['2xx'] / DURATION, p50: result.latency.p50, p99: result.latency.p99 };
+}
+
+async function main() {
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-bench-'));
+  const procs: Proc[] = [];
+  try {
+    const mockPort = await freePort();
+    const mock = start(process.execPath, ['--import', 'tsx', 'bench/mock-upstream.ts', String(mockPort)]);
+    procs.push(mock);
+    const mockUrl = (await mock.waitFor(/(http:\/\/127\.0\.0\.1:\d+\/v1)/))[1]!;
+
+    const catalog = path.join(dataDir, 'models.yaml');
+    await fs.writeFile(
+      catalog,
+      `providers:\n  mock: { kind: openai-compatible, base_url: "${mockUrl}", timeout_seconds: 30 }\n` +
+        `models:\n  - { id: bench/mock, name: Mock, type: text, generation_types: [chat], provider: { name: mock, model: mock },\n` +
+        `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
+    );
+    const port = await freePort();
+    const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0' };
+    const ours = start(process.execPath, ['--import', 'tsx', 'main.ts'], env);
+    procs.push(ours);
+    await ours.waitFor(/listening on/);
+    const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
+    const created = cli('account', 'create', '--email', 'bench@example.com');
+    await created.waitFor(/"id"/);
+    await cli('wallet', 'topup', '--account', 'bench@example.com', '--coins', '100000000').waitFor(/"object"/);
+    const key = JSON.parse((await cli('key', 'create', '--account', 'bench@example.com').waitFor(/\{.*\}/))[0]).key as string;
+
+    const portkeyPort = await freePort();
+    const portkey = start(process.execPath, ['node_modules/@portkey-ai/gateway/build/start-server.js', `--port=${portkeyPort}`, '--headless']);
+    procs.push(portkey);
+    await portkey.waitFor(/Ready for connections/);
+
+    const ready = async (t: Target) => {
+      for (let i = 0; i < 100; i++) {
+        if ((await once(t)).status === 200) return;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      throw new Error(`${t.name} never answered 200`);
+    };
+    const targets: Target[] = [
+      { name: 'mock, direct', url: `${mockUrl}/chat/completions`, headers: {} },
+      { name: 'this gateway', url: `http://127.0.0.1:${port}/api/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, proc: ours },
+      {
+        name: 'Portkey gateway',
+        url: `http://127.0.0.1:${portkeyPort}/v1/chat/completions`,
+        headers: { authorization: 'Bearer unused', 'x-portkey-provider': 'openai', 'x-portkey-custom-host': mockUrl },
+        proc: portkey,
+      },
+    ];
+
+    for (const t of targets) await ready(t);
+
+    // Database round trips per request: transactions counted by PostgreSQL itself (each
+    // statement outside an explicit transaction is one), over a fixed number of requests.
+    const state = JSON.parse(await fs.readFile(path.join(dataDir, 'postgres.json'), 'utf8')) as { password: string };
+    const pgPort = Number((await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[3]);
+    const db = new pg.Client({ host: '127.0.0.1', port: pgPort, user: 'postgres', password: state.password, database: 'mas' });
+    await db.connect();
+    const xacts = async () => Number((await db.query(`select xact_commit + xact_rollback as n from pg_stat_database where datname = 'mas'`)).rows[0].n);
+    for (let i = 0; i < 100; i++) await once(targets[1]!);
+    const before = await xacts();
+    for (let i = 0; i < 500; i++) await once(targets[1]!);
+    const roundTrips = ((await xacts()) - before - 1) / 500;
+    await db.end();
+
+    const rows: Record<string, { c1: Awaited<ReturnType<typeof sequential>>[]; rps1: number[]; c32: Awaited<ReturnType<typeof load>>[]; stream: Awaited<ReturnType<typeof sequential>>[] }> = {};
+    for (const t of targets) rows[t.name] = { c1: [], rps1: [], c32: [], stream: [] };
+    const streamBody = JSON.stringify({ ...JSON.parse(body), stream: true });
+    for (let run = 1; run <= RUNS; run++) {
+      for (const t of targets) {
+        process.stderr.write(`run ${run}/${RUNS}: ${t.name}\n`);
+        rows[t.name]!.c1.push(await sequential(t));
+        rows[t.name]!.stream.push(await sequential(t, streamBody));
+        rows[t.name]!.rps1.push((await load(t, 1)).rps);
+        rows[t.name]!.c32.push(await load(t, 32));
+      }
+    }
+
+    const med = (xs: number[]) => median(xs);
+    const direct = rows['mock, direct']!;
+    const fmt = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : 'n/a');
+    const lines = [
+      `Machine: ${machine()}`,
+      `Date: ${new Date().toISOString()}; ${RUNS} runs, medians; c=1 latency from ${SAMPLES} sequential keep-alive requests per run, throughput from autocannon (${DURATION} s per run).`,
+      '',
+      '| target | c=1 p50 ms | c=1 p99 ms | added p50 ms | added p99 ms | c=1 req/s | c=32 req/s | c=32 p50 ms | c=32 p99 ms | stream first chunk p50 / p99 ms | peak RSS MiB |',
+      '|---|---|---|---|---|---|---|---|---|---|---|',
+      ...targets.map((t) => {
+        const r = rows[t.name]!;
+        const p50 = med(r.c1.map((x) => x.p50));
+        const p99 = med(r.c1.map((x) => x.p99));
+        const added50 = p50 - med(direct.c1.map((x) => x.p50));
+        const added99 = p99 - med(direct.c1.map((x) => x.p99));
+        return `| ${t.name} | ${fmt(p50)} | ${fmt(p99)} | ${t.proc ? fmt(added50) : '–'} | ${t.proc ? fmt(added99) : '–'} | ${fmt(med(r.rps1), 0)} | ${fmt(med(r.c32.map((x) => x.rps)), 0)} | ${fmt(med(r.c32.map((x) => x.p50)))} | ${fmt(med(r.c32.map((x) => x.p99)))} | ${fmt(med(r.stream.map((x) => x.firstP50)))} / ${fmt(med(r.stream.map((x) => x.firstP99)))} | ${t.proc ? fmt(t.proc.peakRssMiB(), 0) : '–'} |`;
+      }),
+      '',
+      `Database round trips (PostgreSQL transactions) per request through this gateway: ${fmt(roundTrips, 2)}`,
+      ...Object.entries(failures).map(([name, f]) => `Failed requests, ${name}: ${f.count} (first: ${f.sample || 'connection errors'})`),
+      `This gateway / Portkey requests per second at c=32: ${fmt(med(rows['this gateway']!.c32.map((x) => x.rps)) / med(rows['Portkey gateway']!.c32.map((x) => x.rps)), 2)}×`,
+    ];
+    process.stdout.write(`${lines.join('\n')}\n`);
+  } catch (err) {
+    for (const p of procs) process.stderr.write(`--- ${p.child.spawnargs.slice(-2).join(' ')}\n${p.output().slice(-1500)}\n`);
+    throw err;
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+    await fs.rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+await main();

@@ -1,0 +1,82 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+
+export const ROOT = path.resolve(import.meta.dirname, '..');
+
+export interface Proc {
+  child: ChildProcess;
+  output: () => string;
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
+  /** Peak resident memory (VmHWM) so far, in MiB. */
+  peakRssMiB(): number;
+  stop(): Promise<void>;
+}
+
+export function start(command: string, args: string[], env: Record<string, string | undefined> = {}): Proc {
+  const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+  return {
+    child,
+    output: () => out,
+    waitFor(pattern, timeoutMs = 180_000) {
+      return new Promise((resolve, reject) => {
+        const started = Date.now();
+        const tick = setInterval(() => {
+          const m = out.match(pattern);
+          if (m) {
+            clearInterval(tick);
+            resolve(m);
+          } else if (child.exitCode !== null || Date.now() - started > timeoutMs) {
+            clearInterval(tick);
+            reject(new Error(`waiting for ${pattern}:\n${out.slice(-3000)}`));
+          }
+        }, 50);
+      });
+    },
+    peakRssMiB() {
+      try {
+        const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8');
+        return Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
+      } catch {
+        return NaN;
+      }
+    },
+    async stop() {
+      if (child.exitCode !== null) return;
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    },
+  };
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export function median(values: number[]): number {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
+export function percentile(values: number[], p: number): number {
+  const s = [...values].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)]!;
+}
+
+export function machine(): string {
+  const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
+  return `${os.cpus().length} × ${cpu}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, ${os.type()} ${os.release()}, Node ${process.version}`;
+}
