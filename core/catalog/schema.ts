@@ -122,6 +122,9 @@ export const modelSchema = z.discriminatedUnion('type', [textModelSchema, mediaM
         }
       } else if (s.type !== 'integer' && s.type !== 'number' && !(s.type === 'enum' && s.options.every((o) => typeof o === 'number'))) {
         ctx.addIssue({ code: 'custom', path: ['pricing'], message: `setting "${key}" must be numeric to price by its value` });
+      } else if ((s.type === 'enum' ? Math.min(...(s.options as number[])) : (s as { min: number }).min) < 0) {
+        // A price grows with the value; a negative value would price below zero.
+        ctx.addIssue({ code: 'custom', path: ['settings', key], message: `setting "${key}" prices by its value, so it cannot go below 0` });
       }
     }
   }

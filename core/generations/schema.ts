@@ -21,5 +21,3 @@ export const createGenerationCall = z.object({
 
 export const generationIdInput = z.object({ id: z.string().min(1).max(100) });
 
-export const GENERATION_STATUSES = ['queued', 'running', 'succeeded', 'failed', 'canceled'] as const;
-export type GenerationStatus = (typeof GENERATION_STATUSES)[number];

@@ -6,7 +6,6 @@
 export type Micro = bigint;
 
 export const MICRO_PER_COIN = 1_000_000n;
-export const COINS_PER_USD = 1000n;
 
 const DECIMAL = /^(\d+)(?:\.(\d+))?$/;
 

@@ -245,7 +245,6 @@ describe('generations', () => {
 
   it('cancel racing completion: exactly one outcome, and the money matches it', async () => {
     const { account, key } = await customer('100');
-    const outcomes: string[] = [];
     for (let i = 0; i < 5; i++) {
       const res = await submit(key, { model: 'mas/image-demo', prompt: `race ${i}`, settings: { size: 128, delay_ms: 300 } });
       await new Promise((r) => setTimeout(r, 150 + i * 100));
@@ -264,7 +263,6 @@ describe('generations', () => {
         expect(job.status).toBe('succeeded');
         expect(counts).toEqual({ captures: 1, releases: 0 });
       }
-      outcomes.push(job.status);
     }
     await expectSettledWallet(orm, account.id);
   });

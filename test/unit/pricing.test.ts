@@ -37,6 +37,16 @@ describe('pricing', () => {
     expect(mediaPrice(video, { duration: 10, resolution: '1080p', count: 3 }, 50n)).toBe(150_000_000n);
   });
 
+  it('refuses a catalog that prices by a setting which can go below zero', () => {
+    const bad = modelSchema.safeParse({
+      id: 'v', name: 'v', type: 'audio', generation_types: ['x'], provider: { name: 'p', model: 'm' },
+      settings: { pitch: { type: 'integer', min: -5, max: 5, default: 0 } },
+      pricing: { base: 1, per_unit: { pitch: 1 } },
+    });
+    expect(bad.success).toBe(false);
+    expect(bad.error?.issues[0]?.message).toMatch(/cannot go below 0/);
+  });
+
   it('media: the from price is the cheapest combination', () => {
     // (10 + 4*2) * 0.5 * 1 = 9 -> 4.5
     expect(mediaFromPrice(video, 50n)).toBe(4_500_000n);
