@@ -2,7 +2,9 @@ import type { MikroORM, EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { ModelCatalog } from './catalog/catalog.ts';
 import type { ProviderRegistry } from './chat/provider.ts';
-import { LastUsedRecorder } from './keys/authenticate.ts';
+import type { Execute } from './db/batch.ts';
+import { KeyLookup, LastUsedRecorder } from './keys/authenticate.ts';
+import { HoldBatcher } from './money/hold-batcher.ts';
 import type { RateLimiter, RateLimitState } from './limits/rate-limit.ts';
 import type { GenerationStarter, MediaProviderRegistry, ResultStorage, UrlGuard } from './generations/ports.ts';
 import type { UrlSigner } from './generations/signed-url.ts';
@@ -27,6 +29,10 @@ export interface CoreDeps {
   logger: Logger;
   clock: () => Date;
   lastUsed: LastUsedRecorder;
+  /** Key look-ups, batched across concurrent requests. */
+  keys: KeyLookup;
+  /** Reserve and settle outside a transaction (chat), batched across concurrent requests. */
+  holds: HoldBatcher;
   catalog: ModelCatalog;
   providers: ProviderRegistry;
   rateLimiter: RateLimiter;
@@ -46,12 +52,14 @@ const noJobRunner: GenerationStarter = {
 };
 
 export function createCoreDeps(
-  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'catalog' | 'generations'> & {
+  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations'> & {
     generations?: GenerationStarter;
     clock?: () => Date;
     catalogTtlMs?: number;
   },
 ): CoreDeps {
+  // Through the driver, so that errors arrive as MikroORM's exceptions (database unreachable → 503).
+  const execute: Execute = (sql, params) => args.orm.em.getDriver().execute(sql, params);
   return {
     orm: args.orm,
     config: args.config,
@@ -65,7 +73,9 @@ export function createCoreDeps(
     webhooks: args.webhooks,
     generations: args.generations ?? noJobRunner,
     clock: args.clock ?? (() => new Date()),
-    lastUsed: new LastUsedRecorder(args.logger),
+    lastUsed: new LastUsedRecorder(execute, args.logger),
+    keys: new KeyLookup(execute),
+    holds: new HoldBatcher(execute),
     catalog: new ModelCatalog(args.logger, args.catalogTtlMs),
   };
 }

@@ -16,7 +16,7 @@ export const publicProcedure = t.procedure;
 /** Called with an API key: the key is checked on every call and its account is `ctx.principal`. */
 export const apiProcedure = t.procedure.use(async ({ ctx, next }) => {
   if (ctx.caller.kind !== 'api') throw unauthorized();
-  const principal = await authenticate(ctx.em, ctx.caller.bearer, ctx.deps.lastUsed);
+  const principal = await authenticate(ctx.deps.keys, ctx.caller.bearer, ctx.deps.lastUsed);
   // A transport that calls core twice for one request shares `meta`: the request counts once.
   const limit = ctx.meta.rateLimit ?? (await ctx.deps.rateLimiter.consume(principal.keyId));
   ctx.meta.rateLimit = limit;

@@ -7,7 +7,6 @@ import { CoreError, invalid } from '../errors.ts';
 import { randomBase62 } from '../ids.ts';
 import type { Principal } from '../keys/authenticate.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
-import { release, reserve, settle } from '../money/holds.ts';
 import { ProviderError, type ChatProvider } from './provider.ts';
 import { contextTooLong, type ChatRequest } from './schema.ts';
 import { countChatTokens, countTextTokens } from './tokens.ts';
@@ -50,7 +49,7 @@ export async function prepareChat(deps: CoreDeps, em: EntityManager, principal: 
   const prices = textPrices(model, deps.config.apiPricePercent);
   const holdAmount = textCost(prices, inputTokens, maxTokens);
   const id = `chatcmpl-${randomBase62(24)}`;
-  const { holdId } = await reserve(em, {
+  const { holdId } = await deps.holds.reserve({
     accountId: principal.accountId,
     amount: holdAmount,
     reference: id,
@@ -85,7 +84,6 @@ export type ChatEvent = { type: 'delta'; content: string } | { type: 'done'; fin
  */
 export async function* runChat(
   deps: CoreDeps,
-  em: EntityManager,
   chat: PreparedChat,
   opts: { signal: AbortSignal; streaming: boolean },
 ): AsyncGenerator<ChatEvent, void, undefined> {
@@ -104,7 +102,7 @@ export async function* runChat(
     const promptTokens = clamp(prompt, chat.inputTokens);
     const completionTokens = clamp(completion, chat.maxTokens);
     const cost = textCost(chat.prices, promptTokens, completionTokens);
-    const outcome = await settle(em, chat.holdId, cost);
+    const outcome = await deps.holds.settle(chat.holdId, cost);
     return { promptTokens, completionTokens, cost: outcome.captured };
   };
 
@@ -132,7 +130,7 @@ export async function* runChat(
         await charge(delivered, false);
       } else {
         ended = true;
-        await release(em, chat.holdId);
+        await deps.holds.release(chat.holdId);
       }
       throw upstreamError(err, chat.model.id);
     }

@@ -8,7 +8,7 @@ import { collectCompletion, streamChunks } from './views.ts';
 /** POST /chat/completions: a chat.completion object, or its chunks when `stream` is true. */
 export async function chatCompletion(deps: CoreDeps, em: EntityManager, principal: Principal, request: ChatRequest, signal: AbortSignal) {
   const chat = await prepareChat(deps, em, principal, request);
-  const events = runChat(deps, em, chat, { signal, streaming: request.stream });
+  const events = runChat(deps, chat, { signal, streaming: request.stream });
   if (request.stream) return { stream: true as const, chunks: streamChunks(chat, events) };
   return { stream: false as const, completion: await collectCompletion(chat, events) };
 }

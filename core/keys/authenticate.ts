@@ -1,5 +1,6 @@
-import type { EntityManager } from '@mikro-orm/postgresql';
+import type DataLoader from 'dataloader';
 import type { Logger } from 'pino';
+import { statementBatcher, type Execute } from '../db/batch.ts';
 import { unauthorized } from '../errors.ts';
 import { hashKey, isWellFormedKey } from './key-secret.ts';
 
@@ -9,22 +10,40 @@ export interface Principal {
   paid: boolean;
 }
 
+type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
+
 /**
- * Resolves a bearer secret to its account. Every failure is the same `unauthorized` error.
- * There is no cache: the look-up is one indexed query, and a revoke must take effect on the
- * very next request on every instance.
+ * Finds active keys by the hash of their secret. There is no cache: a revoke must take effect
+ * on the very next request on every instance. The look-ups made in the same turn of the event
+ * loop share one indexed query.
  */
-export async function authenticate(em: EntityManager, bearer: string | null, lastUsed: LastUsedRecorder): Promise<Principal> {
+export class KeyLookup {
+  private readonly loader: DataLoader<string, KeyRow | null>;
+
+  constructor(execute: Execute) {
+    this.loader = statementBatcher(async (hashes) => {
+      const rows = await execute<KeyRow>(
+        `select k.key_hash, k.id as key_id, k.account_id, a.paid
+         from api_keys k join accounts a on a.id = k.account_id
+         where k.key_hash in (select jsonb_array_elements_text(?::jsonb)) and k.revoked_at is null`,
+        [JSON.stringify([...new Set(hashes)])],
+      );
+      const byHash = new Map(rows.map((r) => [r.key_hash, r]));
+      return hashes.map((h) => byHash.get(h) ?? null);
+    });
+  }
+
+  find(keyHash: string): Promise<KeyRow | null> {
+    return this.loader.load(keyHash);
+  }
+}
+
+/** Resolves a bearer secret to its account. Every failure is the same `unauthorized` error. */
+export async function authenticate(keys: KeyLookup, bearer: string | null, lastUsed: LastUsedRecorder): Promise<Principal> {
   if (!bearer || !isWellFormedKey(bearer)) throw unauthorized();
-  const rows = await em.execute<{ key_id: string; account_id: string; paid: boolean }[]>(
-    `select k.id as key_id, k.account_id, a.paid
-     from api_keys k join accounts a on a.id = k.account_id
-     where k.key_hash = ? and k.revoked_at is null`,
-    [hashKey(bearer)],
-  );
-  const row = rows[0];
+  const row = await keys.find(hashKey(bearer));
   if (!row) throw unauthorized();
-  lastUsed.touch(em, row.key_id);
+  lastUsed.touch(row.key_id);
   return { accountId: row.account_id, keyId: row.key_id, paid: row.paid };
 }
 
@@ -37,19 +56,21 @@ export class LastUsedRecorder {
   private readonly written = new Map<string, number>();
   private readonly intervalMs: number;
   private readonly logger: Logger;
+  private readonly execute: Execute;
 
-  constructor(logger: Logger, intervalMs = 60_000) {
+  constructor(execute: Execute, logger: Logger, intervalMs = 60_000) {
+    this.execute = execute;
     this.logger = logger;
     this.intervalMs = intervalMs;
   }
 
-  touch(em: EntityManager, keyId: string): void {
+  touch(keyId: string): void {
     const now = Date.now();
     const last = this.written.get(keyId);
     if (last !== undefined && now - last < this.intervalMs) return;
     this.written.set(keyId, now);
     if (this.written.size > 100_000) this.written.clear();
-    em.execute(
+    this.execute(
       `update api_keys set last_used_at = now()
        where id = ? and (last_used_at is null or last_used_at < now() - make_interval(secs => ?))`,
       [keyId, Math.floor(this.intervalMs / 1000)],

@@ -29,25 +29,13 @@ export interface ReserveInput {
 }
 
 export async function reserve(em: EntityManager, input: ReserveInput): Promise<{ holdId: string }> {
-  if (input.amount < 0n) throw new RangeError('a reservation cannot be negative');
+  checkReservation(input);
   const holdId = input.holdId ?? newId('hold');
   const rows = await em.execute<{ status: string; available: string | null }[]>(
     'select status, available::text from mas_reserve(?, ?, ?::bigint, ?, ?::timestamptz, ?::jsonb)',
     [holdId, input.accountId, input.amount.toString(), input.reference, input.expiresAt.toISOString(), JSON.stringify(input.metadata ?? {})],
   );
-  const row = rows[0]!;
-  switch (row.status) {
-    case 'reserved':
-    case 'exists':
-      return { holdId };
-    case 'insufficient':
-      throw new CoreError(
-        'insufficient_balance',
-        `Insufficient balance: this request needs ${formatCoins(input.amount)} coins and ${formatCoins(BigInt(row.available!))} are available.`,
-      );
-    default:
-      throw notFound('account_not_found', `No account ${input.accountId}.`);
-  }
+  return reserveOutcome(rows[0]!, input, holdId);
 }
 
 /** Captures `actual` (at most what is held) and releases the rest. */
@@ -65,7 +53,31 @@ async function endHold(em: EntityManager, holdId: string, actual: Micro, outcome
     'select status, captured::text, amount::text from mas_end_hold(?, ?::bigint, ?)',
     [holdId, actual.toString(), outcome],
   );
-  const row = rows[0]!;
+  return endOutcome(rows[0]!, holdId, actual);
+}
+
+export function checkReservation(input: ReserveInput): void {
+  if (input.amount < 0n) throw new RangeError('a reservation cannot be negative');
+}
+
+/** What mas_reserve answered, as the caller sees it: the hold, or the error to show. */
+export function reserveOutcome(row: { status: string; available: string | null }, input: ReserveInput, holdId: string): { holdId: string } {
+  switch (row.status) {
+    case 'reserved':
+    case 'exists':
+      return { holdId };
+    case 'insufficient':
+      throw new CoreError(
+        'insufficient_balance',
+        `Insufficient balance: this request needs ${formatCoins(input.amount)} coins and ${formatCoins(BigInt(row.available!))} are available.`,
+      );
+    default:
+      throw notFound('account_not_found', `No account ${input.accountId}.`);
+  }
+}
+
+/** What mas_end_hold answered, as the caller sees it. */
+export function endOutcome(row: { status: string; captured: string | null; amount: string | null }, holdId: string, actual: Micro): HoldOutcome {
   if (row.status === 'not_found') throw notFound('hold_not_found', `No hold ${holdId}.`);
   if (row.status === 'invalid_amount') {
     throw new RangeError(`cannot capture ${actual} from hold ${holdId} of ${row.amount} micro-coins`);

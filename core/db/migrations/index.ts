@@ -4,6 +4,7 @@ import { Migration20261122020000_generations } from './Migration20261122020000_g
 import { Migration20261122030000_idempotency } from './Migration20261122030000_idempotency.ts';
 import { Migration20261122040000_webhooks } from './Migration20261122040000_webhooks.ts';
 import { Migration20261122050000_files } from './Migration20261122050000_files.ts';
+import { Migration20261122060000_batched_holds } from './Migration20261122060000_batched_holds.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -13,4 +14,5 @@ export const migrations = [
   { name: 'Migration20261122030000_idempotency', class: Migration20261122030000_idempotency },
   { name: 'Migration20261122040000_webhooks', class: Migration20261122040000_webhooks },
   { name: 'Migration20261122050000_files', class: Migration20261122050000_files },
+  { name: 'Migration20261122060000_batched_holds', class: Migration20261122060000_batched_holds },
 ];

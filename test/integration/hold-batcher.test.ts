@@ -1,0 +1,132 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import type { Execute } from '../../core/db/batch.ts';
+import { KeyLookup } from '../../core/keys/authenticate.ts';
+import { hashKey } from '../../core/keys/key-secret.ts';
+import { parseCoins } from '../../core/money/coins.ts';
+import { HoldBatcher } from '../../core/money/hold-batcher.ts';
+import { isCoreError } from '../../core/errors.ts';
+import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
+
+let orm: MikroORM;
+beforeAll(async () => {
+  orm = await openTestOrm(12);
+});
+afterAll(() => orm.close());
+const soon = () => new Date(Date.now() + 60_000);
+
+/** The executor core uses, counting the statements it sends. */
+function countingExecute(): { execute: Execute; statements: string[] } {
+  const statements: string[] = [];
+  const execute: Execute = (sql, params) => {
+    statements.push(sql);
+    return orm.em.getDriver().execute(sql, params);
+  };
+  return { execute, statements };
+}
+
+describe('batched holds (the chat path)', () => {
+  it('sends the calls of one turn as one statement, each item with its own outcome', async () => {
+    const { execute, statements } = countingExecute();
+    const holds = new HoldBatcher(execute);
+    // 5 coins: exactly five of eight reservations of 1 coin fit, whatever order they come in.
+    const a = await makeAccount(orm, { coins: '5' });
+    const results = await Promise.allSettled(
+      Array.from({ length: 8 }, (_, i) => holds.reserve({ accountId: a.id, amount: parseCoins('1'), reference: `r${i}`, expiresAt: soon() })),
+    );
+    expect(statements.filter((s) => s.includes('mas_reserve_many'))).toHaveLength(1);
+    const ok = results.filter((r) => r.status === 'fulfilled').map((r) => r.value.holdId);
+    const refused = results.filter((r) => r.status === 'rejected').map((r) => r.reason as unknown);
+    expect(ok).toHaveLength(5);
+    expect(refused).toHaveLength(3);
+    for (const err of refused) expect(isCoreError(err) && err.code === 'insufficient_balance').toBe(true);
+
+    // Settle two for part, release the rest, and end one of them twice: once only counts.
+    const endings = await Promise.all([
+      holds.settle(ok[0]!, parseCoins('0.25')),
+      holds.settle(ok[1]!, parseCoins('1')),
+      holds.release(ok[2]!),
+      holds.release(ok[3]!),
+      holds.release(ok[4]!),
+      holds.settle(ok[4]!, parseCoins('1')),
+    ]);
+    expect(statements.filter((s) => s.includes('mas_end_hold_many'))).toHaveLength(1);
+    expect(endings.map((e) => [e.status, e.captured])).toEqual([
+      ['settled', parseCoins('0.25')],
+      ['settled', parseCoins('1')],
+      ['released', 0n],
+      ['released', 0n],
+      ['released', 0n],
+      ['released', 0n],
+    ]);
+    const w = await walletInvariants(orm, a.id);
+    expect(w.balance.purchased).toBe(parseCoins('3.75'));
+    expect(w.balance.held).toBe(0n);
+    expect(w.ledgerTotal).toBe(w.balance.purchased + w.balance.subscription + w.balance.held);
+    expect(w.openHolds).toBe(0n);
+  });
+
+  it('reports a refused item without failing the others in its statement', async () => {
+    const holds = new HoldBatcher((sql, params) => orm.em.getDriver().execute(sql, params));
+    const a = await makeAccount(orm, { coins: '2' });
+    const { holdId } = await holds.reserve({ accountId: a.id, amount: parseCoins('1'), reference: 'r', expiresAt: soon() });
+    const [unknown, over, fine] = await Promise.allSettled([
+      holds.settle('hold_doesnotexist', 0n),
+      holds.settle(holdId, parseCoins('2')),
+      holds.reserve({ accountId: a.id, amount: parseCoins('1'), reference: 'r2', expiresAt: soon() }),
+    ]);
+    expect(unknown.status === 'rejected' && isCoreError(unknown.reason) && unknown.reason.code).toBe('not_found');
+    expect(over.status === 'rejected' && over.reason).toBeInstanceOf(RangeError);
+    expect(fine.status).toBe('fulfilled');
+    expect((await walletInvariants(orm, a.id)).balance.held).toBe(parseCoins('2'));
+  });
+
+  it('never deadlocks or overspends when batches over the same accounts run at once', async () => {
+    // Four batchers (as four API instances would be) hit the same six wallets in different
+    // orders; each wallet can pay for exactly 10 holds of 1 coin.
+    const batchers = Array.from({ length: 4 }, () => new HoldBatcher((sql, params) => orm.em.getDriver().execute(sql, params)));
+    const accounts = await Promise.all(Array.from({ length: 6 }, () => makeAccount(orm, { coins: '10' })));
+    const attempts = batchers.flatMap((b, n) =>
+      Array.from({ length: 30 }, (_, i) => {
+        const account = accounts[(n % 2 === 0 ? i : 29 - i) % accounts.length]!;
+        return b
+          .reserve({ accountId: account.id, amount: parseCoins('1'), reference: `r${n}-${i}`, expiresAt: soon() })
+          .then(({ holdId }) => b.settle(holdId, parseCoins('1')).then(() => 'paid' as const))
+          .catch((err: unknown) => {
+            if (isCoreError(err) && err.code === 'insufficient_balance') return 'refused' as const;
+            throw err;
+          });
+      }),
+    );
+    const outcomes = await Promise.all(attempts);
+    expect(outcomes.filter((o) => o === 'paid')).toHaveLength(60);
+    for (const account of accounts) {
+      const w = await walletInvariants(orm, account.id);
+      expect(w.balance).toMatchObject({ purchased: 0n, subscription: 0n, held: 0n });
+      expect(w.ledgerTotal).toBe(0n);
+      expect(w.openHolds).toBe(0n);
+    }
+  });
+
+  it('gives every item the error of a statement that failed', async () => {
+    const holds = new HoldBatcher(() => Promise.reject(new Error('connection lost')));
+    const results = await Promise.allSettled([holds.release('hold_a'), holds.release('hold_b')]);
+    expect(results.map((r) => r.status === 'rejected' && (r.reason as Error).message)).toEqual(['connection lost', 'connection lost']);
+  });
+});
+
+describe('batched key look-ups', () => {
+  it('finds the keys of one turn with one query, and finds no revoked or unknown key', async () => {
+    const { execute, statements } = countingExecute();
+    const keys = new KeyLookup(execute);
+    const a = await makeAccount(orm, { coins: '1' });
+    const k1 = await makeKey(orm, a.id);
+    const k2 = await makeKey(orm, a.id);
+    const revoked = await makeKey(orm, a.id);
+    await orm.em.fork().execute('update api_keys set revoked_at = now() where id = ?', [revoked.id]);
+    const found = await Promise.all([k1.key, k2.key, k1.key, revoked.key, 'mas_unknown'].map((s) => keys.find(hashKey(s))));
+    expect(statements).toHaveLength(1);
+    expect(found.map((r) => r?.key_id ?? null)).toEqual([k1.id, k2.id, k1.id, null, null]);
+    expect(found[0]).toMatchObject({ account_id: a.id, paid: expect.any(Boolean) });
+  });
+});
