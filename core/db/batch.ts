@@ -4,13 +4,36 @@ import DataLoader from 'dataloader';
 export type Execute = <T>(sql: string, params: unknown[]) => Promise<T[]>;
 
 /**
- * A DataLoader that sends together the calls made in one turn of the event loop: under load,
- * the requests whose bodies arrived in the same turn share one statement (one round trip, one
- * commit). Alone, a call waits for nothing but the end of the current turn. Nothing is cached:
- * every call reaches the database.
+ * A DataLoader that sends calls together: alone, a call waits only for the end of the current
+ * turn of the event loop; under load, while `maxInFlight` statements of this kind are running,
+ * new calls gather into the next one (group commit: one round trip and one commit for many
+ * requests). Nothing is cached: every call reaches the database.
  */
-export function statementBatcher<K, V>(run: (items: readonly K[]) => Promise<readonly (V | Error)[]>, maxBatchSize = 64): DataLoader<K, V> {
-  return new DataLoader<K, V>(run, { cache: false, maxBatchSize, batchScheduleFn: (dispatch) => setImmediate(dispatch) });
+export function statementBatcher<K, V>(
+  run: (items: readonly K[]) => Promise<readonly (V | Error)[]>,
+  opts: { maxBatchSize?: number; maxInFlight?: number } = {},
+): DataLoader<K, V> {
+  const maxInFlight = opts.maxInFlight ?? 1;
+  let inFlight = 0;
+  const waiting: (() => void)[] = [];
+  const schedule = (dispatch: () => void) => {
+    if (inFlight < maxInFlight) {
+      inFlight++;
+      setImmediate(dispatch);
+    } else {
+      waiting.push(dispatch);
+    }
+  };
+  const batch = async (items: readonly K[]) => {
+    try {
+      return await run(items);
+    } finally {
+      const next = waiting.shift();
+      if (next) setImmediate(next);
+      else inFlight--;
+    }
+  };
+  return new DataLoader<K, V>(batch, { cache: false, maxBatchSize: opts.maxBatchSize ?? 64, batchScheduleFn: schedule });
 }
 
 /** SQLSTATEs after which the whole statement can simply run again: nothing of it was committed. */
