@@ -94,7 +94,7 @@ async function main() {
         `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
     );
     const port = await freePort();
-    const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0' };
+    const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
     const ours = start(process.execPath, ['--import', 'tsx', 'main.ts'], env);
     procs.push(ours);
     await ours.waitFor(/listening on/);
