@@ -21,7 +21,7 @@ async function main() {
   try {
     const port = await freePort();
     const env = { DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0' };
-    const server = start(process.execPath, ['--import', 'tsx', 'main.ts'], env);
+    const server = start(process.execPath, [...(process.env.SERVER_NODE_FLAGS ?? '').split(' ').filter(Boolean), '--import', 'tsx', 'main.ts'], env);
     procs.push(server);
     await server.waitFor(/listening on/);
     const cli = async (...args: string[]) => {

@@ -1,4 +1,4 @@
-import { ActivityFailure, ApplicationFailure, CancellationScope, isCancellation, proxyActivities, sleep } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, CancellationScope, isCancellation, patched, proxyActivities, proxyLocalActivities, sleep } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
 // Short start-to-close timeouts: when a worker dies mid-activity, Temporal retries the activity
@@ -14,13 +14,26 @@ const ledger = proxyActivities<Activities>({
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 });
 
+/**
+ * The same steps as local activities: run by the worker that runs the workflow, recorded as
+ * markers in its next workflow task, with no activity task going through the server. Used for
+ * the short steps (database, provider submit and poll), which made most of a job's round trips
+ * to Temporal; the result transfer, which can move a large file, stays a regular activity.
+ */
+const localSteps = proxyLocalActivities<Activities>({ startToCloseTimeout: '30 seconds', retry });
+const localLedger = proxyLocalActivities<Activities>({
+  startToCloseTimeout: '15 seconds',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
+});
+
 /** Webhook delivery: retried with backoff (1 s doubling to 10 min, 10 attempts, about 17 minutes). */
 const notify = proxyActivities<Activities>({
   startToCloseTimeout: '30 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 minutes', maximumAttempts: 10 },
 });
 
-async function notifyEnd(jobId: string): Promise<void> {
+async function notifyEnd(jobId: string, hasWebhook: boolean): Promise<void> {
+  if (!hasWebhook) return;
   await CancellationScope.nonCancellable(() => notify.deliverGenerationWebhook(jobId)).catch(() => undefined);
 }
 
@@ -36,17 +49,23 @@ export interface GenerationWorkflowOptions {
  * worker that dies mid-job is replaced by another that carries on.
  */
 export async function generationWorkflow(jobId: string, options: GenerationWorkflowOptions = {}): Promise<string> {
-  const job = await ledger.beginGeneration(jobId);
+  // Runs started before local steps existed replay on regular activities, as they were recorded.
+  const local = patched('local-steps');
+  const stepsNow = local ? localSteps : steps;
+  const ledgerNow = local ? localLedger : ledger;
+  const job = await ledgerNow.beginGeneration(jobId);
   if (job.ended) return 'already-ended';
+  // Older runs did not know whether the job had a webhook: they always asked the activity.
+  const hasWebhook = local ? job.webhook === true : true;
   let submitted: { provider: string; handle: string } | undefined;
   try {
     if (job.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
     const deadline = Date.now() + job.deadlineSeconds * 1000;
-    submitted = await steps.submitGeneration(jobId);
+    submitted = await stepsNow.submitGeneration(jobId);
     const { provider, handle } = submitted;
     let wait = 250;
     for (;;) {
-      const state = await steps.pollGeneration(provider, handle);
+      const state = await stepsNow.pollGeneration(provider, handle);
       if (state.status === 'succeeded') break;
       if (state.status === 'failed') throw ApplicationFailure.nonRetryable(state.message, state.code ?? 'provider_failed');
       if (Date.now() + wait > deadline) {
@@ -56,25 +75,25 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
       wait = Math.min(wait * 2, 10_000);
     }
     const output = await transfer.storeGenerationResult(jobId, provider, handle);
-    const done = await ledger.completeGeneration(jobId, output);
+    const done = await ledgerNow.completeGeneration(jobId, output);
     if (done.status !== 'succeeded') {
-      await notifyEnd(jobId);
+      await notifyEnd(jobId, hasWebhook);
       return done.status;
     }
   } catch (err) {
     if (isCancellation(err)) {
       // Canceled through the API: the job is already canceled and refunded; stop the upstream too.
       const upstream = submitted;
-      if (upstream) await CancellationScope.nonCancellable(() => steps.cancelUpstreamGeneration(upstream.provider, upstream.handle)).catch(() => undefined);
-      await CancellationScope.nonCancellable(() => ledger.failGeneration(jobId, { message: 'The job was canceled.', code: 'canceled' }));
-      await notifyEnd(jobId);
+      if (upstream) await CancellationScope.nonCancellable(() => stepsNow.cancelUpstreamGeneration(upstream.provider, upstream.handle)).catch(() => undefined);
+      await CancellationScope.nonCancellable(() => ledgerNow.failGeneration(jobId, { message: 'The job was canceled.', code: 'canceled' }));
+      await notifyEnd(jobId, hasWebhook);
       return 'canceled';
     }
-    await CancellationScope.nonCancellable(() => ledger.failGeneration(jobId, jobError(err)));
-    await notifyEnd(jobId);
+    await CancellationScope.nonCancellable(() => ledgerNow.failGeneration(jobId, jobError(err)));
+    await notifyEnd(jobId, hasWebhook);
     return 'failed';
   }
-  await notifyEnd(jobId);
+  await notifyEnd(jobId, hasWebhook);
   // Keep the result for its retention period on a durable timer, then delete it.
   await sleep((options.retentionSeconds ?? 3600) * 1000);
   await steps.deleteGenerationResult(jobId);

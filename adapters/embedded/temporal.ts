@@ -48,7 +48,10 @@ export async function startEmbeddedTemporal(opts: { dataDir: string; logger: Log
     child = spawn(
       cli,
       ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--ui-port', String(uiPort),
-        '--db-filename', path.join(dir, 'temporal.db'), '--namespace', namespace, '--log-level', 'warn'],
+        '--db-filename', path.join(dir, 'temporal.db'), '--namespace', namespace, '--log-level', 'warn',
+        // Write-ahead log: same durability (each commit still synced), far fewer syncs than the
+        // rollback journal; measured 18 → 28 jobs/s on the generations benchmark.
+        '--sqlite-pragma', 'journal_mode=wal'],
       { stdio: ['ignore', log, log] },
     );
   } finally {

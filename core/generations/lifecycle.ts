@@ -56,8 +56,9 @@ export async function beginJob(deps: CoreDeps, em: EntityManager, id: string) {
   const job = await loadJob(em, id);
   if (job.status !== 'running') return { ended: true as const };
   const model = await deps.catalog.get(em, job.model_id).catch(() => undefined);
-  if (!model || model.type === 'text') return { ended: false as const, missingModel: true as const, deadlineSeconds: 0 };
-  return { ended: false as const, missingModel: false as const, deadlineSeconds: model.deadline_seconds };
+  const webhook = job.webhook_url !== null;
+  if (!model || model.type === 'text') return { ended: false as const, missingModel: true as const, deadlineSeconds: 0, webhook };
+  return { ended: false as const, missingModel: false as const, deadlineSeconds: model.deadline_seconds, webhook };
 }
 
 async function jobSpec(deps: CoreDeps, em: EntityManager, id: string): Promise<{ spec: MediaJobSpec; provider: string }> {

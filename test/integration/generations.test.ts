@@ -375,6 +375,28 @@ describe('generations', () => {
     expect(replayed).toBe(ids.length);
   });
 
+  it('replays histories recorded by the previous workflow version (regular activities only)', async () => {
+    // test/fixtures/histories: succeeded (with and without a webhook), failed and canceled runs
+    // recorded before the short steps became local activities. Runs like these may still be
+    // waiting on their retention timer when a new version is deployed.
+    const { readdir, readFile } = await import('node:fs/promises');
+    const { temporal } = await import('@temporalio/proto');
+    const dir = new URL('../fixtures/histories/', import.meta.url);
+    const files = (await readdir(dir)).filter((f) => f.endsWith('.binpb'));
+    expect(files.length).toBe(4);
+    const histories = await Promise.all(
+      files.map(async (f) => ({ workflowId: f, history: temporal.api.history.v1.History.decode(await readFile(new URL(f, dir))) })),
+    );
+    const { createRequire } = await import('node:module');
+    const require = createRequire(import.meta.url);
+    let replayed = 0;
+    for await (const result of Worker.runReplayHistories({ workflowsPath: require.resolve('../../workflows/index.ts') }, histories)) {
+      expect(result.error, result.workflowId).toBeUndefined();
+      replayed++;
+    }
+    expect(replayed).toBe(files.length);
+  });
+
   it('deletes the stored result after its retention, on a durable timer', async () => {
     const { key } = await customer();
     const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } });
