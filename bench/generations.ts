@@ -1,27 +1,48 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import pg from 'pg';
-import { freePort, machine, percentile, start, type Proc } from './support.ts';
+import { freePort, machine, median, percentile, start, type Proc } from './support.ts';
 
 /**
- * npm run bench:generations — N media jobs on the `local` provider with no artificial delay,
+ * npm run bench:generations — media jobs on the `local` provider with no artificial delay,
  * end to end through the API, the embedded Temporal dev server and the in-process worker.
- * Jobs run in lanes (5 per key, the per-key limit, over KEYS keys); each lane submits with
- * `Prefer: wait=60` and submits again when its job has ended. Submit-to-succeeded times come
- * from the database (`completed_at - created_at`), so they do not include the lanes' waits.
- *   JOBS (200), KEYS (10)
+ *
+ * Two phases per run, each on fresh jobs:
+ * - throughput: JOBS jobs in lanes (5 per key, the per-key limit, over KEYS keys, so 50 in
+ *   flight); each lane submits with `Prefer: wait=60` and submits again when its job ended.
+ *   Jobs per second from the first submit to the last completion.
+ * - latency: RATE_JOBS jobs submitted at a steady RATE per second (open loop, as independent
+ *   clients would), submit-to-succeeded p50 and p99 at that rate.
+ * Submit-to-succeeded times come from the database (`completed_at - created_at`), so they do
+ * not include the client's own waiting. RUNS runs (each a fresh server and data directory);
+ * the table shows each run and the medians.
+ *   RUNS (3), JOBS (400), KEYS (10), RATE (20), RATE_JOBS (300), SERVER_NODE_FLAGS (e.g. --cpu-prof)
  */
-const JOBS = Number(process.env.JOBS ?? 200);
+const RUNS = Number(process.env.RUNS ?? 3);
+const JOBS = Number(process.env.JOBS ?? 400);
 const KEYS = Number(process.env.KEYS ?? 10);
+const RATE = Number(process.env.RATE ?? 20);
+const RATE_JOBS = Number(process.env.RATE_JOBS ?? 300);
 
-async function main() {
+interface RunResult {
+  throughput: { jobs: number; succeeded: number; jobsPerSecond: number; p50: number; p99: number };
+  latency: { jobs: number; succeeded: number; jobsPerSecond: number; p50: number; p99: number; queuedP50: number; runningP50: number };
+  historyEvents: number;
+  historyTypes: string;
+  peakRssMiB: number;
+}
+
+async function run(): Promise<RunResult> {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-bench-gen-'));
   const procs: Proc[] = [];
   try {
     const port = await freePort();
     const env = { DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0' };
-    const server = start(process.execPath, [...(process.env.SERVER_NODE_FLAGS ?? '').split(' ').filter(Boolean), '--import', 'tsx', 'main.ts'], env);
+    const flags = (process.env.SERVER_NODE_FLAGS ?? '').split(' ').filter(Boolean);
+    const server = start(process.execPath, [...flags, '--import', 'tsx', 'main.ts'], env);
     procs.push(server);
     await server.waitFor(/listening on/);
     const cli = async (...args: string[]) => {
@@ -33,56 +54,157 @@ async function main() {
     const keys: string[] = [];
     for (let i = 0; i < KEYS; i++) keys.push((await cli('key', 'create', '--account', 'bench@example.com')).key as string);
 
-    let next = 0;
-    const ids: string[] = [];
-    const started = Date.now();
-    const lane = async (key: string) => {
-      while (next < JOBS) {
-        next++;
-        const res = await fetch(`http://127.0.0.1:${port}/api/v1/generations`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', prefer: 'wait=60' },
-          body: JSON.stringify({ model: 'mas/image-demo', prompt: `bench ${next}`, settings: { size: 128 } }),
-        });
-        const job = (await res.json()) as { id?: string; status?: string };
-        if (!job.id) throw new Error(`submit failed: ${res.status} ${JSON.stringify(job)}`);
-        ids.push(job.id);
-      }
-    };
-    await Promise.all(keys.flatMap((key) => Array.from({ length: 5 }, () => lane(key))));
-
     const state = JSON.parse(await fs.readFile(path.join(dataDir, 'postgres.json'), 'utf8')) as { password: string };
     const pgPort = Number((await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[3]);
     const db = new pg.Client({ host: '127.0.0.1', port: pgPort, user: 'postgres', password: state.password, database: 'mas' });
     await db.connect();
-    for (;;) {
-      const { rows } = await db.query(`select count(*)::int as n from generations where status in ('queued', 'running')`);
-      if (rows[0].n === 0) break;
-      await new Promise((r) => setTimeout(r, 100));
+
+    let n = 0;
+    const submit = async (key: string, wait: boolean): Promise<string> => {
+      n++;
+      const res = await fetch(`http://127.0.0.1:${port}/api/v1/generations`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...(wait ? { prefer: 'wait=60' } : {}) },
+        body: JSON.stringify({ model: 'mas/image-demo', prompt: `bench ${n}`, settings: { size: 128 } }),
+      });
+      const job = (await res.json()) as { id?: string };
+      if (!job.id) throw new Error(`submit failed: ${res.status} ${JSON.stringify(job)}`);
+      return job.id;
+    };
+    const settle = async () => {
+      for (;;) {
+        const { rows } = await db.query(`select count(*)::int as n from generations where status in ('queued', 'running')`);
+        if (rows[0].n === 0) return;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    const measure = async (ids: string[], began: number) => {
+      const { rows } = await db.query(
+        `select status, extract(epoch from completed_at - created_at) * 1000 as ms,
+                extract(epoch from started_at - created_at) * 1000 as queued_ms,
+                extract(epoch from completed_at - started_at) * 1000 as running_ms,
+                extract(epoch from completed_at) * 1000 as done_at
+         from generations where id = any($1)`,
+        [ids],
+      );
+      const ok = rows.filter((r) => r.status === 'succeeded');
+      const ms = ok.map((r) => Number(r.ms));
+      const seconds = (Math.max(...ok.map((r) => Number(r.done_at))) - began) / 1000;
+      return {
+        jobs: rows.length,
+        succeeded: ok.length,
+        jobsPerSecond: ok.length / seconds,
+        p50: percentile(ms, 50),
+        p99: percentile(ms, 99),
+        queuedP50: percentile(ok.map((r) => Number(r.queued_ms)), 50),
+        runningP50: percentile(ok.map((r) => Number(r.running_ms)), 50),
+      };
+    };
+
+    // Warm-up: the worker's first workflow tasks, JIT, connection pools.
+    await Promise.all(keys.slice(0, 4).map((k) => submit(k, true)));
+    await settle();
+
+    // Phase 1: throughput with 50 jobs in flight.
+    const laneIds: string[] = [];
+    let next = 0;
+    const began = Date.now();
+    const lane = async (key: string) => {
+      while (next < JOBS) {
+        next++;
+        laneIds.push(await submit(key, true));
+      }
+    };
+    await Promise.all(keys.flatMap((key) => Array.from({ length: 5 }, () => lane(key))));
+    await settle();
+    const throughput = await measure(laneIds, began);
+
+    // Phase 2: a steady arrival rate, submitted without waiting. The per-key limit of 5
+    // unfinished jobs is spread over the keys in turn.
+    const rateIds: string[] = [];
+    const rateBegan = Date.now();
+    const submits: Promise<void>[] = [];
+    for (let i = 0; i < RATE_JOBS; i++) {
+      const due = rateBegan + (i * 1000) / RATE;
+      const wait = due - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      submits.push(submit(keys[i % keys.length]!, false).then((id) => void rateIds.push(id)));
     }
-    const { rows } = await db.query(
-      `select status, extract(epoch from completed_at - created_at) * 1000 as ms, extract(epoch from completed_at) * 1000 as done_at from generations`,
-    );
+    await Promise.all(submits);
+    await settle();
+    const latency = await measure(rateIds, rateBegan);
+
+    // One job's workflow history, as far as it has gone (the retention timer is still running).
+    const address = JSON.parse(await fs.readFile(path.join(dataDir, 'temporal', 'server.json'), 'utf8')) as { port: number };
+    const connection = await Connection.connect({ address: `127.0.0.1:${address.port}` });
+    const history = await new Client({ connection }).workflow.getHandle(rateIds[0]!).fetchHistory();
+    await connection.close();
+    const events = history.events ?? [];
+    const types = new Map<string, number>();
+    for (const e of events) {
+      const name = String(temporal.api.enums.v1.EventType[e.eventType ?? 0]).replace(/^EVENT_TYPE_/, '');
+      types.set(name, (types.get(name) ?? 0) + 1);
+    }
     await db.end();
-    const ok = rows.filter((r) => r.status === 'succeeded');
-    const ms = ok.map((r) => Number(r.ms));
-    const last = Math.max(...ok.map((r) => Number(r.done_at)));
-    const seconds = (last - started) / 1000;
-    process.stdout.write(
-      [
-        `Machine: ${machine()}`,
-        `Date: ${new Date().toISOString()}; ${JOBS} jobs, ${KEYS} keys × 5 lanes, local provider, no delay, embedded PostgreSQL and Temporal dev server`,
-        '',
-        '| jobs | succeeded | jobs/s | submit→succeeded p50 ms | p99 ms | peak RSS of the server MiB |',
-        '|---|---|---|---|---|---|',
-        `| ${rows.length} | ${ok.length} | ${(ok.length / seconds).toFixed(1)} | ${percentile(ms, 50).toFixed(0)} | ${percentile(ms, 99).toFixed(0)} | ${server.peakRssMiB().toFixed(0)} |`,
-        '',
-      ].join('\n'),
-    );
+    return {
+      throughput,
+      latency,
+      historyEvents: events.length,
+      historyTypes: [...types].map(([k, v]) => `${k} ×${v}`).join(', '),
+      peakRssMiB: server.peakRssMiB(),
+    };
   } finally {
     for (const p of procs.reverse()) await p.stop();
     await fs.rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
   }
+}
+
+async function main() {
+  const results: RunResult[] = [];
+  for (let i = 0; i < RUNS; i++) {
+    process.stderr.write(`run ${i + 1}/${RUNS}\n`);
+    results.push(await run());
+  }
+  const f = (v: number, d = 0) => v.toFixed(d);
+  const row = (label: string, r: Pick<RunResult, 'throughput' | 'latency' | 'peakRssMiB'>) =>
+    `| ${label} | ${r.throughput.succeeded}/${r.throughput.jobs} | ${f(r.throughput.jobsPerSecond, 1)} | ${f(r.throughput.p50)} / ${f(r.throughput.p99)} | ` +
+    `${r.latency.succeeded}/${r.latency.jobs} | ${f(r.latency.jobsPerSecond, 1)} | ${f(r.latency.p50)} / ${f(r.latency.p99)} | ` +
+    `${f(r.latency.queuedP50)} / ${f(r.latency.runningP50)} | ${f(r.peakRssMiB)} |`;
+  const med = (pick: (r: RunResult) => number) => median(results.map(pick));
+  const medians = {
+    throughput: {
+      jobs: med((r) => r.throughput.jobs),
+      succeeded: med((r) => r.throughput.succeeded),
+      jobsPerSecond: med((r) => r.throughput.jobsPerSecond),
+      p50: med((r) => r.throughput.p50),
+      p99: med((r) => r.throughput.p99),
+    },
+    latency: {
+      jobs: med((r) => r.latency.jobs),
+      succeeded: med((r) => r.latency.succeeded),
+      jobsPerSecond: med((r) => r.latency.jobsPerSecond),
+      p50: med((r) => r.latency.p50),
+      p99: med((r) => r.latency.p99),
+      queuedP50: med((r) => r.latency.queuedP50),
+      runningP50: med((r) => r.latency.runningP50),
+    },
+    peakRssMiB: med((r) => r.peakRssMiB),
+  };
+  process.stdout.write(
+    [
+      `Machine: ${machine()}`,
+      `Date: ${new Date().toISOString()}; ${RUNS} runs; throughput phase ${JOBS} jobs, ${KEYS} keys × 5 lanes (50 in flight); ` +
+        `latency phase ${RATE_JOBS} jobs at ${RATE}/s; local provider, no delay, embedded PostgreSQL and Temporal dev server, worker in the server process`,
+      '',
+      '| run | 50 in flight: succeeded | jobs/s | submit→succeeded p50 / p99 ms | at the steady rate: succeeded | jobs/s | submit→succeeded p50 / p99 ms | queued / running p50 ms | peak RSS MiB |',
+      '|---|---|---|---|---|---|---|---|---|',
+      ...results.map((r, i) => row(String(i + 1), r)),
+      row('median', medians),
+      '',
+      `Workflow history of one job when it succeeded (the retention timer still running): ${results[0]!.historyEvents} events: ${results[0]!.historyTypes}`,
+      '',
+    ].join('\n'),
+  );
 }
 
 await main();
