@@ -130,17 +130,27 @@ async function main() {
     for (const t of targets) await ready(t);
 
     // Database round trips per request: transactions counted by PostgreSQL itself (each
-    // statement outside an explicit transaction is one), over a fixed number of requests.
+    // statement outside an explicit transaction is one), over a fixed number of requests one at
+    // a time, then under load. Backends publish their counts when idle (up to 10 s later), so
+    // each reading waits for that.
     const state = JSON.parse(await fs.readFile(path.join(dataDir, 'postgres.json'), 'utf8')) as { password: string };
     const pgPort = Number((await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[3]);
     const db = new pg.Client({ host: '127.0.0.1', port: pgPort, user: 'postgres', password: state.password, database: 'mas' });
     await db.connect();
-    const xacts = async () => Number((await db.query(`select xact_commit + xact_rollback as n from pg_stat_database where datname = 'mas'`)).rows[0].n);
+    const xacts = async () => {
+      await new Promise((r) => setTimeout(r, 11_000));
+      return Number((await db.query(`select xact_commit + xact_rollback as n from pg_stat_database where datname = 'mas'`)).rows[0].n);
+    };
     for (let i = 0; i < 100; i++) await once(targets[1]!);
     const before = await xacts();
     for (let i = 0; i < 500; i++) await once(targets[1]!);
-    const roundTrips = ((await xacts()) - before - 1) / 500;
+    const between = await xacts();
+    const loaded = await load(targets[1]!, 32);
+    const after = await xacts();
     await db.end();
+    // The reading itself is one transaction each time.
+    const roundTrips = (between - before - 1) / 500;
+    const loadedTrips = (after - between - 1) / (loaded.rps * DURATION);
 
     const rows: Record<string, { c1: Awaited<ReturnType<typeof sequential>>[]; rps1: number[]; c32: Awaited<ReturnType<typeof load>>[]; stream: Awaited<ReturnType<typeof sequential>>[] }> = {};
     for (const t of targets) rows[t.name] = { c1: [], rps1: [], c32: [], stream: [] };
@@ -173,7 +183,7 @@ async function main() {
         return `| ${t.name} | ${fmt(p50)} | ${fmt(p99)} | ${t.proc ? fmt(added50) : '–'} | ${t.proc ? fmt(added99) : '–'} | ${fmt(med(r.rps1), 0)} | ${fmt(med(r.c32.map((x) => x.rps)), 0)} | ${fmt(med(r.c32.map((x) => x.p50)))} | ${fmt(med(r.c32.map((x) => x.p99)))} | ${fmt(med(r.stream.map((x) => x.firstP50)))} / ${fmt(med(r.stream.map((x) => x.firstP99)))} | ${t.proc ? fmt(t.proc.peakRssMiB(), 0) : '–'} |`;
       }),
       '',
-      `Database round trips (PostgreSQL transactions) per request through this gateway: ${fmt(roundTrips, 2)}`,
+      `Database round trips (PostgreSQL transactions) per request through this gateway: ${fmt(roundTrips, 2)} one at a time, ${fmt(loadedTrips, 2)} at c=32 (statements of concurrent requests are batched)`,
       ...Object.entries(failures).map(([name, f]) => `Failed requests, ${name}: ${f.count} (first: ${f.sample || 'connection errors'})`),
       `This gateway / Portkey requests per second at c=32: ${fmt(med(rows['this gateway']!.c32.map((x) => x.rps)) / med(rows['Portkey gateway']!.c32.map((x) => x.rps)), 2)}×`,
     ];
