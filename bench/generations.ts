@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { temporal } from '@temporalio/proto';
+import proto from '@temporalio/proto';
 import pg from 'pg';
 import { freePort, machine, median, percentile, start, type Proc } from './support.ts';
 
@@ -29,7 +29,7 @@ const RATE_JOBS = Number(process.env.RATE_JOBS ?? 300);
 
 interface RunResult {
   throughput: { jobs: number; succeeded: number; jobsPerSecond: number; p50: number; p99: number };
-  latency: { jobs: number; succeeded: number; jobsPerSecond: number; p50: number; p99: number; queuedP50: number; runningP50: number };
+  latency: { jobs: number; succeeded: number; jobsPerSecond: number; p50: number; p99: number; queuedP50: number; runningP50: number; refused: number };
   historyEvents: number;
   historyTypes: string;
   peakRssMiB: number;
@@ -53,6 +53,12 @@ async function run(): Promise<RunResult> {
     await cli('wallet', 'topup', '--account', 'bench@example.com', '--coins', '100000000');
     const keys: string[] = [];
     for (let i = 0; i < KEYS; i++) keys.push((await cli('key', 'create', '--account', 'bench@example.com')).key as string);
+    // The steady-rate phase spreads its jobs over 20 keys of two accounts (an account has at
+    // most 10 keys), so the per-key limit of 5 unfinished jobs leaves room for 100 in flight.
+    await cli('account', 'create', '--email', 'bench2@example.com');
+    await cli('wallet', 'topup', '--account', 'bench2@example.com', '--coins', '100000000');
+    const rateKeys = [...keys];
+    for (let i = 0; i < 10; i++) rateKeys.push((await cli('key', 'create', '--account', 'bench2@example.com')).key as string);
 
     const state = JSON.parse(await fs.readFile(path.join(dataDir, 'postgres.json'), 'utf8')) as { password: string };
     const pgPort = Number((await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[3]);
@@ -60,7 +66,8 @@ async function run(): Promise<RunResult> {
     await db.connect();
 
     let n = 0;
-    const submit = async (key: string, wait: boolean): Promise<string> => {
+    let refused = 0;
+    const submit = async (key: string, wait: boolean): Promise<string | undefined> => {
       n++;
       const res = await fetch(`http://127.0.0.1:${port}/api/v1/generations`, {
         method: 'POST',
@@ -68,6 +75,10 @@ async function run(): Promise<RunResult> {
         body: JSON.stringify({ model: 'mas/image-demo', prompt: `bench ${n}`, settings: { size: 128 } }),
       });
       const job = (await res.json()) as { id?: string };
+      if (res.status === 429 && !wait) {
+        refused++;
+        return undefined;
+      }
       if (!job.id) throw new Error(`submit failed: ${res.status} ${JSON.stringify(job)}`);
       return job.id;
     };
@@ -112,7 +123,7 @@ async function run(): Promise<RunResult> {
     const lane = async (key: string) => {
       while (next < JOBS) {
         next++;
-        laneIds.push(await submit(key, true));
+        laneIds.push((await submit(key, true))!);
       }
     };
     await Promise.all(keys.flatMap((key) => Array.from({ length: 5 }, () => lane(key))));
@@ -128,11 +139,11 @@ async function run(): Promise<RunResult> {
       const due = rateBegan + (i * 1000) / RATE;
       const wait = due - Date.now();
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      submits.push(submit(keys[i % keys.length]!, false).then((id) => void rateIds.push(id)));
+      submits.push(submit(rateKeys[i % rateKeys.length]!, false).then((id) => void (id && rateIds.push(id))));
     }
     await Promise.all(submits);
     await settle();
-    const latency = await measure(rateIds, rateBegan);
+    const latency = { ...(await measure(rateIds, rateBegan)), refused };
 
     // One job's workflow history, as far as it has gone (the retention timer is still running).
     const address = JSON.parse(await fs.readFile(path.join(dataDir, 'temporal', 'server.json'), 'utf8')) as { port: number };
@@ -142,7 +153,7 @@ async function run(): Promise<RunResult> {
     const events = history.events ?? [];
     const types = new Map<string, number>();
     for (const e of events) {
-      const name = String(temporal.api.enums.v1.EventType[e.eventType ?? 0]).replace(/^EVENT_TYPE_/, '');
+      const name = String(proto.temporal.api.enums.v1.EventType[e.eventType ?? 0]).replace(/^EVENT_TYPE_/, '');
       types.set(name, (types.get(name) ?? 0) + 1);
     }
     await db.end();
@@ -168,7 +179,7 @@ async function main() {
   const f = (v: number, d = 0) => v.toFixed(d);
   const row = (label: string, r: Pick<RunResult, 'throughput' | 'latency' | 'peakRssMiB'>) =>
     `| ${label} | ${r.throughput.succeeded}/${r.throughput.jobs} | ${f(r.throughput.jobsPerSecond, 1)} | ${f(r.throughput.p50)} / ${f(r.throughput.p99)} | ` +
-    `${r.latency.succeeded}/${r.latency.jobs} | ${f(r.latency.jobsPerSecond, 1)} | ${f(r.latency.p50)} / ${f(r.latency.p99)} | ` +
+    `${r.latency.succeeded}/${RATE_JOBS}${r.latency.refused ? ` (${r.latency.refused} refused: per-key limit)` : ''} | ${f(r.latency.jobsPerSecond, 1)} | ${f(r.latency.p50)} / ${f(r.latency.p99)} | ` +
     `${f(r.latency.queuedP50)} / ${f(r.latency.runningP50)} | ${f(r.peakRssMiB)} |`;
   const med = (pick: (r: RunResult) => number) => median(results.map(pick));
   const medians = {
@@ -187,6 +198,7 @@ async function main() {
       p99: med((r) => r.latency.p99),
       queuedP50: med((r) => r.latency.queuedP50),
       runningP50: med((r) => r.latency.runningP50),
+      refused: med((r) => r.latency.refused),
     },
     peakRssMiB: med((r) => r.peakRssMiB),
   };
