@@ -10,6 +10,11 @@ export interface Principal {
   paid: boolean;
 }
 
+/** Active keys by secret hash, for a batch of hashes given as a text[] literal. */
+export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid
+  from api_keys k join accounts a on a.id = k.account_id
+  where k.key_hash = any(?::text[]) and k.revoked_at is null`;
+
 type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
 
 /**
@@ -22,12 +27,11 @@ export class KeyLookup {
 
   constructor(execute: Execute) {
     this.loader = statementBatcher(async (hashes) => {
-      const rows = await execute<KeyRow>(
-        `select k.key_hash, k.id as key_id, k.account_id, a.paid
-         from api_keys k join accounts a on a.id = k.account_id
-         where k.key_hash in (select jsonb_array_elements_text(?::jsonb)) and k.revoked_at is null`,
-        [JSON.stringify([...new Set(hashes)])],
-      );
+      // `= any(array)`: one unique-index probe per hash, whatever the size of the table.
+      // The hashes are hex, so the array literal needs no quoting.
+      const unique = [...new Set(hashes)];
+      if (!unique.every((h) => /^[0-9a-f]{64}$/.test(h))) throw new Error('key hashes must be SHA-256 hex');
+      const rows = await execute<KeyRow>(KEY_LOOKUP_SQL, [`{${unique.join(',')}}`]);
       const byHash = new Map(rows.map((r) => [r.key_hash, r]));
       return hashes.map((h) => byHash.get(h) ?? null);
     });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Execute } from '../../core/db/batch.ts';
-import { KeyLookup } from '../../core/keys/authenticate.ts';
+import { KEY_LOOKUP_SQL, KeyLookup } from '../../core/keys/authenticate.ts';
 import { hashKey } from '../../core/keys/key-secret.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { HoldBatcher } from '../../core/money/hold-batcher.ts';
@@ -128,5 +128,16 @@ describe('batched key look-ups', () => {
     expect(statements).toHaveLength(1);
     expect(found.map((r) => r?.key_id ?? null)).toEqual([k1.id, k2.id, k1.id, null, null]);
     expect(found[0]).toMatchObject({ account_id: a.id, paid: expect.any(Boolean) });
+  });
+
+  it('probes the unique index on key_hash, not every active key', async () => {
+    // On a small test table the planner may scan anyway; with scans discouraged the plan
+    // shows which index the statement can use (a lookup through `in (select …)` could not).
+    const em = orm.em.fork();
+    await em.transactional(async (tx) => {
+      await tx.execute('set local enable_seqscan = off');
+      const plan = await tx.execute<{ 'QUERY PLAN': string }[]>(`explain ${KEY_LOOKUP_SQL}`, [`{${hashKey('mas_x')}}`]);
+      expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/api_keys_key_hash_key/);
+    });
   });
 });
