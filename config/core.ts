@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
+import { statementPool } from '../adapters/db/statement-pool.ts';
 import { createRateLimiter } from '../adapters/limits/rate-limiter.ts';
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
@@ -24,8 +25,10 @@ export async function buildCoreDeps(
 ): Promise<CoreDeps & { close(): Promise<void> }> {
   const rateLimiter = createRateLimiter({ perMinute: env.RATE_LIMIT_PER_MINUTE, redisUrl: env.REDIS_URL });
   const urlGuard = createUrlGuard({ allowlist: env.INPUT_URL_ALLOWLIST });
+  const statements = statementPool(orm);
   const deps = createCoreDeps({
     orm,
+    execute: statements.execute,
     logger,
     providers: createProviderRegistry(catalog.parsed.providers),
     media: createMediaProviderRegistry(catalog.parsed.providers, { download: (url) => urlGuard.fetch(url) }),
@@ -51,7 +54,7 @@ export async function buildCoreDeps(
       apiPricePercent: BigInt(env.API_PRICE_PERCENT),
     },
   });
-  return { ...deps, close: () => rateLimiter.close() };
+  return { ...deps, close: async () => void (await Promise.all([rateLimiter.close(), statements.close()])) };
 }
 
 /**

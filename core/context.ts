@@ -53,13 +53,14 @@ const noJobRunner: GenerationStarter = {
 
 export function createCoreDeps(
   args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations'> & {
+    /** Runs the hot path's batched statements (adapters/db/statement-pool.ts). */
+    execute: Execute;
     generations?: GenerationStarter;
     clock?: () => Date;
     catalogTtlMs?: number;
   },
 ): CoreDeps {
-  // Through the driver, so that errors arrive as MikroORM's exceptions (database unreachable → 503).
-  const execute: Execute = (sql, params) => args.orm.em.getDriver().execute(sql, params);
+  const { execute } = args;
   return {
     orm: args.orm,
     config: args.config,

@@ -1,6 +1,9 @@
 import DataLoader from 'dataloader';
 
-/** Runs one SQL statement outside any request's transaction (its own implicit transaction). */
+/**
+ * Runs one SQL statement (placeholders `$1`, `$2`, …) outside any request's transaction: its
+ * own implicit transaction.
+ */
 export type Execute = <T>(sql: string, params: unknown[]) => Promise<T[]>;
 
 /**

@@ -13,7 +13,7 @@ export interface Principal {
 /** Active keys by secret hash, for a batch of hashes given as a text[] literal. */
 export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid
   from api_keys k join accounts a on a.id = k.account_id
-  where k.key_hash = any(?::text[]) and k.revoked_at is null`;
+  where k.key_hash = any($1::text[]) and k.revoked_at is null`;
 
 type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
 
@@ -76,7 +76,7 @@ export class LastUsedRecorder {
     if (this.written.size > 100_000) this.written.clear();
     this.execute(
       `update api_keys set last_used_at = now()
-       where id = ? and (last_used_at is null or last_used_at < now() - make_interval(secs => ?))`,
+       where id = $1 and (last_used_at is null or last_used_at < now() - make_interval(secs => $2))`,
       [keyId, Math.floor(this.intervalMs / 1000)],
     ).catch((err: unknown) => this.logger.warn({ err, keyId }, 'could not record key last use'));
   }

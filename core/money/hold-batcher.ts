@@ -29,14 +29,14 @@ export class HoldBatcher {
         metadata: x.metadata ?? {},
       }));
       const rows = await withRetry(() =>
-        execute<ReserveRow>('select i, status, available::text from mas_reserve_many(?::jsonb)', [JSON.stringify(payload)]),
+        execute<ReserveRow>('select i, status, available::text from mas_reserve_many($1::jsonb)', [JSON.stringify(payload)]),
       );
       return inOrder(rows, items.length);
     });
     this.endings = statementBatcher(async (items) => {
       const payload = items.map((x, i) => ({ i, hold_id: x.holdId, actual: x.actual.toString(), outcome: x.outcome }));
       const rows = await withRetry(() =>
-        execute<EndRow>('select i, status, captured::text, amount::text from mas_end_hold_many(?::jsonb)', [JSON.stringify(payload)]),
+        execute<EndRow>('select i, status, captured::text, amount::text from mas_end_hold_many($1::jsonb)', [JSON.stringify(payload)]),
       );
       return inOrder(rows, items.length);
     });

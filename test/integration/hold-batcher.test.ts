@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
+import { statementPool } from '../../adapters/db/statement-pool.ts';
 import type { Execute } from '../../core/db/batch.ts';
 import { KEY_LOOKUP_SQL, KeyLookup } from '../../core/keys/authenticate.ts';
 import { hashKey } from '../../core/keys/key-secret.ts';
@@ -9,8 +10,10 @@ import { isCoreError } from '../../core/errors.ts';
 import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
 
 let orm: MikroORM;
+let sql: Execute;
 beforeAll(async () => {
   orm = await openTestOrm(12);
+  sql = statementPool(orm, 8).execute;
 });
 afterAll(() => orm.close());
 const soon = () => new Date(Date.now() + 60_000);
@@ -18,9 +21,9 @@ const soon = () => new Date(Date.now() + 60_000);
 /** The executor core uses, counting the statements it sends. */
 function countingExecute(): { execute: Execute; statements: string[] } {
   const statements: string[] = [];
-  const execute: Execute = (sql, params) => {
-    statements.push(sql);
-    return orm.em.getDriver().execute(sql, params);
+  const execute: Execute = (text, params) => {
+    statements.push(text);
+    return sql(text, params);
   };
   return { execute, statements };
 }
@@ -67,7 +70,7 @@ describe('batched holds (the chat path)', () => {
   });
 
   it('reports a refused item without failing the others in its statement', async () => {
-    const holds = new HoldBatcher((sql, params) => orm.em.getDriver().execute(sql, params));
+    const holds = new HoldBatcher(sql);
     const a = await makeAccount(orm, { coins: '2' });
     const { holdId } = await holds.reserve({ accountId: a.id, amount: parseCoins('1'), reference: 'r', expiresAt: soon() });
     const [unknown, over, fine] = await Promise.allSettled([
@@ -84,7 +87,7 @@ describe('batched holds (the chat path)', () => {
   it('never deadlocks or overspends when batches over the same accounts run at once', async () => {
     // Four batchers (as four API instances would be) hit the same six wallets in different
     // orders; each wallet can pay for exactly 10 holds of 1 coin.
-    const batchers = Array.from({ length: 4 }, () => new HoldBatcher((sql, params) => orm.em.getDriver().execute(sql, params)));
+    const batchers = Array.from({ length: 4 }, () => new HoldBatcher(sql));
     const accounts = await Promise.all(Array.from({ length: 6 }, () => makeAccount(orm, { coins: '10' })));
     const attempts = batchers.flatMap((b, n) =>
       Array.from({ length: 30 }, (_, i) => {
@@ -136,7 +139,7 @@ describe('batched key look-ups', () => {
     const em = orm.em.fork();
     await em.transactional(async (tx) => {
       await tx.execute('set local enable_seqscan = off');
-      const plan = await tx.execute<{ 'QUERY PLAN': string }[]>(`explain ${KEY_LOOKUP_SQL}`, [`{${hashKey('mas_x')}}`]);
+      const plan = await tx.execute<{ 'QUERY PLAN': string }[]>(`explain ${KEY_LOOKUP_SQL.replace('$1', '?')}`, [`{${hashKey('mas_x')}}`]);
       expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toMatch(/api_keys_key_hash_key/);
     });
   });

@@ -94,6 +94,14 @@ describe('a database that cannot be reached', () => {
       const res = await getJson(`${downApi.url}/api/v1/balance`, { headers: bearer(key) });
       expect(res.status).toBe(503);
       expectErrorShape(res.body, 'server_error', 'database_unreachable');
+      // The chat path runs its statements on its own pool: the same answer.
+      const chat = await getJson(`${downApi.url}/api/v1/chat/completions`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mas/echo', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      expect(chat.status).toBe(503);
+      expectErrorShape(chat.body, 'server_error', 'database_unreachable');
       const ready = await getJson(`${downApi.url}/readyz`);
       expect(ready.status).toBe(503);
       expectErrorShape(ready.body, 'server_error', 'database_unreachable');

@@ -15,6 +15,7 @@ import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import { createUrlSigner } from '../../core/generations/signed-url.ts';
 import type { ProviderRegistry } from '../../core/chat/provider.ts';
 import { createCoreDeps, type CoreDeps } from '../../core/context.ts';
+import { statementPool } from '../../adapters/db/statement-pool.ts';
 import { openOrm, migrate } from '../../core/db/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit, getBalance } from '../../core/money/wallet.ts';
@@ -44,6 +45,7 @@ export function testDeps(
   const urlGuard = createUrlGuard({ allowlist: ['127.0.0.1'] });
   return createCoreDeps({
     orm,
+    execute: statementPool(orm).execute,
     logger: silentLogger,
     providers: opts.providers ?? { get: () => undefined },
     media: createMediaProviderRegistry({ local: { kind: 'local' }, ...opts.mediaProviders }, { download: (url) => urlGuard.fetch(url), env: { FAKE_REPLICATE_KEY: 'replicate-secret' } }),

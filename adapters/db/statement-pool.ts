@@ -1,0 +1,45 @@
+import { createHash } from 'node:crypto';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import pg from 'pg';
+import type { Execute } from '../../core/db/batch.ts';
+
+export interface StatementPool {
+  execute: Execute;
+  close(): Promise<void>;
+}
+
+/**
+ * A few connections of their own for the hot path's batched statements (key look-ups,
+ * reserves, settles), each run as a named prepared statement: parsed and planned once per
+ * connection instead of on every call, and without the ORM's query layer. At most one
+ * statement of each kind is in flight per process (see statementBatcher), so a handful of
+ * connections is enough. Errors come out as MikroORM's exceptions, like every other query's.
+ */
+export function statementPool(orm: MikroORM, max = 4): StatementPool {
+  const pool = new pg.Pool({
+    connectionString: orm.config.get('clientUrl'),
+    max,
+    idleTimeoutMillis: 30_000,
+    allowExitOnIdle: true,
+    application_name: 'mas-statements',
+  });
+  // An idle connection that breaks is dropped by the pool; the next statement opens another.
+  pool.on('error', () => undefined);
+  const converter = orm.em.getPlatform().getExceptionConverter();
+  const names = new Map<string, string>();
+  return {
+    async execute<T>(sql: string, params: unknown[]): Promise<T[]> {
+      let name = names.get(sql);
+      if (!name) {
+        name = `mas_${createHash('sha256').update(sql).digest('hex').slice(0, 20)}`;
+        names.set(sql, name);
+      }
+      try {
+        return (await pool.query({ name, text: sql, values: params })).rows as T[];
+      } catch (err) {
+        throw converter.convertException(err as Error);
+      }
+    },
+    close: () => pool.end(),
+  };
+}
