@@ -126,7 +126,11 @@ async function run(): Promise<RunResult> {
         laneIds.push((await submit(key, true))!);
       }
     };
-    await Promise.all(keys.flatMap((key) => Array.from({ length: 5 }, () => lane(key))));
+    // allSettled: a lane that fails must not leave the others' rejections unhandled (which
+    // would end this process before it stops the server it started).
+    const lanes = await Promise.allSettled(keys.flatMap((key) => Array.from({ length: 5 }, () => lane(key))));
+    const failed = lanes.find((l) => l.status === 'rejected');
+    if (failed) throw failed.reason;
     await settle();
     const throughput = await measure(laneIds, began);
 
@@ -141,7 +145,9 @@ async function run(): Promise<RunResult> {
       if (wait > 0) await new Promise((r) => setTimeout(r, wait));
       submits.push(submit(rateKeys[i % rateKeys.length]!, false).then((id) => void (id && rateIds.push(id))));
     }
-    await Promise.all(submits);
+    const submitted = await Promise.allSettled(submits);
+    const refusedOtherwise = submitted.find((r) => r.status === 'rejected');
+    if (refusedOtherwise) throw refusedOtherwise.reason;
     await settle();
     const latency = { ...(await measure(rateIds, rateBegan)), refused };
 
