@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { freePort, machine, median, percentile, start, type Proc } from './support.ts';
+import { freePort, machine, median, percentile, start, stealMeter, type Proc } from './support.ts';
 
 /**
  * npm run bench:chat — our gateway against a mock upstream that answers at once, beside the
@@ -155,6 +155,7 @@ async function main() {
     const rows: Record<string, { c1: Awaited<ReturnType<typeof sequential>>[]; rps1: number[]; c32: Awaited<ReturnType<typeof load>>[]; stream: Awaited<ReturnType<typeof sequential>>[] }> = {};
     for (const t of targets) rows[t.name] = { c1: [], rps1: [], c32: [], stream: [] };
     const streamBody = JSON.stringify({ ...JSON.parse(body), stream: true });
+    const steal = stealMeter();
     for (let run = 1; run <= RUNS; run++) {
       for (const t of targets) {
         process.stderr.write(`run ${run}/${RUNS}: ${t.name}\n`);
@@ -185,6 +186,7 @@ async function main() {
       '',
       `Database round trips (PostgreSQL transactions) per request through this gateway: ${fmt(roundTrips, 2)} one at a time, ${fmt(loadedTrips, 2)} at c=32 (statements of concurrent requests are batched)`,
       ...Object.entries(failures).map(([name, f]) => `Failed requests, ${name}: ${f.count} (first: ${f.sample || 'connection errors'})`),
+      `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
       `This gateway / Portkey requests per second at c=32: ${fmt(med(rows['this gateway']!.c32.map((x) => x.rps)) / med(rows['Portkey gateway']!.c32.map((x) => x.rps)), 2)}×`,
     ];
     process.stdout.write(`${lines.join('\n')}\n`);

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import proto from '@temporalio/proto';
 import pg from 'pg';
-import { freePort, machine, median, percentile, start, type Proc } from './support.ts';
+import { freePort, machine, median, percentile, start, stealMeter, type Proc } from './support.ts';
 
 /**
  * npm run bench:generations — media jobs on the `local` provider with no artificial delay,
@@ -178,6 +178,7 @@ async function run(): Promise<RunResult> {
 
 async function main() {
   const results: RunResult[] = [];
+  const steal = stealMeter();
   for (let i = 0; i < RUNS; i++) {
     process.stderr.write(`run ${i + 1}/${RUNS}\n`);
     results.push(await run());
@@ -218,6 +219,8 @@ async function main() {
       '|---|---|---|---|---|---|---|---|---|',
       ...results.map((r, i) => row(String(i + 1), r)),
       row('median', medians),
+      '',
+      `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
       '',
       `Workflow history of one job when it succeeded (the retention timer still running): ${results[0]!.historyEvents} events: ${results[0]!.historyTypes}`,
       '',

@@ -70,3 +70,24 @@ export function machine(): string {
   const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
   return `${os.cpus().length} × ${cpu}, ${(os.totalmem() / 2 ** 30).toFixed(0)} GiB, ${os.type()} ${os.release()}, Node ${process.version}`;
 }
+
+/**
+ * The share of the machine's CPU time the hypervisor gave to others (steal) between two
+ * calls, from /proc/stat: on a shared virtual machine this says how much a run was disturbed.
+ */
+export function stealMeter(): () => string {
+  const read = () => {
+    try {
+      const fields = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+      return { steal: fields[7] ?? 0, total: fields.reduce((a, b) => a + b, 0) };
+    } catch {
+      return undefined;
+    }
+  };
+  const start = read();
+  return () => {
+    const end = read();
+    if (!start || !end || end.total === start.total) return 'unknown';
+    return `${((100 * (end.steal - start.steal)) / (end.total - start.total)).toFixed(1)}%`;
+  };
+}
