@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { Server } from 'node:http';
 import { Client, Connection } from '@temporalio/client';
-import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createRestApp } from '../../adapters/rest/app.ts';
@@ -10,7 +9,7 @@ import type { CoreDeps } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { makeAccount, makeKey, silentLogger } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
-import { startJobHarness, type JobHarness } from '../support/jobs.ts';
+import { expectReplays, startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
 
 /**
@@ -364,15 +363,7 @@ describe('generations', () => {
     const ids: string[] = [];
     for await (const wf of client.workflow.list({ query: `TaskQueue = '${h.taskQueue}'` })) ids.push(wf.workflowId);
     expect(ids.length).toBeGreaterThan(5);
-    const histories = await Promise.all(ids.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() })));
-    const { createRequire } = await import('node:module');
-    const require = createRequire(import.meta.url);
-    let replayed = 0;
-    for await (const result of Worker.runReplayHistories({ workflowsPath: require.resolve('../../workflows/index.ts') }, histories)) {
-      expect(result.error, result.workflowId).toBeUndefined();
-      replayed++;
-    }
-    expect(replayed).toBe(ids.length);
+    await expectReplays(await Promise.all(ids.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() }))));
   });
 
   it('replays histories recorded by the previous workflow version (regular activities only)', async () => {
@@ -384,17 +375,9 @@ describe('generations', () => {
     const dir = new URL('../fixtures/histories/', import.meta.url);
     const files = (await readdir(dir)).filter((f) => f.endsWith('.binpb'));
     expect(files.length).toBe(4);
-    const histories = await Promise.all(
-      files.map(async (f) => ({ workflowId: f, history: temporal.api.history.v1.History.decode(await readFile(new URL(f, dir))) })),
+    await expectReplays(
+      await Promise.all(files.map(async (f) => ({ workflowId: f, history: temporal.api.history.v1.History.decode(await readFile(new URL(f, dir))) }))),
     );
-    const { createRequire } = await import('node:module');
-    const require = createRequire(import.meta.url);
-    let replayed = 0;
-    for await (const result of Worker.runReplayHistories({ workflowsPath: require.resolve('../../workflows/index.ts') }, histories)) {
-      expect(result.error, result.workflowId).toBeUndefined();
-      replayed++;
-    }
-    expect(replayed).toBe(files.length);
   });
 
   it('deletes the stored result after its retention, on a durable timer', async () => {

@@ -1,6 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
-import { Worker } from '@temporalio/worker';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { inject } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
@@ -9,6 +8,7 @@ import { parseCoins } from '../../core/money/coins.ts';
 import { reserve } from '../../core/money/holds.ts';
 import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
 import { makeAccount, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { expectReplays } from '../support/jobs.ts';
 import { expectSettledWallet } from '../support/ledger.ts';
 
 /** The expired-hold sweep as a Temporal Schedule, on a real Temporal dev server and a real worker. */
@@ -49,11 +49,6 @@ describe('hold sweep schedule', () => {
     const description = await client.schedule.getHandle(scheduleId).describe();
     const runs = description.info.recentActions.map((a) => a.action.workflow.workflowId);
     expect(runs.length).toBeGreaterThan(0);
-    const histories = await Promise.all(runs.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() })));
-    const { createRequire } = await import('node:module');
-    const require = createRequire(import.meta.url);
-    for await (const result of Worker.runReplayHistories({ workflowsPath: require.resolve('../../workflows/index.ts') }, histories)) {
-      expect(result.error).toBeUndefined();
-    }
+    await expectReplays(await Promise.all(runs.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() }))));
   });
 });

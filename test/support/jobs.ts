@@ -3,8 +3,10 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import type { Server } from 'node:http';
-import { Client, Connection } from '@temporalio/client';
-import { inject } from 'vitest';
+import { Client, Connection, type HistoryAndWorkflowId } from '@temporalio/client';
+import { createRequire } from 'node:module';
+import { Worker } from '@temporalio/worker';
+import { expect, inject } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createRestApp } from '../../adapters/rest/app.ts';
 import { createProviderRegistry } from '../../adapters/providers/registry.ts';
@@ -71,4 +73,15 @@ export async function startJobHarness(opts: { retentionSeconds?: number; mediaPr
       await fs.rm(storageDir, { recursive: true, force: true });
     },
   };
+}
+
+/** Replays workflow histories against today's workflow code: every one must replay without a determinism error. */
+export async function expectReplays(histories: HistoryAndWorkflowId[]): Promise<void> {
+  const require = createRequire(import.meta.url);
+  let replayed = 0;
+  for await (const result of Worker.runReplayHistories({ workflowsPath: require.resolve('../../workflows/index.ts') }, histories)) {
+    expect(result.error, result.workflowId).toBeUndefined();
+    replayed++;
+  }
+  expect(replayed).toBe(histories.length);
 }
