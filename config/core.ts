@@ -25,7 +25,7 @@ export async function buildCoreDeps(
 ): Promise<CoreDeps & { close(): Promise<void> }> {
   const rateLimiter = createRateLimiter({ perMinute: env.RATE_LIMIT_PER_MINUTE, redisUrl: env.REDIS_URL });
   const urlGuard = createUrlGuard({ allowlist: env.INPUT_URL_ALLOWLIST });
-  const statements = statementPool(orm);
+  const statements = statementPool(orm, { logger });
   const deps = createCoreDeps({
     orm,
     execute: statements.execute,

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { MikroORM } from '@mikro-orm/postgresql';
+import type { Logger } from 'pino';
 import pg from 'pg';
 import type { Execute } from '../../core/db/batch.ts';
 
@@ -15,16 +16,16 @@ export interface StatementPool {
  * statement of each kind is in flight per process (see statementBatcher), so a handful of
  * connections is enough. Errors come out as MikroORM's exceptions, like every other query's.
  */
-export function statementPool(orm: MikroORM, max = 4): StatementPool {
+export function statementPool(orm: MikroORM, opts: { max?: number; logger?: Logger } = {}): StatementPool {
   const pool = new pg.Pool({
     connectionString: orm.config.get('clientUrl'),
-    max,
+    max: opts.max ?? 4,
     idleTimeoutMillis: 30_000,
     allowExitOnIdle: true,
     application_name: 'mas-statements',
   });
   // An idle connection that breaks is dropped by the pool; the next statement opens another.
-  pool.on('error', () => undefined);
+  pool.on('error', (err) => opts.logger?.warn({ err }, 'a pooled database connection failed while idle'));
   const converter = orm.em.getPlatform().getExceptionConverter();
   const names = new Map<string, string>();
   return {

@@ -13,7 +13,7 @@ let orm: MikroORM;
 let sql: Execute;
 beforeAll(async () => {
   orm = await openTestOrm(12);
-  sql = statementPool(orm, 8).execute;
+  sql = statementPool(orm, { max: 8 }).execute;
 });
 afterAll(() => orm.close());
 const soon = () => new Date(Date.now() + 60_000);
