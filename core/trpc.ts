@@ -44,6 +44,9 @@ export function toCoreError(err: unknown): CoreError | undefined {
   if (isDatabaseUnreachable(cause)) {
     return new CoreError('unavailable', 'The service cannot reach its database. Retry shortly.', { reason: 'database_unreachable' });
   }
+  if (cause instanceof DriverException && String(cause.code) === STATEMENT_TIMEOUT) {
+    return new CoreError('unavailable', 'The database is too busy to answer in time. Retry shortly.', { reason: 'database_timeout' });
+  }
   if (cause instanceof ZodError) {
     const issue = mostSpecific(cause.issues[0]);
     // A call that wraps the request body as `body` (beside transport fields) names body fields plainly.
@@ -63,6 +66,9 @@ export function toCoreError(err: unknown): CoreError | undefined {
   }
   return undefined;
 }
+
+/** query_canceled: this service cancels no query itself, so it is a statement_timeout. */
+const STATEMENT_TIMEOUT = '57014';
 
 /** Socket errors and the SQLSTATEs of a database that is down, starting, stopping or full. */
 const UNREACHABLE_CODES = new Set([

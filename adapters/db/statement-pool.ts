@@ -16,13 +16,16 @@ export interface StatementPool {
  * statement of each kind is in flight per process (see statementBatcher), so a handful of
  * connections is enough. Errors come out as MikroORM's exceptions, like every other query's.
  */
-export function statementPool(orm: MikroORM, opts: { max?: number; logger?: Logger } = {}): StatementPool {
+export function statementPool(orm: MikroORM, opts: { max?: number; logger?: Logger; statementTimeoutMs?: number } = {}): StatementPool {
   const pool = new pg.Pool({
     connectionString: orm.config.get('clientUrl'),
     max: opts.max ?? 4,
     idleTimeoutMillis: 30_000,
     allowExitOnIdle: true,
     application_name: 'mas-statements',
+    // Statements of a kind run one at a time per process: one stuck behind a lock must not hold
+    // up every chat request for long. It fails (503) and the next batch goes on.
+    statement_timeout: opts.statementTimeoutMs ?? 10_000,
   });
   // An idle connection that breaks is dropped by the pool; the next statement opens another.
   pool.on('error', (err) => opts.logger?.warn({ err }, 'a pooled database connection failed while idle'));

@@ -7,6 +7,7 @@ import { hashKey } from '../../core/keys/key-secret.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { HoldBatcher } from '../../core/money/hold-batcher.ts';
 import { isCoreError } from '../../core/errors.ts';
+import { toCoreError } from '../../core/trpc.ts';
 import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
 
 let orm: MikroORM;
@@ -109,6 +110,23 @@ describe('batched holds (the chat path)', () => {
       expect(w.ledgerTotal).toBe(0n);
       expect(w.openHolds).toBe(0n);
     }
+  });
+
+  it('gives up on a statement stuck behind a lock after the statement timeout, as 503 database_timeout', async () => {
+    const holds = new HoldBatcher(statementPool(orm, { statementTimeoutMs: 300 }).execute);
+    const a = await makeAccount(orm, { coins: '5' });
+    const locker = orm.em.fork();
+    await locker.begin();
+    try {
+      await locker.execute('select 1 from wallets where account_id = ? for update', [a.id]);
+      const err = await holds.reserve({ accountId: a.id, amount: parseCoins('1'), reference: 'stuck', expiresAt: soon() }).catch((e: unknown) => e);
+      expect(toCoreError(err)).toMatchObject({ code: 'unavailable', reason: 'database_timeout' });
+    } finally {
+      await locker.rollback();
+    }
+    // Nothing was reserved, and the next statement goes through.
+    expect((await walletInvariants(orm, a.id)).balance.held).toBe(0n);
+    await holds.reserve({ accountId: a.id, amount: parseCoins('1'), reference: 'after', expiresAt: soon() });
   });
 
   it('gives every item the error of a statement that failed', async () => {
