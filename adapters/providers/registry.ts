@@ -11,17 +11,7 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
   const providers = new Map<string, ChatProvider>();
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localProvider());
-    else if (config.kind === 'openai-compatible') {
-      providers.set(
-        name,
-        openaiCompatibleProvider({
-          baseUrl: config.base_url,
-          apiKey: config.api_key_env ? env[config.api_key_env] : undefined,
-          timeoutMs: config.timeout_seconds * 1000,
-          headers: config.headers,
-        }),
-      );
-    }
+    else if (config.kind === 'openai-compatible') providers.set(name, openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers }));
   }
   return { get: (name) => providers.get(name) };
 }
@@ -35,17 +25,16 @@ export function createMediaProviderRegistry(
   const providers = new Map<string, MediaProvider>();
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localMediaProvider());
-    if (config.kind === 'replicate') {
-      providers.set(
-        name,
-        replicateProvider({
-          baseUrl: config.base_url,
-          apiKey: config.api_key_env ? env[config.api_key_env] : undefined,
-          timeoutMs: config.timeout_seconds * 1000,
-          download: opts.download,
-        }),
-      );
-    }
+    else if (config.kind === 'replicate') providers.set(name, replicateProvider({ ...upstream(config, env), download: opts.download }));
   }
   return { get: (name) => providers.get(name) };
+}
+
+/** Where an upstream is, its key (named by the catalog, read from the environment) and its timeout. */
+function upstream(config: { base_url: string; api_key_env?: string | undefined; timeout_seconds: number }, env: NodeJS.ProcessEnv) {
+  return {
+    baseUrl: config.base_url,
+    apiKey: config.api_key_env ? env[config.api_key_env] : undefined,
+    timeoutMs: config.timeout_seconds * 1000,
+  };
 }

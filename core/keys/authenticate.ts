@@ -19,8 +19,8 @@ type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: bool
 
 /**
  * Finds active keys by the hash of their secret. There is no cache: a revoke must take effect
- * on the very next request on every instance. The look-ups made in the same turn of the event
- * loop share one indexed query.
+ * on the very next request on every instance. Concurrent look-ups share one indexed query
+ * (statementBatcher).
  */
 export class KeyLookup {
   private readonly loader: DataLoader<string, KeyRow | null>;
