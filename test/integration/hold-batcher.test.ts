@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
+import pg from 'pg';
 import { statementPool } from '../../adapters/db/statement-pool.ts';
 import type { Execute } from '../../core/db/batch.ts';
 import { KEY_LOOKUP_SQL, KeyLookup } from '../../core/keys/authenticate.ts';
@@ -127,6 +128,39 @@ describe('batched holds (the chat path)', () => {
     // Nothing was reserved, and the next statement goes through.
     expect((await walletInvariants(orm, a.id)).balance.held).toBe(0n);
     await holds.reserve({ accountId: a.id, amount: parseCoins('1'), reference: 'after', expiresAt: soon() });
+  });
+
+  it('finds the holds of a batch of endings by index, however small the table was when the plan was made', async () => {
+    // PL/pgSQL keeps a statement's plan for the life of the connection. A join of the items to
+    // `holds` planned while the table was small scans the whole table on every later settle.
+    const client = new pg.Client({ connectionString: orm.config.get('clientUrl') });
+    await client.connect();
+    try {
+      const a = await makeAccount(orm, { coins: '5' });
+      const hold = (n: number) => `hold_probe_${a.id}_${n}`;
+      for (const n of [1, 2]) {
+        await client.query(`select * from mas_reserve($1, $2, 1000, 'probe', now() + interval '1 hour', '{}')`, [hold(n), a.id]);
+      }
+      const holdScans = async (n: number) => {
+        await client.query('begin');
+        try {
+          const [row] = (await client.query(`select status from mas_end_hold_many($1::jsonb)`, [JSON.stringify([{ i: 0, hold_id: hold(n), actual: '1', outcome: 'settled' }])])).rows;
+          expect(row).toMatchObject({ status: 'settled' });
+          return Number((await client.query(`select seq_scan from pg_stat_xact_user_tables where relname = 'holds'`)).rows[0].seq_scan);
+        } finally {
+          await client.query('commit');
+        }
+      };
+      expect(await holdScans(1)).toBe(0);
+      await client.query(
+        `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
+         select $2 || g, $1, 1, 0, 1, 'settled', 1, 'filler', now(), now() from generate_series(1, 5000) g`,
+        [a.id, `hold_filler_${a.id}_`],
+      );
+      expect(await holdScans(2)).toBe(0);
+    } finally {
+      await client.end();
+    }
   });
 
   it('gives every item the error of a statement that failed', async () => {
