@@ -16,7 +16,7 @@ import { modelIdInput, modelTypeFilter, syncModels, validateCatalog } from './ca
 import { modelView } from './catalog/views.ts';
 import { chatCompletion } from './chat/complete.ts';
 import { chatRequestSchema } from './chat/schema.ts';
-import { apiProcedure, createCallerFactory, operatorProcedure, publicProcedure, router } from './trpc.ts';
+import { apiProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router } from './trpc.ts';
 
 const forAccount = z.object({ account: accountRef });
 
@@ -40,7 +40,7 @@ export const appRouter = router({
   }),
 
   chat: router({
-    complete: apiProcedure
+    complete: chatProcedure
       .input(chatRequestSchema)
       .mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
   }),

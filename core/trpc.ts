@@ -3,7 +3,7 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { ZodError } from 'zod';
 import type { CoreContext } from './context.ts';
 import { CoreError, isCoreError, unauthorized } from './errors.ts';
-import { authenticate } from './keys/authenticate.ts';
+import { authenticate, type Principal } from './keys/authenticate.ts';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
 
@@ -15,8 +15,36 @@ export const publicProcedure = t.procedure;
 
 /** Called with an API key: the key is checked on every call and its account is `ctx.principal`. */
 export const apiProcedure = t.procedure.use(async ({ ctx, next }) => {
+  const principal = await authenticate(ctx.deps.keys, bearerOf(ctx), ctx.deps.lastUsed);
+  await consumeRateLimit(ctx, principal);
+  return next({ ctx: { ...ctx, principal } });
+});
+
+/**
+ * `apiProcedure` for chat completions, the hot path: the key of a paid account may come from
+ * the cache of recent look-ups, which saves a round trip to the database. A revoked key still
+ * stops working at once: the chat reservation carries the key id and refuses a revoked key in
+ * the same statement, before anything is spent; and a call on a cached key that fails for any
+ * reason checks the key again, so a revoked key is answered 401, never another error.
+ */
+export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
+  const bearer = bearerOf(ctx);
+  const principal = await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true });
+  await consumeRateLimit(ctx, principal).catch(async (err: unknown) => {
+    if (principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
+    throw err;
+  });
+  const result = await next({ ctx: { ...ctx, principal } });
+  if (!result.ok && principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
+  return result;
+});
+
+function bearerOf(ctx: CoreContext): string | null {
   if (ctx.caller.kind !== 'api') throw unauthorized();
-  const principal = await authenticate(ctx.deps.keys, ctx.caller.bearer, ctx.deps.lastUsed);
+  return ctx.caller.bearer;
+}
+
+async function consumeRateLimit(ctx: CoreContext, principal: Principal): Promise<void> {
   // A transport that calls core twice for one request shares `meta`: the request counts once.
   const limit = ctx.meta.rateLimit ?? (await ctx.deps.rateLimiter.consume(principal.keyId));
   ctx.meta.rateLimit = limit;
@@ -25,8 +53,7 @@ export const apiProcedure = t.procedure.use(async ({ ctx, next }) => {
       retryAfterSeconds: limit.resetSeconds,
     });
   }
-  return next({ ctx: { ...ctx, principal } });
-});
+}
 
 /** The operator: the CLI on the server's machine and, later, the internal admin API. */
 export const operatorProcedure = t.procedure.use(({ ctx, next }) => {

@@ -49,8 +49,10 @@ export async function prepareChat(deps: CoreDeps, em: EntityManager, principal: 
   const prices = textPrices(model, deps.config.apiPricePercent);
   const holdAmount = textCost(prices, inputTokens, maxTokens);
   const id = `chatcmpl-${randomBase62(24)}`;
+  // The key id makes the reservation refuse a key revoked since it was looked up (chatProcedure).
   const { holdId } = await deps.holds.reserve({
     accountId: principal.accountId,
+    activeKeyId: principal.keyId,
     amount: holdAmount,
     reference: id,
     expiresAt: new Date(deps.clock().getTime() + deps.config.holdTtlSeconds * 1000),

@@ -1,4 +1,5 @@
 import type DataLoader from 'dataloader';
+import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { statementBatcher, type Execute } from '../db/batch.ts';
 import { unauthorized } from '../errors.ts';
@@ -8,6 +9,12 @@ export interface Principal {
   accountId: string;
   keyId: string;
   paid: boolean;
+  /**
+   * Found in the cache of recent look-ups, not in the database just now: the key may have been
+   * revoked since. Only a caller that checks the key again where it spends may accept this
+   * (the chat reservation does, in the same statement; see `chatProcedure`).
+   */
+  fromCache: boolean;
 }
 
 /** Active keys by secret hash, for a batch of hashes given as a text[] literal. */
@@ -18,14 +25,21 @@ export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, 
 type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
 
 /**
- * Finds active keys by the hash of their secret. There is no cache: a revoke must take effect
- * on the very next request on every instance. Concurrent look-ups share one indexed query
+ * Finds active keys by the hash of their secret. Concurrent look-ups share one indexed query
  * (statementBatcher).
+ *
+ * `find` always asks the database: a revoke takes effect on the very next request on every
+ * instance. `findRecent` may answer from a small cache of keys of paid accounts seen in the
+ * last minutes, for the chat hot path, whose reservation checks the key again in the same
+ * statement. Keys of unpaid accounts are not cached, so that a first top-up is seen at once
+ * (a paid account never becomes unpaid); a key id's account never changes.
  */
 export class KeyLookup {
   private readonly loader: DataLoader<string, KeyRow | null>;
+  private readonly recent: LRUCache<string, KeyRow>;
 
-  constructor(execute: Execute) {
+  constructor(execute: Execute, opts: { cacheSize?: number; cacheTtlMs?: number } = {}) {
+    this.recent = new LRUCache({ max: opts.cacheSize ?? 10_000, ttl: opts.cacheTtlMs ?? 5 * 60_000 });
     this.loader = statementBatcher(async (hashes) => {
       // `= any(array)`: one unique-index probe per hash, whatever the size of the table.
       // The hashes are hex, so the array literal needs no quoting.
@@ -37,18 +51,38 @@ export class KeyLookup {
     });
   }
 
-  find(keyHash: string): Promise<KeyRow | null> {
-    return this.loader.load(keyHash);
+  /** The active key with this hash, from the database; the cache learns the answer. */
+  async find(keyHash: string): Promise<KeyRow | null> {
+    const row = await this.loader.load(keyHash);
+    if (row?.paid) this.recent.set(keyHash, row);
+    else this.recent.delete(keyHash);
+    return row;
+  }
+
+  /** The key from the cache of recent look-ups when it is there, else as `find`. */
+  async findRecent(keyHash: string): Promise<{ row: KeyRow | null; fromCache: boolean }> {
+    const cached = this.recent.get(keyHash);
+    if (cached) return { row: cached, fromCache: true };
+    return { row: await this.find(keyHash), fromCache: false };
   }
 }
 
-/** Resolves a bearer secret to its account. Every failure is the same `unauthorized` error. */
-export async function authenticate(keys: KeyLookup, bearer: string | null, lastUsed: LastUsedRecorder): Promise<Principal> {
+/**
+ * Resolves a bearer secret to its account. Every failure is the same `unauthorized` error.
+ * With `recent`, the key may come from the cache of recent look-ups (`fromCache`).
+ */
+export async function authenticate(
+  keys: KeyLookup,
+  bearer: string | null,
+  lastUsed: LastUsedRecorder,
+  opts: { recent?: boolean } = {},
+): Promise<Principal> {
   if (!bearer || !isWellFormedKey(bearer)) throw unauthorized();
-  const row = await keys.find(hashKey(bearer));
+  const hash = hashKey(bearer);
+  const { row, fromCache } = opts.recent ? await keys.findRecent(hash) : { row: await keys.find(hash), fromCache: false };
   if (!row) throw unauthorized();
   lastUsed.touch(row.key_id);
-  return { accountId: row.account_id, keyId: row.key_id, paid: row.paid };
+  return { accountId: row.account_id, keyId: row.key_id, paid: row.paid, fromCache };
 }
 
 /**

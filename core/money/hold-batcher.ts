@@ -8,13 +8,18 @@ type ReserveRow = { i: number; status: string; available: string | null };
 type EndRow = { i: number; status: string; captured: string | null; amount: string | null };
 type EndItem = { holdId: string; actual: Micro; outcome: 'settled' | 'released' };
 
+export interface BatchedReserve extends ReserveInput {
+  /** Reserve only while this API key of the account is active (else `unauthorized`, nothing held). */
+  activeKeyId?: string;
+}
+
 /**
  * The same reserve, settle and release as `holds.ts`, for callers that are not inside a
  * transaction of their own (chat): concurrent calls share one statement through
  * mas_reserve_many / mas_end_hold_many, each item still its own hold with its own outcome.
  */
 export class HoldBatcher {
-  private readonly reserves: DataLoader<ReserveInput & { holdId: string }, ReserveRow>;
+  private readonly reserves: DataLoader<BatchedReserve & { holdId: string }, ReserveRow>;
   private readonly endings: DataLoader<EndItem, EndRow>;
 
   constructor(execute: Execute) {
@@ -27,6 +32,7 @@ export class HoldBatcher {
         reference: x.reference,
         expires_at: x.expiresAt.toISOString(),
         metadata: x.metadata ?? {},
+        key_id: x.activeKeyId ?? null,
       }));
       const rows = await withRetry(() =>
         execute<ReserveRow>('select i, status, available::text from mas_reserve_many($1::jsonb)', [JSON.stringify(payload)]),
@@ -42,7 +48,7 @@ export class HoldBatcher {
     });
   }
 
-  async reserve(input: ReserveInput): Promise<{ holdId: string }> {
+  async reserve(input: BatchedReserve): Promise<{ holdId: string }> {
     checkReservation(input);
     const item = { ...input, holdId: input.holdId ?? newId('hold') };
     return reserveOutcome(await this.reserves.load(item), input, item.holdId);

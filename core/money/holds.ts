@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { CoreError, notFound } from '../errors.ts';
+import { CoreError, notFound, unauthorized } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { formatCoins, type Micro } from './coins.ts';
 
@@ -66,6 +66,8 @@ export function reserveOutcome(row: { status: string; available: string | null }
     case 'reserved':
     case 'exists':
       return { holdId };
+    case 'key_revoked':
+      throw unauthorized();
     case 'insufficient':
       throw new CoreError(
         'insufficient_balance',

@@ -281,6 +281,40 @@ describe('chat request validation: a clear 4xx naming the field, nothing charged
   });
 });
 
+describe('keys on the chat path, which remembers recent keys', () => {
+  const revoke = (keyId: string) => orm.em.fork().execute('update api_keys set revoked_at = now() where id = ?', [keyId]);
+
+  it('refuses a key revoked after its last request at once: 401, nothing reserved, the upstream not called', async () => {
+    const k = await makeKey(orm, account.id);
+    expect((await post({ model: 'test/ok', messages }, bearer(k.key))).status).toBe(200);
+    const charged = (await expectSettledWallet(orm, account.id)).balance.purchased;
+    await revoke(k.id);
+    const calls = upstream.requests.length;
+    for (const stream of [false, true]) {
+      const res = await post({ model: 'test/ok', messages, stream }, bearer(k.key));
+      expect(res.status).toBe(401);
+      expect(res.body.error).toMatchObject({ type: 'authentication_error', code: 'invalid_api_key' });
+    }
+    expect(upstream.requests.length).toBe(calls);
+    expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(charged);
+    const [row] = await orm.em.fork().execute<{ n: number }[]>(
+      `select count(*)::int as n from holds where account_id = ? and metadata->>'key_id' = ?`,
+      [account.id, k.id],
+    );
+    expect(row!.n).toBe(1);
+  });
+
+  it('answers a revoked key 401 whatever else is wrong with the request', async () => {
+    const k = await makeKey(orm, account.id);
+    expect((await post({ model: 'test/ok', messages }, bearer(k.key))).status).toBe(200);
+    await revoke(k.id);
+    for (const body of [{ model: 'test/ok' }, { model: 'nobody/nothing', messages }, { model: 'test/ok', messages, max_completion_tokens: 5000 }]) {
+      const res = await post(body, bearer(k.key));
+      expect(res.status).toBe(401);
+    }
+  });
+});
+
 describe('models', () => {
   it('filters by type and finds ids with slashes, with an example', async () => {
     const images = await getJson(`${api.url}/api/v1/models?type=image`, { headers: bearer(key) });

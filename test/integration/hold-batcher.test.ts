@@ -185,6 +185,45 @@ describe('batched key look-ups', () => {
     expect(found[0]).toMatchObject({ account_id: a.id, paid: expect.any(Boolean) });
   });
 
+  it('remembers keys of paid accounts for findRecent; find always asks the database and refreshes the cache', async () => {
+    const { execute, statements } = countingExecute();
+    const keys = new KeyLookup(execute);
+    const paid = await makeAccount(orm, { coins: '1' });
+    const unpaid = await makeAccount(orm);
+    const kp = await makeKey(orm, paid.id);
+    const ku = await makeKey(orm, unpaid.id);
+    const lookups = () => statements.filter((s) => s === KEY_LOOKUP_SQL).length;
+
+    expect(await keys.findRecent(hashKey(kp.key))).toMatchObject({ fromCache: false, row: { key_id: kp.id } });
+    expect(await keys.findRecent(hashKey(kp.key))).toMatchObject({ fromCache: true, row: { key_id: kp.id, account_id: paid.id, paid: true } });
+    expect(lookups()).toBe(1);
+    // An unpaid account's key is looked up every time, so that its first top-up counts at once.
+    await keys.findRecent(hashKey(ku.key));
+    expect(await keys.findRecent(hashKey(ku.key))).toMatchObject({ fromCache: false, row: { key_id: ku.id, paid: false } });
+    expect(lookups()).toBe(3);
+    // `find` never answers from the cache, and a key it no longer finds leaves the cache.
+    await orm.em.fork().execute('update api_keys set revoked_at = now() where id = ?', [kp.id]);
+    expect(await keys.find(hashKey(kp.key))).toBeNull();
+    expect(await keys.findRecent(hashKey(kp.key))).toEqual({ fromCache: false, row: null });
+    expect(lookups()).toBe(5);
+  });
+
+  it('refuses to reserve for a key that is no longer active, in the same statement', async () => {
+    const { execute, statements } = countingExecute();
+    const holds = new HoldBatcher(execute);
+    const a = await makeAccount(orm, { coins: '2' });
+    const active = await makeKey(orm, a.id);
+    const revoked = await makeKey(orm, a.id);
+    const other = await makeKey(orm, (await makeAccount(orm, { coins: '2' })).id);
+    await orm.em.fork().execute('update api_keys set revoked_at = now() where id = ?', [revoked.id]);
+    const input = (activeKeyId: string) => ({ accountId: a.id, activeKeyId, amount: parseCoins('1'), reference: 'r', expiresAt: soon() });
+    const [ok, refused, foreign] = await Promise.allSettled([holds.reserve(input(active.id)), holds.reserve(input(revoked.id)), holds.reserve(input(other.id))]);
+    expect(statements).toHaveLength(1);
+    expect(ok.status).toBe('fulfilled');
+    for (const r of [refused, foreign]) expect(r.status === 'rejected' && isCoreError(r.reason) && r.reason.code).toBe('unauthorized');
+    expect((await walletInvariants(orm, a.id)).balance.held).toBe(parseCoins('1'));
+  });
+
   it('probes the unique index on key_hash, not every active key', async () => {
     // On a small test table the planner may scan anyway; with scans discouraged the plan
     // shows which index the statement can use (a lookup through `in (select …)` could not).

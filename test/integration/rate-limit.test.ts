@@ -43,4 +43,21 @@ describe('rate limit: 120 requests per minute per key', () => {
     // Another key of the same account has its own count.
     expect((await fetch(`${api.url}/api/v1/balance`, { headers: bearer(other) })).status).toBe(200);
   });
+
+  it('answers a revoked key 401, not 429, on the chat path that remembers recent keys', async () => {
+    const account = await makeAccount(orm, { coins: '1' });
+    const k = await makeKey(orm, account.id);
+    const chat = () =>
+      fetch(`${api.url}/api/v1/chat/completions`, {
+        method: 'POST',
+        headers: { ...bearer(k.key), 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'nobody/nothing', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+    // The first chat call puts the key in the cache (its model is unknown: 404, no matter).
+    expect((await chat()).status).toBe(404);
+    for (let i = 2; i <= 120; i++) await (await fetch(`${api.url}/api/v1/balance`, { headers: bearer(k.key) })).arrayBuffer();
+    expect((await chat()).status).toBe(429);
+    await orm.em.fork().execute('update api_keys set revoked_at = now() where id = ?', [k.id]);
+    expect((await chat()).status).toBe(401);
+  });
 });

@@ -6,6 +6,7 @@ import { Migration20261122040000_webhooks } from './Migration20261122040000_webh
 import { Migration20261122050000_files } from './Migration20261122050000_files.ts';
 import { Migration20261122060000_batched_holds } from './Migration20261122060000_batched_holds.ts';
 import { Migration20261122070000_end_hold_many_probe } from './Migration20261122070000_end_hold_many_probe.ts';
+import { Migration20261122080000_reserve_checks_key } from './Migration20261122080000_reserve_checks_key.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -17,4 +18,5 @@ export const migrations = [
   { name: 'Migration20261122050000_files', class: Migration20261122050000_files },
   { name: 'Migration20261122060000_batched_holds', class: Migration20261122060000_batched_holds },
   { name: 'Migration20261122070000_end_hold_many_probe', class: Migration20261122070000_end_hold_many_probe },
+  { name: 'Migration20261122080000_reserve_checks_key', class: Migration20261122080000_reserve_checks_key },
 ];
