@@ -65,7 +65,9 @@ export class HoldBatcher {
 
 /** The rows back in the order of the items (the functions work through them in lock order). */
 function inOrder<R extends { i: number }>(rows: R[], n: number): (R | Error)[] {
-  const out: (R | Error)[] = Array.from({ length: n }, () => new Error('the batched statement returned no row for this item'));
+  const out = new Array<R | Error | undefined>(n);
   for (const row of rows) out[Number(row.i)] = row;
-  return out;
+  // Never expected; an Error is made only then (capturing a stack trace for every item costs).
+  for (let i = 0; i < n; i++) out[i] ??= new Error('the batched statement returned no row for this item');
+  return out as (R | Error)[];
 }
