@@ -3,7 +3,7 @@ import { requireTextModel } from '../catalog/catalog.ts';
 import { textCost, textPrices, type TextPrices } from '../catalog/pricing.ts';
 import type { TextModel } from '../catalog/schema.ts';
 import type { CoreDeps } from '../context.ts';
-import { CoreError, invalid } from '../errors.ts';
+import { CoreError, invalid, isCoreError } from '../errors.ts';
 import { randomBase62 } from '../ids.ts';
 import type { Principal } from '../keys/authenticate.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
@@ -104,7 +104,7 @@ export async function* runChat(
     const promptTokens = clamp(prompt, chat.inputTokens);
     const completionTokens = clamp(completion, chat.maxTokens);
     const cost = textCost(chat.prices, promptTokens, completionTokens);
-    const outcome = await deps.holds.settle(chat.holdId, cost);
+    const outcome = await deps.holds.settle(chat.holdId, cost).catch(lostHold);
     return { promptTokens, completionTokens, cost: outcome.captured };
   };
 
@@ -156,6 +156,20 @@ function upstreamError(err: unknown, modelId: string): CoreError {
   }
   if (err instanceof CoreError) return err;
   return new CoreError('upstream_failed', `The provider of '${modelId}' failed.`);
+}
+
+/**
+ * A chat reservation that is gone when its request settles was lost by a database crash before
+ * it reached the disk (reservations commit asynchronously): nothing was charged, and the client
+ * should retry, as after any outage.
+ */
+function lostHold(err: unknown): never {
+  if (isCoreError(err) && err.reason === 'hold_not_found') {
+    throw new CoreError('unavailable', 'The database restarted during this request and lost its reservation. Nothing was charged; retry.', {
+      reason: 'database_unreachable',
+    });
+  }
+  throw err;
 }
 
 function clamp(n: number, max: number): number {

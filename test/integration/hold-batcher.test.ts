@@ -163,6 +163,32 @@ describe('batched holds (the chat path)', () => {
     }
   });
 
+  it('commits reservations without waiting for the disk, and settles with it', async () => {
+    // The settle's synchronous commit flushes the WAL up to the reservation it charges (see the
+    // migration reserve_commits_async): only a reservation nothing was charged against can be lost.
+    const client = new pg.Client({ connectionString: orm.config.get('clientUrl') });
+    await client.connect();
+    try {
+      const a = await makeAccount(orm, { coins: '5' });
+      const commitMode = async (sql: string, items: unknown[]) => {
+        await client.query('begin');
+        try {
+          await client.query(sql, [JSON.stringify(items)]);
+          return (await client.query('show synchronous_commit')).rows[0].synchronous_commit as string;
+        } finally {
+          await client.query('commit');
+        }
+      };
+      const hold = `hold_async_${a.id}`;
+      const expires = new Date(Date.now() + 60_000).toISOString();
+      expect(await commitMode('select * from mas_reserve_many($1::jsonb)', [{ i: 0, hold_id: hold, account_id: a.id, amount: '1000', reference: 'r', expires_at: expires, metadata: {} }])).toBe('off');
+      expect(await commitMode('select * from mas_end_hold_many($1::jsonb)', [{ i: 0, hold_id: hold, actual: '10', outcome: 'settled' }])).toBe('on');
+      expect((await client.query(`select current_setting('synchronous_commit') as s`)).rows[0].s).toBe('on');
+    } finally {
+      await client.end();
+    }
+  });
+
   it('gives every item the error of a statement that failed', async () => {
     const holds = new HoldBatcher(() => Promise.reject(new Error('connection lost')));
     const results = await Promise.allSettled([holds.release('hold_a'), holds.release('hold_b')]);

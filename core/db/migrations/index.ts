@@ -7,6 +7,7 @@ import { Migration20261122050000_files } from './Migration20261122050000_files.t
 import { Migration20261122060000_batched_holds } from './Migration20261122060000_batched_holds.ts';
 import { Migration20261122070000_end_hold_many_probe } from './Migration20261122070000_end_hold_many_probe.ts';
 import { Migration20261122080000_reserve_checks_key } from './Migration20261122080000_reserve_checks_key.ts';
+import { Migration20261122090000_reserve_commits_async } from './Migration20261122090000_reserve_commits_async.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -19,4 +20,5 @@ export const migrations = [
   { name: 'Migration20261122060000_batched_holds', class: Migration20261122060000_batched_holds },
   { name: 'Migration20261122070000_end_hold_many_probe', class: Migration20261122070000_end_hold_many_probe },
   { name: 'Migration20261122080000_reserve_checks_key', class: Migration20261122080000_reserve_checks_key },
+  { name: 'Migration20261122090000_reserve_commits_async', class: Migration20261122090000_reserve_commits_async },
 ];
