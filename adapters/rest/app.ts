@@ -31,6 +31,8 @@ export function createRestApp(opts: RestOptions): Express {
   const metrics = opts.metrics ?? createHttpMetrics();
   const app = express();
   app.disable('x-powered-by');
+  // No ETag: it hashes every JSON body, and API answers (balances, completions) are not cached.
+  app.set('etag', false);
   app.set('trust proxy', opts.trustProxy ?? false);
   app.set('json replacer', undefined);
 

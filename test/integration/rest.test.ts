@@ -84,6 +84,12 @@ describe('REST errors', () => {
     const c = await fetch(`${api.url}/api/v1/balance`, { headers: { ...bearer(key), 'x-request-id': 'bad id $(rm)' } });
     expect(c.headers.get('x-request-id')).toMatch(/^req_/);
   });
+
+  it('sends no ETag: answers are not cached, and hashing every body costs', async () => {
+    const res = await fetch(`${api.url}/api/v1/models`, { headers: bearer(key) });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('etag')).toBeNull();
+  });
 });
 
 describe('a database that cannot be reached', () => {
