@@ -1,0 +1,60 @@
+import type { AddressInfo } from 'node:net';
+import http from 'node:http';
+import express from 'express';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { createLogger } from '../../config/logger.ts';
+import { requestLogger } from '../../adapters/rest/logging.ts';
+
+const lines: Record<string, unknown>[] = [];
+let server: http.Server;
+let url: string;
+beforeAll(async () => {
+  const logger = createLogger('info', { write: (s: string) => void lines.push(JSON.parse(s)) });
+  const app = express();
+  app.use(requestLogger(logger));
+  app.get('/inside', (req, res) => {
+    req.log.info({ step: 'handler' }, 'inside');
+    res.json({ id: req.id });
+  });
+  app.get('/fail', (_req, res) => void res.status(503).json({}));
+  app.get('/slow', () => undefined);
+  app.use((_req, res) => void res.status(404).json({}));
+  server = app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(() => new Promise((resolve) => server.close(resolve)));
+
+const forRequest = (id: string) => lines.filter((l) => l.request_id === id);
+
+describe('request log', () => {
+  it('logs one line per request with its id, method, path and status; handler lines carry the id', async () => {
+    const res = await fetch(`${url}/inside?api_key=mas_QUERYSECRET`, { headers: { authorization: 'Bearer mas_HEADERSECRET', cookie: 's=COOKIESECRET' } });
+    const id = res.headers.get('x-request-id')!;
+    expect(id).toMatch(/^req_/);
+    expect(await res.json()).toEqual({ id });
+    await vi.waitFor(() => expect(forRequest(id)).toHaveLength(2));
+    const [inside, done] = forRequest(id);
+    expect(inside).toMatchObject({ msg: 'inside', step: 'handler', level: 30 });
+    expect(done).toMatchObject({ msg: 'GET /inside 200', level: 30, req: { id, method: 'GET', path: '/inside' }, res: { statusCode: 200 } });
+    expect(done!.responseTime).toEqual(expect.any(Number));
+    expect(JSON.stringify(lines)).not.toMatch(/SECRET/);
+  });
+
+  it('takes a sane incoming id, redacts keys in paths, logs 5xx at error and a client that left as aborted', async () => {
+    await fetch(`${url}/fail`, { headers: { 'x-request-id': 'trace-7' } });
+    await vi.waitFor(() => expect(forRequest('trace-7')).toMatchObject([{ level: 50, msg: 'GET /fail 503' }]));
+
+    const res = await fetch(`${url}/keys/mas_PATHSECRET`, { headers: { 'x-request-id': 'trace-8' } });
+    expect(res.status).toBe(404);
+    await vi.waitFor(() => expect(forRequest('trace-8')).toMatchObject([{ req: { path: '/keys/mas_[redacted]' } }]));
+
+    const req = http.get(`${url}/slow`, { headers: { 'x-request-id': 'trace-9' } });
+    req.on('error', () => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    req.destroy();
+    await vi.waitFor(() => expect(forRequest('trace-9')).toMatchObject([{ level: 30, aborted: true }]));
+    expect(forRequest('trace-9')).toHaveLength(1);
+    expect(JSON.stringify(lines)).not.toMatch(/SECRET/);
+  });
+});
