@@ -53,7 +53,7 @@ describe('request log', () => {
     req.on('error', () => undefined);
     await new Promise((resolve) => setTimeout(resolve, 100));
     req.destroy();
-    await vi.waitFor(() => expect(forRequest('trace-9')).toMatchObject([{ level: 30, aborted: true }]));
+    await vi.waitFor(() => expect(forRequest('trace-9')).toMatchObject([{ level: 30, msg: 'GET /slow aborted' }]));
     expect(forRequest('trace-9')).toHaveLength(1);
     expect(JSON.stringify(lines)).not.toMatch(/SECRET/);
   });
