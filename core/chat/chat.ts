@@ -132,7 +132,7 @@ export async function* runChat(
         await charge(delivered, false);
       } else {
         ended = true;
-        await deps.holds.release(chat.holdId);
+        await deps.holds.release(chat.holdId).catch(lostHold);
       }
       throw upstreamError(err, chat.model.id);
     }
@@ -159,9 +159,9 @@ function upstreamError(err: unknown, modelId: string): CoreError {
 }
 
 /**
- * A chat reservation that is gone when its request settles was lost by a database crash before
- * it reached the disk (reservations commit asynchronously): nothing was charged, and the client
- * should retry, as after any outage.
+ * A chat reservation that is gone when its request ends (settle or release) was lost by a
+ * database crash before it reached the disk (reservations commit asynchronously): nothing was
+ * charged, and the client should retry, as after any outage.
  */
 function lostHold(err: unknown): never {
   if (isCoreError(err) && err.reason === 'hold_not_found') {

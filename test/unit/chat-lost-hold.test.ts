@@ -4,7 +4,19 @@ import type { ChatProvider } from '../../core/chat/provider.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { notFound } from '../../core/errors.ts';
 
-describe('a chat whose reservation is gone when it settles', () => {
+const baseChat = {
+  id: 'chatcmpl-x',
+  created: 0,
+  model: { id: 'm', provider: { model: 'm' } },
+  prices: { inputPerMillion: 1_000_000n, outputPerMillion: 1_000_000n },
+  inputTokens: 3,
+  maxTokens: 10,
+  holdId: 'hold_x',
+  holdAmount: 13n,
+  request: { messages: [], options: {} },
+};
+
+describe('a chat whose reservation is gone when it ends', () => {
   it('fails as 503 database_unreachable (a database crash lost the asynchronously committed hold), not as 404', async () => {
     const provider: ChatProvider = {
       async *stream() {
@@ -16,24 +28,28 @@ describe('a chat whose reservation is gone when it settles', () => {
       settle: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
       release: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
     };
-    const chat = {
-      id: 'chatcmpl-x',
-      created: 0,
-      model: { id: 'm', provider: { model: 'm' } },
-      provider,
-      prices: { inputPerMillion: 1_000_000n, outputPerMillion: 1_000_000n },
-      inputTokens: 3,
-      maxTokens: 10,
-      holdId: 'hold_x',
-      holdAmount: 13n,
-      request: { messages: [], options: {} },
-    } as unknown as PreparedChat;
+    const chat = { ...baseChat, provider } as unknown as PreparedChat;
     const events = runChat({ holds } as unknown as CoreDeps, chat, { signal: new AbortController().signal, streaming: false });
     const seen: unknown[] = [];
     const err = await (async () => {
       for await (const e of events) seen.push(e);
     })().catch((e: unknown) => e);
     expect(seen).toEqual([{ type: 'delta', content: 'Hi' }]);
+    expect(err).toMatchObject({ code: 'unavailable', reason: 'database_unreachable' });
+  });
+
+  it('fails the same way when the hold is gone at the release after an upstream failure', async () => {
+    const provider: ChatProvider = {
+      // eslint-disable-next-line require-yield
+      async *stream() {
+        throw new Error('connection reset');
+      },
+    };
+    const holds = { release: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')) };
+    const chat = { ...baseChat, provider } as unknown as PreparedChat;
+    const err = await (async () => {
+      for await (const _ of runChat({ holds } as unknown as CoreDeps, chat, { signal: new AbortController().signal, streaming: false })) void _;
+    })().catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'unavailable', reason: 'database_unreachable' });
   });
 });
