@@ -30,12 +30,16 @@ export const apiProcedure = t.procedure.use(async ({ ctx, next }) => {
 export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
   const bearer = bearerOf(ctx);
   const principal = await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true });
-  await consumeRateLimit(ctx, principal).catch(async (err: unknown) => {
+  // Throws `unauthorized` when the cached key has been revoked since.
+  const recheck = async () => {
     if (principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
+  };
+  await consumeRateLimit(ctx, principal).catch(async (err: unknown) => {
+    await recheck();
     throw err;
   });
   const result = await next({ ctx: { ...ctx, principal } });
-  if (!result.ok && principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
+  if (!result.ok) await recheck();
   return result;
 });
 
