@@ -8,6 +8,7 @@ import { Migration20261122060000_batched_holds } from './Migration20261122060000
 import { Migration20261122070000_end_hold_many_probe } from './Migration20261122070000_end_hold_many_probe.ts';
 import { Migration20261122080000_reserve_checks_key } from './Migration20261122080000_reserve_checks_key.ts';
 import { Migration20261122090000_reserve_commits_async } from './Migration20261122090000_reserve_commits_async.ts';
+import { Migration20261122100000_batched_holds_one_wallet_write } from './Migration20261122100000_batched_holds_one_wallet_write.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -21,4 +22,5 @@ export const migrations = [
   { name: 'Migration20261122070000_end_hold_many_probe', class: Migration20261122070000_end_hold_many_probe },
   { name: 'Migration20261122080000_reserve_checks_key', class: Migration20261122080000_reserve_checks_key },
   { name: 'Migration20261122090000_reserve_commits_async', class: Migration20261122090000_reserve_commits_async },
+  { name: 'Migration20261122100000_batched_holds_one_wallet_write', class: Migration20261122100000_batched_holds_one_wallet_write },
 ];
