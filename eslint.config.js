@@ -23,7 +23,7 @@ export default tseslint.config(
         {
           patterns: [
             { group: ['**/adapters/**', '**/config/**', '**/workflows/**'], message: 'core must not import adapters, config or workflows' },
-            { group: ['express', 'express/*', '@modelcontextprotocol/*', 'graphql', 'graphql-*', '@pothos/*', 'pino-http'], message: 'core must not import a transport' },
+            { group: ['express', 'express/*', '@modelcontextprotocol/*', 'graphql', 'graphql-*', '@pothos/*'], message: 'core must not import a transport' },
           ],
         },
       ],

@@ -57,4 +57,24 @@ describe('request log', () => {
     expect(forRequest('trace-9')).toHaveLength(1);
     expect(JSON.stringify(lines)).not.toMatch(/SECRET/);
   });
+
+  it('at level warn, logs only the 5xx answers, and still gives every request its id and logger', async () => {
+    const quiet: Record<string, unknown>[] = [];
+    const app = express();
+    app.use(requestLogger(createLogger('warn', { write: (s: string) => void quiet.push(JSON.parse(s)) })));
+    app.get('/ok', (req, res) => void res.json({ id: req.id, logs: typeof req.log.warn }));
+    app.get('/down', (_req, res) => void res.status(503).json({}));
+    const local = app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => local.once('listening', resolve));
+    try {
+      const base = `http://127.0.0.1:${(local.address() as AddressInfo).port}`;
+      const ok = await fetch(`${base}/ok`);
+      expect(await ok.json()).toEqual({ id: ok.headers.get('x-request-id'), logs: 'function' });
+      await fetch(`${base}/down`, { headers: { 'x-request-id': 'trace-down' } });
+      await vi.waitFor(() => expect(quiet).toMatchObject([{ level: 50, msg: 'GET /down 503', request_id: 'trace-down' }]));
+      expect(quiet).toHaveLength(1);
+    } finally {
+      await new Promise((resolve) => local.close(resolve));
+    }
+  });
 });
