@@ -40,8 +40,10 @@ export function createRestApp(opts: RestOptions): Express {
   app.use(metrics.middleware);
   app.use(express.json({ limit: JSON_BODY_LIMIT, strict: true, type: ['application/json', 'application/*+json'] }));
 
+  // Chat first: express tries routers in order, and chat is the route called most (no two
+  // routers share a path, so the order changes nothing else).
+  app.use('/api/v1', chatRoutes(deps, logger), generationRoutes(deps), fileRoutes(deps), walletRoutes(deps), modelRoutes(deps), docsRoutes(opts.publicBaseUrl));
   app.use(operationsRoutes(deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
-  app.use('/api/v1', docsRoutes(opts.publicBaseUrl), walletRoutes(deps), modelRoutes(deps), chatRoutes(deps, logger), generationRoutes(deps), fileRoutes(deps));
 
   app.use((_req, res) => sendHttpError(res, 'unknown_route'));
   app.use(errorHandler(logger));
