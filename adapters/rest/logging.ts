@@ -31,9 +31,9 @@ declare module 'node:http' {
  * left first. Only those are logged: never headers (Authorization, Cookie), bodies or query
  * strings, which can carry secrets.
  *
- * This replaced pino-http, whose per-request work (a second child logger bound to a full
- * request serialization, response bookkeeping) cost ~20% of the chat route's throughput at
- * c=32 on the benchmark machine (bench/RESULTS.md), with the same lines out.
+ * This replaced pino-http, with the same lines out: its per-request work (a second child
+ * logger bound to a serialized request, response bookkeeping) cost the chat route ~10% of its
+ * completions per second at c=32, where the event loop is the limit (bench/RESULTS.md).
  */
 export function requestLogger(logger: Logger): (req: IncomingMessage, res: ServerResponse, next: () => void) => void {
   return (req, res, next) => {
