@@ -21,6 +21,14 @@ import { Migration } from '@mikro-orm/migrations';
  */
 export class Migration20261122100000_batched_holds_one_wallet_write extends Migration {
   override async up(): Promise<void> {
+    // The one write-back of a wallet the batched functions carried in a variable.
+    this.addSql(`
+      create function mas_write_wallet(p wallets) returns void language sql as $$
+        update wallets set subscription_micro = p.subscription_micro, purchased_micro = p.purchased_micro,
+          held_micro = p.held_micro, updated_at = now()
+        where account_id = p.account_id;
+      $$;
+    `);
     this.addSql(`
       create or replace function mas_reserve_many(p_items jsonb)
       returns table (i int, status text, available bigint)
@@ -63,9 +71,7 @@ export class Migration20261122100000_batched_holds_one_wallet_write extends Migr
           end if;
           if acct is distinct from x.account_id then
             if dirty then
-              update wallets set subscription_micro = w.subscription_micro, purchased_micro = w.purchased_micro,
-                held_micro = w.held_micro, updated_at = now()
-              where account_id = acct;
+              perform mas_write_wallet(w);
               dirty := false;
             end if;
             acct := x.account_id;
@@ -112,9 +118,7 @@ export class Migration20261122100000_batched_holds_one_wallet_write extends Migr
           return next;
         end loop;
         if dirty then
-          update wallets set subscription_micro = w.subscription_micro, purchased_micro = w.purchased_micro,
-            held_micro = w.held_micro, updated_at = now()
-          where account_id = acct;
+          perform mas_write_wallet(w);
         end if;
         insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, hold_id, idempotency_key, description)
         select u.account, u.pocket, 'reservation', u.amount, u.after, u.reference, u.hold, u.hold || ':reserve:' || u.pocket, 'Reservation'
@@ -176,9 +180,7 @@ export class Migration20261122100000_batched_holds_one_wallet_write extends Migr
           end if;
           if acct is distinct from hd.account_id then
             if dirty then
-              update wallets set subscription_micro = w.subscription_micro, purchased_micro = w.purchased_micro,
-                held_micro = w.held_micro, updated_at = now()
-              where account_id = acct;
+              perform mas_write_wallet(w);
               dirty := false;
             end if;
             acct := hd.account_id;
@@ -222,9 +224,7 @@ export class Migration20261122100000_batched_holds_one_wallet_write extends Migr
           return next;
         end loop;
         if dirty then
-          update wallets set subscription_micro = w.subscription_micro, purchased_micro = w.purchased_micro,
-            held_micro = w.held_micro, updated_at = now()
-          where account_id = acct;
+          perform mas_write_wallet(w);
         end if;
         insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, hold_id, idempotency_key, description)
         select u.account, u.pocket, u.kind, u.amount, u.after, u.reference, u.hold, u.hold || ':' || u.kind || ':' || u.pocket, u.description
@@ -282,5 +282,6 @@ export class Migration20261122100000_batched_holds_one_wallet_write extends Migr
         end loop;
       end $$;
     `);
+    this.addSql('drop function if exists mas_write_wallet(wallets);');
   }
 }
