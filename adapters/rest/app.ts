@@ -21,6 +21,8 @@ export interface RestOptions {
   trustProxy?: boolean;
   /** True once shutdown has begun: /readyz answers 503 so load balancers move away. */
   isDraining?: () => boolean;
+  /** Where uploads are spooled while they arrive; the system's temporary folder by default. */
+  uploadSpoolDir?: string;
 }
 
 /** JSON bodies above this size get 413; file uploads come through multipart, not this parser. */
@@ -42,7 +44,7 @@ export function createRestApp(opts: RestOptions): Express {
 
   // Chat first: express tries routers in order, and chat is the route called most (no two
   // routers share a path, so the order changes nothing else).
-  app.use('/api/v1', chatRoutes(deps, logger), generationRoutes(deps), fileRoutes(deps), walletRoutes(deps), modelRoutes(deps), docsRoutes(opts.publicBaseUrl));
+  app.use('/api/v1', chatRoutes(deps, logger), generationRoutes(deps), fileRoutes(deps, { spoolDir: opts.uploadSpoolDir }), walletRoutes(deps), modelRoutes(deps), docsRoutes(opts.publicBaseUrl));
   app.use(operationsRoutes(deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
 
   app.use((_req, res) => sendHttpError(res, 'unknown_route'));
