@@ -69,6 +69,35 @@ describe('REST errors', () => {
     expectErrorShape(await res.json(), 'invalid_request_error', 'request_too_large');
   });
 
+  it('answers a JSON route sent a body of another type with 415, naming both types', async () => {
+    const json = JSON.stringify({ model: 'mas/echo', messages: [{ role: 'user', content: 'hi' }] });
+    for (const path of ['/chat/completions', '/generations', '/generations/gen_nope/cancel']) {
+      for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x']) {
+        const res = await getJson(`${api.url}/api/v1${path}`, { method: 'POST', headers: { ...bearer(key), 'content-type': type }, body: json });
+        expect(res.status, `${path} ${type}`).toBe(415);
+        expectErrorShape(res.body, 'invalid_request_error', 'unsupported_media_type');
+        expect(res.body.error.message).toContain(`'${type.split(';')[0]}'`);
+        expect(res.body.error.message).toContain('application/json');
+      }
+      // A body with no Content-Type at all.
+      const untyped = await getJson(`${api.url}/api/v1${path}`, { method: 'POST', headers: bearer(key), body: new TextEncoder().encode(json) });
+      expect(untyped.status).toBe(415);
+      expectErrorShape(untyped.body, 'invalid_request_error', 'unsupported_media_type');
+      expect(untyped.body.error.message).toMatch(/no Content-Type.*application\/json/);
+    }
+    // JSON, with a charset or as a +json type, still reaches the use case (which names the missing field).
+    for (const type of ['application/json; charset=utf-8', 'application/merge-patch+json']) {
+      const res = await getJson(`${api.url}/api/v1/chat/completions`, { method: 'POST', headers: { ...bearer(key), 'content-type': type }, body: '{}' });
+      expect(res.status).toBe(400);
+      expect(res.body.error.message).toMatch(/model/);
+    }
+    // No body and no Content-Type on a route that needs no body: fine (here, an unknown job).
+    const cancel = await getJson(`${api.url}/api/v1/generations/gen_nope/cancel`, { method: 'POST', headers: bearer(key) });
+    expect(cancel.status).toBe(404);
+    const empty = await getJson(`${api.url}/api/v1/generations/gen_nope/cancel`, { method: 'POST', headers: { ...bearer(key), 'content-type': 'text/plain' }, body: '' });
+    expect(empty.status).toBe(404);
+  });
+
   it('names the field of an invalid query parameter', async () => {
     const res = await getJson(`${api.url}/api/v1/wallet/history?limit=500`, { headers: bearer(key) });
     expect(res.status).toBe(400);
