@@ -4,11 +4,9 @@ import { createRestApp } from '../adapters/rest/app.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
 import { startWorker } from '../workflows/worker.ts';
-import { loadCatalogFile } from './catalog.ts';
-import { buildCoreDeps } from './core.ts';
-import { openDatabase } from './database.ts';
+import { openRuntime } from './compose.ts';
 import type { Env } from './env.ts';
-import { ensureHoldSweepSchedule, openTemporal, temporalGenerationStarter } from './temporal.ts';
+import { ensureHoldSweepSchedule } from './temporal.ts';
 
 export interface RunningService {
   server: Server;
@@ -17,16 +15,15 @@ export interface RunningService {
   stop(): Promise<void>;
 }
 
-/** The composition root of the API server: wires core and adapters from the configuration. */
+/** The API server: core wired by the composition root, the HTTP adapters mounted on one server. */
 export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string) => void; onTemporalUi?: (url: string) => void } = {}): Promise<RunningService> {
-  const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
-  const db = await openDatabase(env, logger);
-  const temporal = await openTemporal(env, logger);
-  const deps = await buildCoreDeps(env, db.orm, logger, catalog, temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE, retentionSeconds: env.RESULT_RETENTION_SECONDS }));
+  const runtime = await openRuntime(env, logger, { temporal: true });
+  const { deps } = runtime;
+  const temporal = runtime.temporal!;
 
-  const added = await seedModels(db.orm.em.fork(), catalog);
+  const added = await seedModels(deps.orm.em.fork(), runtime.catalog);
   if (added.length > 0) logger.info({ models: added }, 'added catalog models to the database');
-  const demo = await ensureDemoAccount(db.orm.em.fork(), env.DEMO_COINS);
+  const demo = await ensureDemoAccount(deps.orm.em.fork(), env.DEMO_COINS);
   if (demo) hooks.onDemoKey?.(demo.key);
 
   // Releases reservations left open by a process that died mid-request.
@@ -51,7 +48,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   });
   server.keepAliveTimeout = 65_000; // longer than common load balancer idle timeouts
   const port = (server.address() as { port: number }).port;
-  logger.info({ port, publicBaseUrl: env.PUBLIC_BASE_URL, database: db.embedded ? 'embedded' : 'external' }, 'listening');
+  logger.info({ port, publicBaseUrl: env.PUBLIC_BASE_URL, database: runtime.embeddedDatabase ? 'embedded' : 'external' }, 'listening');
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
@@ -67,9 +64,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
       await closed;
       clearTimeout(timeout);
       await worker?.shutdown();
-      await temporal.close();
-      await deps.close();
-      await db.close();
+      await runtime.close();
       logger.info('stopped');
     })());
 

@@ -1,5 +1,5 @@
 import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import type { GenerationStarter } from '../core/generations/ports.ts';
+import type { GenerationStarter } from '../core/ports.ts';
 import type { Logger } from 'pino';
 import { startEmbeddedTemporal } from '../adapters/embedded/temporal.ts';
 import { HOLD_SWEEP_SCHEDULE_ID, TASK_QUEUE, GENERATION_WORKFLOW } from '../workflows/shared.ts';

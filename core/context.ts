@@ -1,16 +1,24 @@
 import type { MikroORM, EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
+import { KeyLookup, LastUsedRecorder } from './auth/api-keys.ts';
+import type { Credential } from './auth/principals.ts';
 import { ModelCatalog } from './catalog/catalog.ts';
-import type { ProviderRegistry } from './chat/provider.ts';
 import type { Execute } from './db/batch.ts';
-import { KeyLookup, LastUsedRecorder } from './keys/authenticate.ts';
-import { HoldBatcher } from './money/hold-batcher.ts';
-import type { RateLimiter, RateLimitState } from './limits/rate-limit.ts';
-import type { GenerationStarter, MediaProviderRegistry, ResultStorage, UrlGuard } from './generations/ports.ts';
-import type { UrlSigner } from './generations/signed-url.ts';
-import type { WebhookTransport } from './webhooks/webhooks.ts';
 import { CoreError } from './errors.ts';
 import type { Micro } from './money/coins.ts';
+import { HoldBatcher } from './money/hold-batcher.ts';
+import type {
+  Clock,
+  GenerationStarter,
+  MediaProviderRegistry,
+  ProviderRegistry,
+  RateLimiter,
+  RateLimitState,
+  ResultStorage,
+  UrlGuard,
+  UrlSigner,
+  WebhookTransport,
+} from './ports.ts';
 
 /** Settings core needs, taken from the environment by the composition root. */
 export interface CoreConfig {
@@ -22,12 +30,15 @@ export interface CoreConfig {
   apiPricePercent: bigint;
 }
 
-/** Everything core needs from outside, wired once per process. */
+/**
+ * Everything core needs, wired once per process by the composition root (config/compose.ts).
+ * Use cases take only the members they use (`Pick<CoreDeps, …>`), so a test passes just those.
+ */
 export interface CoreDeps {
   orm: MikroORM;
   config: CoreConfig;
   logger: Logger;
-  clock: () => Date;
+  clock: Clock;
   lastUsed: LastUsedRecorder;
   /** Key look-ups, batched across concurrent requests. */
   keys: KeyLookup;
@@ -41,7 +52,7 @@ export interface CoreDeps {
   urlGuard: UrlGuard;
   signer: UrlSigner;
   webhooks: WebhookTransport;
-  /** Starts a job's workflow; the API server wires Temporal here. */
+  /** Starts a job's workflow; the API server and the worker wire Temporal here. */
   generations: GenerationStarter;
 }
 
@@ -55,9 +66,9 @@ export function createCoreDeps(
   args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations'> & {
     /** Runs the hot path's batched statements (adapters/db/statement-pool.ts). */
     execute: Execute;
-    generations?: GenerationStarter;
-    clock?: () => Date;
-    catalogTtlMs?: number;
+    generations?: GenerationStarter | undefined;
+    clock?: Clock | undefined;
+    catalogTtlMs?: number | undefined;
   },
 ): CoreDeps {
   const { execute } = args;
@@ -81,9 +92,6 @@ export function createCoreDeps(
   };
 }
 
-/** Who is calling: an API key's bearer token, or the operator (CLI, admin API). */
-export type Caller = { kind: 'api'; bearer: string | null } | { kind: 'operator' } | { kind: 'public' };
-
 /** What a call tells its adapter besides its result (REST turns it into headers). */
 export interface CallMeta {
   rateLimit?: RateLimitState;
@@ -91,9 +99,10 @@ export interface CallMeta {
 
 export interface CoreContext {
   deps: CoreDeps;
-  /** A fork of the EntityManager for this one request: never the global one. */
+  /** A fork of the EntityManager for this one call: never the global one. */
   em: EntityManager;
-  caller: Caller;
+  /** The caller's credential as the adapter received it; the base procedures check it. */
+  credential: Credential;
   requestId: string | undefined;
   /** Aborted when the client goes away: long calls (chat) stop their upstream work. */
   signal: AbortSignal;
@@ -102,13 +111,13 @@ export interface CoreContext {
 
 export function createContext(
   deps: CoreDeps,
-  caller: Caller,
-  opts: { requestId?: string; signal?: AbortSignal; meta?: CallMeta } = {},
+  credential: Credential,
+  opts: { requestId?: string | undefined; signal?: AbortSignal | undefined; meta?: CallMeta | undefined } = {},
 ): CoreContext {
   return {
     deps,
     em: deps.orm.em.fork(),
-    caller,
+    credential,
     requestId: opts.requestId,
     signal: opts.signal ?? new AbortController().signal,
     meta: opts.meta ?? {},

@@ -1,6 +1,8 @@
 /**
- * The domain errors of the service: a closed union keyed by a stable code. Core throws only
- * these; each adapter maps them to its transport in one table (REST: adapters/rest/errors.ts).
+ * The domain errors of the service: a closed union keyed by a stable code, with a finer
+ * `reason` and the parameters an adapter needs to phrase it. Core throws only these, and its
+ * messages name no transport (no routes, headers or status codes): each adapter maps them to
+ * its own shape in one table (REST: adapters/rest/errors.ts), and may add its own hints.
  */
 export type CoreErrorCode =
   | 'invalid_request' // a value the client sent is wrong; `param` names it
@@ -10,7 +12,7 @@ export type CoreErrorCode =
   | 'forbidden' // a signed link that is expired or tampered with
   | 'not_found'
   | 'conflict'
-  | 'idempotency_conflict' // an Idempotency-Key reused with another request body
+  | 'idempotency_conflict' // an idempotency key reused with another request
   | 'limit_reached' // a per-account quota, such as the 10 active keys
   | 'rate_limited'
   | 'upstream_failed' // the model provider answered with an error
@@ -24,6 +26,8 @@ export interface CoreErrorDetails {
   reason?: string;
   /** Seconds after which a retry may succeed (rate limits). */
   retryAfterSeconds?: number;
+  /** Values an adapter may use to phrase the error its own way (`{ model_type: 'image' }`). */
+  params?: Record<string, string | number>;
 }
 
 export class CoreError extends Error {
@@ -31,6 +35,7 @@ export class CoreError extends Error {
   readonly param: string | undefined;
   readonly reason: string | undefined;
   readonly retryAfterSeconds: number | undefined;
+  readonly params: Record<string, string | number>;
 
   constructor(code: CoreErrorCode, message: string, details: CoreErrorDetails = {}) {
     super(message);
@@ -39,17 +44,19 @@ export class CoreError extends Error {
     this.param = details.param;
     this.reason = details.reason;
     this.retryAfterSeconds = details.retryAfterSeconds;
+    this.params = details.params ?? {};
   }
 }
 
 export const invalid = (param: string, message: string, reason = 'invalid_value') =>
   new CoreError('invalid_request', message, { param, reason });
 
-export const notFound = (reason: string, message: string) => new CoreError('not_found', message, { reason });
+export const notFound = (reason: string, message: string, param?: string) =>
+  new CoreError('not_found', message, { reason, ...(param ? { param } : {}) });
 
 /** The one answer for every authentication failure, so a caller learns nothing about which it was. */
 export const unauthorized = () =>
-  new CoreError('unauthorized', 'Invalid or missing API key. Send it as "Authorization: Bearer <key>".', {
+  new CoreError('unauthorized', 'Invalid or missing API key.', {
     reason: 'invalid_api_key',
   });
 

@@ -19,8 +19,8 @@ export const idempotencyKeySchema = z
 export const KEEP_HOURS = 24;
 
 export interface Stored<T> {
-  status: number;
-  body: T;
+  result: T;
+  /** True when this is the stored result of an earlier call with the same key. */
   replayed: boolean;
 }
 
@@ -29,37 +29,36 @@ export function requestHash(request: unknown): string {
 }
 
 /**
- * Within `tx`: returns the stored response for this key, or runs `work` (in the same
- * transaction) and stores its response. `work` returns the response and anything to do after
- * the commit.
+ * Within `tx`: returns the stored result for this key, or runs `work` (in the same
+ * transaction) and stores its result (JSON).
  */
 export async function idempotent<T>(
   tx: EntityManager,
   ref: { accountId: string; scope: string; key: string; hash: string },
-  work: () => Promise<{ status: number; body: T }>,
+  work: () => Promise<T>,
 ): Promise<Stored<T>> {
   await tx.execute('select pg_advisory_xact_lock(hashtextextended(?, 0))', [`idem:${ref.accountId}:${ref.scope}:${ref.key}`]);
-  const [row] = await tx.execute<{ request_hash: string; response_status: number; response_body: T }[]>(
-    `select request_hash, response_status, response_body from idempotency_keys
+  const [row] = await tx.execute<{ request_hash: string; response_body: T }[]>(
+    `select request_hash, response_body from idempotency_keys
      where account_id = ? and scope = ? and key = ? and created_at > now() - make_interval(hours => ?)`,
     [ref.accountId, ref.scope, ref.key, KEEP_HOURS],
   );
   if (row) {
     if (row.request_hash !== ref.hash) {
-      throw new CoreError('idempotency_conflict', 'This Idempotency-Key was already used with a different request body. Use a new key for a new request.', {
-        param: 'Idempotency-Key',
+      throw new CoreError('idempotency_conflict', 'This idempotency key was already used with a different request. Use a new key for a new request.', {
+        param: 'idempotency_key',
       });
     }
-    return { status: row.response_status, body: row.response_body, replayed: true };
+    return { result: row.response_body, replayed: true };
   }
   const result = await work();
   await tx.execute(
-    `insert into idempotency_keys (account_id, scope, key, request_hash, response_status, response_body) values (?, ?, ?, ?, ?, ?::jsonb)
-     on conflict (account_id, scope, key) do update set request_hash = excluded.request_hash, response_status = excluded.response_status,
+    `insert into idempotency_keys (account_id, scope, key, request_hash, response_body) values (?, ?, ?, ?, ?::jsonb)
+     on conflict (account_id, scope, key) do update set request_hash = excluded.request_hash,
        response_body = excluded.response_body, created_at = now()`,
-    [ref.accountId, ref.scope, ref.key, ref.hash, result.status, JSON.stringify(result.body)],
+    [ref.accountId, ref.scope, ref.key, ref.hash, JSON.stringify(result)],
   );
-  return { ...result, replayed: false };
+  return { result, replayed: false };
 }
 
 export async function forgetIdempotencyKey(em: EntityManager, ref: { accountId: string; scope: string; key: string }): Promise<void> {

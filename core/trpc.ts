@@ -3,33 +3,42 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { ZodError } from 'zod';
 import type { CoreContext } from './context.ts';
 import { CoreError, isCoreError, unauthorized } from './errors.ts';
-import { authenticate, type Principal } from './keys/authenticate.ts';
+import { authenticate } from './auth/api-keys.ts';
+import type { InternalPrincipal, SpendingPrincipal } from './auth/principals.ts';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
 
 export const router = t.router;
 export const createCallerFactory = t.createCallerFactory;
 
-/** No caller identity needed: health checks, public documents. */
+/**
+ * The base procedures, one per kind of caller (core/auth/principals.ts). Every use case is
+ * built on exactly one of them; none checks a credential itself.
+ */
+
+/** No caller identity needed: health checks, public documents, signed links. */
 export const publicProcedure = t.procedure;
 
-/** Called with an API key: the key is checked on every call and its account is `ctx.principal`. */
-export const apiProcedure = t.procedure.use(async ({ ctx, next }) => {
-  const principal = await authenticate(ctx.deps.keys, bearerOf(ctx), ctx.deps.lastUsed);
+/**
+ * Spends an account's coins: an API key (`Authorization: Bearer`), checked on every call and
+ * counted against its per-minute limit; its account is `ctx.principal`.
+ */
+export const spendingProcedure = t.procedure.use(async ({ ctx, next }) => {
+  const principal: SpendingPrincipal = await authenticate(ctx.deps.keys, bearerOf(ctx), ctx.deps.lastUsed);
   await consumeRateLimit(ctx, principal);
   return next({ ctx: { ...ctx, principal } });
 });
 
 /**
- * `apiProcedure` for chat completions, the hot path: the key of a paid account may come from
- * the cache of recent look-ups, which saves a round trip to the database. A revoked key still
- * stops working at once: the chat reservation carries the key id and refuses a revoked key in
- * the same statement, before anything is spent; and a call on a cached key that fails for any
- * reason checks the key again, so a revoked key is answered 401, never another error.
+ * `spendingProcedure` for chat completions, the hot path: the key of a paid account may come
+ * from the cache of recent look-ups, which saves a round trip to the database. A revoked key
+ * still stops working at once: the chat reservation carries the key id and refuses a revoked
+ * key in the same statement, before anything is spent; and a call on a cached key that fails
+ * for any reason checks the key again, so a revoked key is answered 401, never another error.
  */
 export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
   const bearer = bearerOf(ctx);
-  const principal = await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true });
+  const principal: SpendingPrincipal = await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true });
   // Throws `unauthorized` when the cached key has been revoked since.
   const recheck = async () => {
     if (principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
@@ -43,27 +52,40 @@ export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
   return result;
 });
 
+/**
+ * The operator's use cases (accounts, credits, keys of any account, the catalog): the
+ * internal caller, that is the CLI on the server's machine. The admin API's operators join
+ * here with their own credential (issue 18).
+ */
+export const operatorProcedure = t.procedure.use(({ ctx, next }) => {
+  if (ctx.credential.kind !== 'internal') throw new CoreError('forbidden', 'This operation is for operators only.', { reason: 'operator_only' });
+  const principal: InternalPrincipal = { kind: 'internal' };
+  return next({ ctx: { ...ctx, principal } });
+});
+
+/** The service's own steps (workflow activities, sweeps): only in-process callers, never a network adapter. */
+export const internalProcedure = t.procedure.use(({ ctx, next }) => {
+  if (ctx.credential.kind !== 'internal') throw new CoreError('forbidden', 'This operation is internal.', { reason: 'internal_only' });
+  const principal: InternalPrincipal = { kind: 'internal' };
+  return next({ ctx: { ...ctx, principal } });
+});
+
 function bearerOf(ctx: CoreContext): string | null {
-  if (ctx.caller.kind !== 'api') throw unauthorized();
-  return ctx.caller.bearer;
+  if (ctx.credential.kind !== 'bearer') throw unauthorized();
+  return ctx.credential.token;
 }
 
-async function consumeRateLimit(ctx: CoreContext, principal: Principal): Promise<void> {
+async function consumeRateLimit(ctx: CoreContext, principal: SpendingPrincipal): Promise<void> {
   // A transport that calls core twice for one request shares `meta`: the request counts once.
   const limit = ctx.meta.rateLimit ?? (await ctx.deps.rateLimiter.consume(principal.keyId));
   ctx.meta.rateLimit = limit;
   if (!limit.allowed) {
     throw new CoreError('rate_limited', `Rate limit reached: ${limit.limit} requests per minute per API key. Retry in ${limit.resetSeconds} s.`, {
+      reason: 'rate_limit_exceeded',
       retryAfterSeconds: limit.resetSeconds,
     });
   }
 }
-
-/** The operator: the CLI on the server's machine and, later, the internal admin API. */
-export const operatorProcedure = t.procedure.use(({ ctx, next }) => {
-  if (ctx.caller.kind !== 'operator') throw new CoreError('unauthorized', 'This operation is for the operator only.');
-  return next();
-});
 
 /**
  * What a procedure call threw, as a CoreError when it is one: tRPC wraps errors thrown inside
@@ -80,8 +102,7 @@ export function toCoreError(err: unknown): CoreError | undefined {
   }
   if (cause instanceof ZodError) {
     const issue = mostSpecific(cause.issues[0]);
-    // A call that wraps the request body as `body` (beside transport fields) names body fields plainly.
-    const path = issue?.path[0] === 'body' ? issue.path.slice(1) : (issue?.path ?? []);
+    const path = issue?.path ?? [];
     const param = path.map(String).join('.') || undefined;
     const missing = issue?.code === 'invalid_type' && /received undefined$/.test(issue.message);
     const detail = (issue?.message ?? 'invalid').replace(/^Invalid input: /, '');

@@ -1,14 +1,14 @@
 import { createContext, type CoreDeps } from '../core/context.ts';
-import type { JobError, StoredOutput } from '../core/generations/lifecycle.ts';
-import { createCaller } from '../core/router.ts';
+import type { JobError, StoredOutput } from '../core/generations/job-row.ts';
+import { createInternalCaller } from '../core/internal/router.ts';
 
 /**
- * Activities call core through the same router as every adapter, as the operator. Built by a
- * factory so the worker passes real dependencies and tests pass their own. Each may run more
- * than once: the core steps behind them are idempotent on the job id.
+ * Activities call core's internal steps through its internal router, as the internal caller.
+ * Built by a factory so the worker passes real dependencies and tests pass their own. Each may
+ * run more than once: the core steps behind them are idempotent on the job id.
  */
 export function createActivities(deps: CoreDeps) {
-  const core = () => createCaller(createContext(deps, { kind: 'operator' }));
+  const core = () => createInternalCaller(createContext(deps, { kind: 'internal' }));
   return {
     async releaseExpiredHolds(): Promise<number> {
       return (await core().holds.releaseExpired()).released;

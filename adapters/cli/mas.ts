@@ -1,13 +1,6 @@
 import { parseArgs } from 'node:util';
-import { ConfigError, loadEnv } from '../../config/env.ts';
-import { createLogger } from '../../config/logger.ts';
-import { loadCatalogFile, readCatalogYaml } from '../../config/catalog.ts';
-import { buildCoreDeps } from '../../config/core.ts';
-import { openDatabase } from '../../config/database.ts';
-import type { Env } from '../../config/env.ts';
-import { createContext } from '../../core/context.ts';
 import type { CoreError, CoreErrorCode } from '../../core/errors.ts';
-import { createCaller } from '../../core/router.ts';
+import type { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 
 /**
@@ -19,8 +12,19 @@ import { toCoreError } from '../../core/trpc.ts';
 type Caller = ReturnType<typeof createCaller>;
 type Flags = Record<string, string | undefined>;
 
+/** What the entry point (mas.ts, a composition root) hands the CLI: core as the internal caller. */
+export interface CliConnection {
+  core: Caller;
+  /** The catalog file named by CATALOG_FILE, parsed (for `catalog sync`). */
+  readCatalogFile(): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+/** Opens the connection; `configError` when the environment is not valid. */
+export type Connect = () => Promise<CliConnection | { configError: string }>;
+
 interface CommandContext {
-  env: Env;
+  readCatalogFile(): Promise<unknown>;
 }
 
 interface Command {
@@ -68,7 +72,7 @@ const COMMANDS: Record<string, Command> = {
   },
   'catalog sync': {
     usage: 'catalog sync   (makes the database\'s models match CATALOG_FILE)',
-    run: async (core, _f, { env }) => core.catalog.sync({ catalog: await readCatalogYaml(env.CATALOG_FILE) }),
+    run: async (core, _f, { readCatalogFile }) => core.catalog.sync({ catalog: await readCatalogFile() }),
   },
   balance: {
     usage: 'balance --account ID|EMAIL',
@@ -103,7 +107,7 @@ function fail(json: boolean, error: { message: string; type: string; code: strin
   process.exit(exitCode);
 }
 
-async function main(argv: string[]): Promise<void> {
+async function main(argv: string[], connect: Connect): Promise<void> {
   let parsed;
   try {
     parsed = parseArgs({
@@ -136,20 +140,10 @@ async function main(argv: string[]): Promise<void> {
     fail(json, { message: `Unknown command "${positionals.join(' ')}".\n${HELP}`, type: 'invalid_request_error', code: 'usage' }, 2);
   }
 
-  let env;
-  try {
-    env = loadEnv();
-  } catch (err) {
-    if (err instanceof ConfigError) fail(json, { message: err.message, type: 'invalid_request_error', code: 'invalid_configuration' }, 2);
-    throw err;
-  }
-  // Logs go to stderr, and only warnings: stdout is for the one result.
-  const logger = createLogger(process.env.LOG_LEVEL ? env.LOG_LEVEL : 'warn', process.stderr);
-  const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
-  const db = await openDatabase(env, logger);
-  const deps = await buildCoreDeps(env, db.orm, logger, catalog);
-  const core = createCaller(createContext(deps, { kind: 'operator' }));
-  const context: CommandContext = { env };
+  const connection = await connect();
+  if ('configError' in connection) fail(json, { message: connection.configError, type: 'invalid_request_error', code: 'invalid_configuration' }, 2);
+  const { core } = connection;
+  const context: CommandContext = { readCatalogFile: () => connection.readCatalogFile() };
   let result: unknown;
   let failure: CoreError | undefined;
   try {
@@ -158,8 +152,7 @@ async function main(argv: string[]): Promise<void> {
     failure = toCoreError(err);
     if (!failure) throw err;
   } finally {
-    await deps.close();
-    await db.close();
+    await connection.close();
   }
   if (failure) {
     fail(json, { message: failure.message, type: ERROR_TYPES[failure.code], code: failure.reason ?? failure.code }, 1);
@@ -168,7 +161,9 @@ async function main(argv: string[]): Promise<void> {
   else process.stdout.write(`${command.show(result as never)}\n`);
 }
 
-main(process.argv.slice(2)).catch((err: unknown) => {
-  const json = process.argv.includes('--json');
-  fail(json, { message: `Internal error: ${(err as Error).message ?? String(err)}`, type: 'server_error', code: 'internal_error' }, 1);
-});
+/** Runs one command; exits non-zero on error, printing the error shape with --json. */
+export function runCli(argv: string[], connect: Connect): Promise<void> {
+  return main(argv, connect).catch((err: unknown) => {
+    fail(argv.includes('--json'), { message: `Internal error: ${(err as Error).message ?? String(err)}`, type: 'server_error', code: 'internal_error' }, 1);
+  });
+}

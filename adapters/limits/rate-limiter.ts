@@ -1,6 +1,6 @@
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import type { RateLimiter, RateLimitState } from '../../core/limits/rate-limit.ts';
+import type { RateLimiter, RateLimitState } from '../../core/ports.ts';
 
 /**
  * Fixed one-minute windows per key, counted by rate-limiter-flexible: in this process's memory

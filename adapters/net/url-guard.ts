@@ -2,7 +2,7 @@ import dns from 'node:dns';
 import http from 'node:http';
 import https from 'node:https';
 import net, { BlockList } from 'node:net';
-import type { UrlGuard } from '../../core/generations/ports.ts';
+import type { UrlGuard } from '../../core/ports.ts';
 
 /**
  * Keeps input URLs (and later webhook URLs) off this machine's network: loopback, private,

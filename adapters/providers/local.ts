@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { decode, encode } from 'gpt-tokenizer/encoding/o200k_base';
-import type { ChatProvider, ProviderChatRequest, ProviderEvent } from '../../core/chat/provider.ts';
+import type { ChatProvider, ProviderChatRequest, ProviderEvent } from '../../core/ports.ts';
 import { countChatTokens } from '../../core/chat/tokens.ts';
 
 /**

@@ -1,7 +1,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { StringDecoder } from 'node:string_decoder';
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici';
-import { ProviderError, type ChatProvider, type ProviderChatRequest, type ProviderEvent } from '../../core/chat/provider.ts';
+import { ProviderError, type ChatProvider, type ProviderChatRequest, type ProviderEvent } from '../../core/ports.ts';
 
 /**
  * An upstream that speaks the OpenAI chat-completions protocol: OpenAI, OpenRouter, vLLM,

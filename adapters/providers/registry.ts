@@ -1,9 +1,9 @@
-import type { ChatProvider, ProviderRegistry } from '../../core/chat/provider.ts';
+import type { ChatProvider, ProviderRegistry } from '../../core/ports.ts';
 import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import { localProvider } from './local.ts';
 import { localMediaProvider } from './media/local-media.ts';
 import { replicateProvider } from './media/replicate.ts';
-import type { MediaProvider, MediaProviderRegistry } from '../../core/generations/ports.ts';
+import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 
 /** Builds the providers named in the catalog file; upstream keys come from the environment. */

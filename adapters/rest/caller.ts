@@ -1,6 +1,6 @@
 import type { Request, Response } from 'express';
-import { createContext, type CallMeta, type Caller, type CoreDeps } from '../../core/context.ts';
-import type { RateLimitState } from '../../core/limits/rate-limit.ts';
+import { createContext, type CallMeta, type CoreDeps } from '../../core/context.ts';
+import type { RateLimitState } from '../../core/ports.ts';
 import { createCaller } from '../../core/router.ts';
 
 /** The bearer token of `Authorization: Bearer <key>`, or null. Keys in query strings are never read. */
@@ -25,7 +25,7 @@ export async function callApi<T>(deps: CoreDeps, req: Request, res: Response, fn
   res.once('close', () => {
     if (!res.writableFinished) aborted.abort(new Error('client disconnected'));
   });
-  const core = createCaller(createContext(deps, { kind: 'api', bearer: bearerToken(req) }, { requestId: String(req.id), meta, signal: aborted.signal }));
+  const core = createCaller(createContext(deps, { kind: 'bearer', token: bearerToken(req) }, { requestId: String(req.id), meta, signal: aborted.signal }));
   try {
     return await fn(core);
   } finally {
@@ -34,7 +34,7 @@ export async function callApi<T>(deps: CoreDeps, req: Request, res: Response, fn
 }
 
 export function publicCaller(deps: CoreDeps, req: Request): CoreCaller {
-  return createCaller(createContext(deps, { kind: 'public' } satisfies Caller, { requestId: String(req.id) }));
+  return createCaller(createContext(deps, { kind: 'none' }, { requestId: String(req.id) }));
 }
 
 /** OpenAI's header names; the reset is a duration such as "42s". */

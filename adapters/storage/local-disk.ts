@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { ResultStorage } from '../../core/generations/ports.ts';
+import type { ResultStorage } from '../../core/ports.ts';
 
 /** Results on local disk under DATA_DIR/storage. Writes land whole (temp file, then rename). */
 export function localDiskStorage(root: string): ResultStorage {

@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import { DeleteObjectCommand, GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import type { ResultStorage } from '../../core/generations/ports.ts';
+import type { ResultStorage } from '../../core/ports.ts';
 
 /**
  * Results and uploads in an S3-compatible bucket (AWS S3, MinIO, R2…), through the AWS SDK.

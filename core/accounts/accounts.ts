@@ -43,3 +43,8 @@ export async function resolveAccount(em: EntityManager, ref: string): Promise<Ac
   if (!account) throw notFound('account_not_found', `No account with id or email "${ref}".`);
   return account;
 }
+
+/** An account as the operator names it (id or email). */
+export async function getAccount(em: EntityManager, ref: string) {
+  return accountView(await resolveAccount(em, ref));
+}

@@ -107,7 +107,7 @@ export class ModelCatalog {
 
   async get(em: EntityManager, id: string): Promise<ModelDefinition> {
     const model = (await this.all(em)).get(id);
-    if (!model) throw notFound('model_not_found', `The model '${id}' does not exist. GET /api/v1/models lists the models.`);
+    if (!model) throw notFound('model_not_found', `The model '${id}' does not exist.`, 'model');
     return model;
   }
 
@@ -139,12 +139,19 @@ export const modelIdInput = z.object({ id: z.string().min(1).max(200) });
 
 export function requireTextModel(model: ModelDefinition): asserts model is TextModel {
   if (model.type !== 'text') {
-    throw new CoreError('invalid_request', `The model '${model.id}' is a ${model.type} model: start a job with POST /api/v1/generations.`, { param: 'model', reason: 'wrong_endpoint' });
+    throw new CoreError('invalid_request', `The model '${model.id}' is a ${model.type} model: it makes media generations, not chat completions.`, { param: 'model', reason: 'wrong_endpoint', params: { model_type: model.type } });
   }
 }
 
 export function requireMediaModel(model: ModelDefinition): asserts model is MediaModel {
   if (model.type === 'text') {
-    throw new CoreError('invalid_request', `The model '${model.id}' is a text model: use POST /api/v1/chat/completions.`, { param: 'model', reason: 'wrong_endpoint' });
+    throw new CoreError('invalid_request', `The model '${model.id}' is a text model: it answers chat completions, not media generations.`, { param: 'model', reason: 'wrong_endpoint', params: { model_type: 'text' } });
   }
+}
+
+/** The operator's `catalog sync`: makes the models table match a catalog file (parsed, not yet validated). */
+export async function syncCatalog(deps: { catalog: ModelCatalog; config: { apiPricePercent: bigint } }, em: EntityManager, raw: unknown) {
+  const result = await syncModels(em, validateCatalog(raw, deps.config.apiPricePercent));
+  deps.catalog.invalidate();
+  return result;
 }

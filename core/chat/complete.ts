@@ -1,6 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { CoreDeps } from '../context.ts';
-import type { Principal } from '../keys/authenticate.ts';
+import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { prepareChat, runChat } from './chat.ts';
 import type { ChatRequest } from './schema.ts';
 import { collectCompletion, streamChunks } from './views.ts';

@@ -1,23 +1,28 @@
 import { z } from 'zod';
 import { idempotencyKeySchema } from '../idempotency.ts';
 
-export const createGenerationSchema = z.object({
-  model: z.string().min(1),
+/** The most a call may wait for its job to end (REST: `Prefer: wait=N`). */
+export const MAX_WAIT_SECONDS = 60;
+
+export const generationRequestSchema = z.object({
+  model: z.string().min(1).max(200),
   prompt: z.string().max(20_000).default(''),
   settings: z.record(z.string(), z.unknown()).default({}),
   inputs: z.record(z.string(), z.unknown()).default({}),
   /** Called with the job when it ends (docs/generations.md#webhooks). */
   webhook_url: z.string().max(2000).optional(),
 });
-export type CreateGenerationInput = z.output<typeof createGenerationSchema>;
 
-/** What the transport adds to the body: the Idempotency-Key and Prefer: wait=N headers. */
-export const createGenerationCall = z.object({
-  body: createGenerationSchema,
+/** A generation request, with how the caller wants it handled: at most once per key, and how long to wait. */
+export const createGenerationInput = generationRequestSchema.extend({
+  /** The same key and request from the same account start one job (Stripe's idempotency keys). */
   idempotency_key: idempotencyKeySchema.optional(),
-  /** Answer with the finished job if it ends within this many seconds (at most 60). */
-  wait_seconds: z.number().int().min(0).max(60, 'wait is at most 60 seconds').optional(),
+  /** Answer with the ended job if it ends within this many seconds. */
+  wait_seconds: z.number().int().min(0).max(MAX_WAIT_SECONDS, `wait is at most ${MAX_WAIT_SECONDS} seconds`).optional(),
 });
+export type CreateGenerationInput = z.output<typeof createGenerationInput>;
 
 export const generationIdInput = z.object({ id: z.string().min(1).max(100) });
 
+/** @deprecated name kept while adapters/rest/openapi.ts moves to generationRequestSchema. */
+export const createGenerationSchema = generationRequestSchema;

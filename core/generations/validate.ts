@@ -1,6 +1,6 @@
 import type { MediaModel, SettingSpec } from '../catalog/schema.ts';
 import { invalid } from '../errors.ts';
-import type { UrlGuard } from './ports.ts';
+import type { UrlGuard } from '../ports.ts';
 
 /**
  * Checks a job's settings and inputs against its model. Every setting key must be known and

@@ -1,4 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
+import { deleteOldIdempotencyKeys } from '../idempotency.ts';
+import type { Clock } from '../ports.ts';
 import { release } from './holds.ts';
 
 /**
@@ -17,4 +19,9 @@ export async function releaseExpiredHolds(em: EntityManager, now: Date, batch = 
     total += rows.length;
     if (rows.length < batch) return total;
   }
+}
+
+/** The hold-sweep schedule's work: expired holds, and idempotency keys past their keeping time. */
+export async function sweep(deps: { clock: Clock }, em: EntityManager) {
+  return { released: await releaseExpiredHolds(em, deps.clock()), forgottenIdempotencyKeys: await deleteOldIdempotencyKeys(em) };
 }

@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { CoreError, notFound } from '../errors.ts';
+import { resolveAccount } from '../accounts/accounts.ts';
 import { coinsToJson, type Micro } from './coins.ts';
 
 export type Pocket = 'subscription' | 'purchased' | 'held';
@@ -59,4 +60,10 @@ export async function credit(
   const row = rows[0]!;
   if (row.status === 'no_wallet') throw notFound('account_not_found', `No account ${input.accountId}.`);
   return { entryId: row.entry_id!, applied: row.status === 'credited' };
+}
+
+/** The operator's `balance`: the balance of the account named by id or email. */
+export async function balanceOfAccount(em: EntityManager, ref: string) {
+  const account = await resolveAccount(em, ref);
+  return { account: account.id, ...balanceView(await getBalance(em, account.id)) };
 }

@@ -1,8 +1,8 @@
 import { createHmac, randomBytes } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { CoreDeps } from '../context.ts';
-import { loadJob } from '../generations/lifecycle.ts';
+import { loadJob } from '../generations/job-row.ts';
 import { generationView } from '../generations/views.ts';
+import type { Clock, UrlSigner, WebhookTransport } from '../ports.ts';
 
 /**
  * Job-completion webhooks in the Standard Webhooks style: headers `webhook-id` (stable across
@@ -10,11 +10,6 @@ import { generationView } from '../generations/views.ts';
  * HMAC-SHA256 over `id.timestamp.body`, keyed with the account's `whsec_…` secret). The
  * body is `{"type":"generation.succeeded","timestamp":…,"data":<job>}`.
  */
-export interface WebhookTransport {
-  /** POSTs to a public URL (checked again at connect time); returns the HTTP status. */
-  post(url: string, body: string, headers: Record<string, string>): Promise<number>;
-}
-
 export async function webhookSecret(em: EntityManager, accountId: string): Promise<string> {
   await em.execute('insert into webhook_secrets (account_id, secret) values (?, ?) on conflict (account_id) do nothing', [
     accountId,
@@ -32,7 +27,7 @@ export function signWebhook(secret: string, id: string, timestamp: number, body:
 export class WebhookDeliveryError extends Error {}
 
 /** Sends the job's webhook once; throws when the receiver does not answer 2xx (the workflow retries). */
-export async function deliverJobWebhook(deps: CoreDeps, em: EntityManager, jobId: string): Promise<'sent' | 'none'> {
+export async function deliverJobWebhook(deps: { webhooks: WebhookTransport; signer: UrlSigner; clock: Clock }, em: EntityManager, jobId: string): Promise<'sent' | 'none'> {
   const job = await loadJob(em, jobId);
   if (!job.webhook_url) return 'none';
   const secret = await webhookSecret(em, job.account_id);

@@ -3,7 +3,7 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import pg from 'pg';
 import { statementPool } from '../../adapters/db/statement-pool.ts';
 import type { Execute } from '../../core/db/batch.ts';
-import { KEY_LOOKUP_SQL, KeyLookup } from '../../core/keys/authenticate.ts';
+import { KEY_LOOKUP_SQL, KeyLookup } from '../../core/auth/api-keys.ts';
 import { hashKey } from '../../core/keys/key-secret.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { HoldBatcher } from '../../core/money/hold-batcher.ts';

@@ -17,7 +17,7 @@ afterAll(async () => {
   await orm.close();
 });
 
-const operator = () => createCaller(createContext(testDeps(orm), { kind: 'operator' }));
+const operator = () => createCaller(createContext(testDeps(orm), { kind: 'internal' }));
 
 describe('API keys', () => {
   it('create, use, revoke, refused on the very next request', async () => {

@@ -5,7 +5,7 @@ import S3rver from 's3rver';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { localDiskStorage } from '../../adapters/storage/local-disk.ts';
 import { s3Storage } from '../../adapters/storage/s3.ts';
-import type { ResultStorage } from '../../core/generations/ports.ts';
+import type { ResultStorage } from '../../core/ports.ts';
 
 /**
  * The storage port's contract, run against each driver: local disk, and the S3 driver (AWS

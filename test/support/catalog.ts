@@ -1,7 +1,7 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createProviderRegistry } from '../../adapters/providers/registry.ts';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
-import type { ProviderRegistry } from '../../core/chat/provider.ts';
+import type { ProviderRegistry } from '../../core/ports.ts';
 
 /**
  * The test catalog. In-app prices of 2 and 4 coins per million tokens make the API prices 1

@@ -6,16 +6,13 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import { createAccount } from '../../core/accounts/accounts.ts';
 import os from 'node:os';
 import path from 'node:path';
-import { createRateLimiter } from '../../adapters/limits/rate-limiter.ts';
-import { createUrlGuard } from '../../adapters/net/url-guard.ts';
-import { createMediaProviderRegistry } from '../../adapters/providers/registry.ts';
 import { localDiskStorage } from '../../adapters/storage/local-disk.ts';
-import type { GenerationStarter } from '../../core/generations/ports.ts';
+import type { GenerationStarter } from '../../core/ports.ts';
 import type { ProviderConfig } from '../../core/catalog/schema.ts';
-import { createUrlSigner } from '../../core/generations/signed-url.ts';
-import type { ProviderRegistry } from '../../core/chat/provider.ts';
-import { createCoreDeps, type CoreDeps } from '../../core/context.ts';
-import { statementPool } from '../../adapters/db/statement-pool.ts';
+import type { ProviderRegistry } from '../../core/ports.ts';
+import type { CoreDeps } from '../../core/context.ts';
+import { wireCore } from '../../config/compose.ts';
+import { loadEnv } from '../../config/env.ts';
 import { openOrm, migrate } from '../../core/db/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit, getBalance } from '../../core/money/wallet.ts';
@@ -28,7 +25,10 @@ export async function openTestOrm(poolMax = 10): Promise<MikroORM> {
   return openOrm({ url: inject('databaseUrl'), poolMax });
 }
 
-/** Core dependencies for tests: the given providers and rate limit, in-memory counting. */
+/**
+ * Core dependencies for tests, wired by the same composition root as the processes
+ * (config/compose.ts), with the given providers and limits and in-memory counting.
+ */
 export function testDeps(
   orm: MikroORM,
   opts: {
@@ -41,21 +41,25 @@ export function testDeps(
     mediaProviders?: Record<string, ProviderConfig>;
   } = {},
 ): CoreDeps {
-  // Test servers for input URLs listen on 127.0.0.1; everything else stays refused.
-  const urlGuard = createUrlGuard({ allowlist: ['127.0.0.1'] });
-  return createCoreDeps({
+  const env = loadEnv({
+    DATA_DIR: path.join(os.tmpdir(), 'mas-test-data'),
+    PUBLIC_BASE_URL: 'http://localhost',
+    // Test servers for input URLs listen on 127.0.0.1; everything else stays refused.
+    INPUT_URL_ALLOWLIST: '127.0.0.1',
+    RATE_LIMIT_PER_MINUTE: String(opts.perMinute ?? 100_000),
+    HOLD_TTL_SECONDS: String(opts.holdTtlSeconds ?? 900),
+    DEMO_COINS: '0',
+    API_PRICE_PERCENT: '50',
+  });
+  return wireCore(env, {
     orm,
-    execute: statementPool(orm).execute,
     logger: silentLogger,
-    providers: opts.providers ?? { get: () => undefined },
-    media: createMediaProviderRegistry({ local: { kind: 'local' }, ...opts.mediaProviders }, { download: (url) => urlGuard.fetch(url), env: { FAKE_REPLICATE_KEY: 'replicate-secret' } }),
+    providers: { local: { kind: 'local' }, ...opts.mediaProviders },
+    providerEnv: { FAKE_REPLICATE_KEY: 'replicate-secret' },
+    chatProviders: opts.providers ?? { get: () => undefined },
     storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
-    urlGuard,
-    webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
-    signer: createUrlSigner('test-signing-secret-test-signing-secret', 'http://localhost'),
-    ...(opts.generations ? { generations: opts.generations } : {}),
-    rateLimiter: createRateLimiter({ perMinute: opts.perMinute ?? 100_000 }),
-    config: { holdTtlSeconds: opts.holdTtlSeconds ?? 900, demoCoins: 0n, apiPricePercent: 50n },
+    signingSecret: 'test-signing-secret-test-signing-secret',
+    generations: opts.generations,
     catalogTtlMs: opts.catalogTtlMs ?? 0,
   });
 }

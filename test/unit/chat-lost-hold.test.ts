@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { runChat, type PreparedChat } from '../../core/chat/chat.ts';
-import type { ChatProvider } from '../../core/chat/provider.ts';
+import type { ChatProvider } from '../../core/ports.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { notFound } from '../../core/errors.ts';
 

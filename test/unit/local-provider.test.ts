@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { localProvider } from '../../adapters/providers/local.ts';
 import { countChatTokens, countTextTokens } from '../../core/chat/tokens.ts';
-import type { ProviderEvent } from '../../core/chat/provider.ts';
+import type { ProviderEvent } from '../../core/ports.ts';
 
 async function run(maxTokens: number, content = 'Tell me about coins') {
   const messages = [{ role: 'user' as const, content }];

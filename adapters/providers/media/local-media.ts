@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { MediaJobSpec, MediaPollResult, MediaProvider, MediaResult } from '../../../core/generations/ports.ts';
+import type { MediaJobSpec, MediaPollResult, MediaProvider, MediaResult } from '../../../core/ports.ts';
 import { avi, gltf, png, seededRandom, wav } from './formats.ts';
 
 /**

@@ -1,5 +1,5 @@
 import { fileTypeFromBuffer } from 'file-type';
-import type { InputReader, MediaJobSpec, MediaPollResult, MediaProvider, MediaResult } from '../../../core/generations/ports.ts';
+import type { InputReader, MediaJobSpec, MediaPollResult, MediaProvider, MediaResult } from '../../../core/ports.ts';
 
 /**
  * A Replicate-style predictions upstream: `POST /predictions` with `{version, input}`,

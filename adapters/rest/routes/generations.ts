@@ -1,6 +1,7 @@
 import { Router } from 'express';
 import type { CoreDeps } from '../../../core/context.ts';
 import { callApi, publicCaller } from '../caller.ts';
+import { jsonObject } from '../body.ts';
 import { route } from './route.ts';
 
 export function generationRoutes(deps: CoreDeps): Router {
@@ -9,12 +10,13 @@ export function generationRoutes(deps: CoreDeps): Router {
     post: async (req, res) => {
       // RFC 7240: `Prefer: wait=N`; a preference we do not understand is ignored.
       const wait = /(?:^|[\s,;])wait=(\d{1,6})(?:$|[\s,;])/.exec(req.get('prefer') ?? '');
-      const result = await callApi(deps, req, res, (core) =>
-        core.generations.create({ body: req.body, idempotency_key: req.get('idempotency-key'), wait_seconds: wait ? Number(wait[1]) : undefined }),
+      const { generation, replayed } = await callApi(deps, req, res, (core) =>
+        core.generations.create({ ...jsonObject(req.body), idempotency_key: req.get('idempotency-key'), wait_seconds: wait ? Number(wait[1]) : undefined } as never),
       );
       if (wait) res.setHeader('Preference-Applied', `wait=${wait[1]}`);
-      if (result.replayed) res.setHeader('Idempotent-Replayed', 'true');
-      res.status(result.status).json(result.body);
+      if (replayed) res.setHeader('Idempotent-Replayed', 'true');
+      // 202 while the job runs; 200 when `Prefer: wait` saw it end.
+      res.status(generation.status === 'queued' || generation.status === 'running' ? 202 : 200).json(generation);
     },
   });
   route(router, '/generations/:id', {

@@ -3,19 +3,8 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { statementBatcher, type Execute } from '../db/batch.ts';
 import { unauthorized } from '../errors.ts';
-import { hashKey, isWellFormedKey } from './key-secret.ts';
-
-export interface Principal {
-  accountId: string;
-  keyId: string;
-  paid: boolean;
-  /**
-   * Found in the cache of recent look-ups, not in the database just now: the key may have been
-   * revoked since. Only a caller that checks the key again where it spends may accept this
-   * (the chat reservation does, in the same statement; see `chatProcedure`).
-   */
-  fromCache: boolean;
-}
+import { hashKey, isWellFormedKey } from '../keys/key-secret.ts';
+import type { KeyPrincipal } from './principals.ts';
 
 /** Active keys by secret hash, for a batch of hashes given as a text[] literal. */
 export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid
@@ -76,13 +65,13 @@ export async function authenticate(
   bearer: string | null,
   lastUsed: LastUsedRecorder,
   opts: { recent?: boolean } = {},
-): Promise<Principal> {
+): Promise<KeyPrincipal> {
   if (!bearer || !isWellFormedKey(bearer)) throw unauthorized();
   const hash = hashKey(bearer);
   const { row, fromCache } = opts.recent ? await keys.findRecent(hash) : { row: await keys.find(hash), fromCache: false };
   if (!row) throw unauthorized();
   lastUsed.touch(row.key_id);
-  return { accountId: row.account_id, keyId: row.key_id, paid: row.paid, fromCache };
+  return { kind: 'api_key', accountId: row.account_id, keyId: row.key_id, paid: row.paid, fromCache };
 }
 
 /**

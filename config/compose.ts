@@ -1,0 +1,142 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import type { Logger } from 'pino';
+import { statementPool } from '../adapters/db/statement-pool.ts';
+import { createRateLimiter } from '../adapters/limits/rate-limiter.ts';
+import { createUrlGuard } from '../adapters/net/url-guard.ts';
+import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
+import { restLinks } from '../adapters/rest/links.ts';
+import { localDiskStorage } from '../adapters/storage/local-disk.ts';
+import { s3Storage } from '../adapters/storage/s3.ts';
+import type { ValidatedCatalog } from '../core/catalog/catalog.ts';
+import type { ProviderConfig } from '../core/catalog/schema.ts';
+import { createCoreDeps, type CoreDeps } from '../core/context.ts';
+import { createUrlSigner } from '../core/links.ts';
+import type { Clock, GenerationStarter, ProviderRegistry, ResultStorage } from '../core/ports.ts';
+import { loadCatalogFile } from './catalog.ts';
+import { openDatabase } from './database.ts';
+import type { Env } from './env.ts';
+import { openTemporal, temporalGenerationStarter, type TemporalHandle } from './temporal.ts';
+
+/**
+ * The composition root: the one place where core's ports get their adapters. The API server,
+ * the worker, the CLI and the tests all wire core through `wireCore`; the processes open their
+ * database and Temporal through `openRuntime`.
+ */
+export interface WireParts {
+  orm: MikroORM;
+  logger: Logger;
+  /** The catalog file's providers: each becomes a chat or media provider. */
+  providers: Record<string, ProviderConfig>;
+  signingSecret: string;
+  /** Starts job workflows (Temporal); absent in processes that run no jobs (the CLI). */
+  generations?: GenerationStarter | undefined;
+  /** Where upstream keys are read (`api_key_env`); the process environment by default. */
+  providerEnv?: NodeJS.ProcessEnv | undefined;
+  /** Tests only: fake text upstreams, their own storage, a clock, no catalog cache. */
+  chatProviders?: ProviderRegistry | undefined;
+  storage?: ResultStorage | undefined;
+  clock?: Clock | undefined;
+  catalogTtlMs?: number | undefined;
+}
+
+export type WiredCore = CoreDeps & { close(): Promise<void> };
+
+export function wireCore(env: Env, parts: WireParts): WiredCore {
+  const rateLimiter = createRateLimiter({ perMinute: env.RATE_LIMIT_PER_MINUTE, redisUrl: env.REDIS_URL });
+  const urlGuard = createUrlGuard({ allowlist: env.INPUT_URL_ALLOWLIST });
+  const statements = statementPool(parts.orm, { logger: parts.logger });
+  const deps = createCoreDeps({
+    orm: parts.orm,
+    execute: statements.execute,
+    logger: parts.logger,
+    providers: parts.chatProviders ?? createProviderRegistry(parts.providers, parts.providerEnv),
+    media: createMediaProviderRegistry(parts.providers, { download: (url) => urlGuard.fetch(url), env: parts.providerEnv }),
+    storage:
+      parts.storage ??
+      (env.STORAGE_DRIVER === 's3'
+        ? s3Storage({
+            bucket: env.S3_BUCKET!,
+            region: env.S3_REGION,
+            endpoint: env.S3_ENDPOINT,
+            forcePathStyle: env.S3_FORCE_PATH_STYLE,
+            accessKeyId: env.S3_ACCESS_KEY_ID,
+            secretAccessKey: env.S3_SECRET_ACCESS_KEY,
+          })
+        : localDiskStorage(path.join(env.DATA_DIR, 'storage'))),
+    urlGuard,
+    webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
+    // Signed links point where the REST adapter serves their bytes.
+    signer: createUrlSigner(parts.signingSecret, restLinks(env.PUBLIC_BASE_URL)),
+    rateLimiter,
+    generations: parts.generations,
+    clock: parts.clock,
+    catalogTtlMs: parts.catalogTtlMs,
+    config: {
+      holdTtlSeconds: env.HOLD_TTL_SECONDS,
+      demoCoins: env.DEMO_COINS,
+      apiPricePercent: BigInt(env.API_PRICE_PERCENT),
+    },
+  });
+  return { ...deps, close: async () => void (await Promise.all([rateLimiter.close(), statements.close()])) };
+}
+
+/** A process's connections and its wired core: what main.ts, worker.ts and the CLI start from. */
+export interface Runtime {
+  env: Env;
+  logger: Logger;
+  /** The catalog file, validated: start-up seeds its models. */
+  catalog: ValidatedCatalog;
+  deps: WiredCore;
+  /** Absent for the CLI, which starts no jobs. */
+  temporal: TemporalHandle | undefined;
+  /** True when this process uses the embedded PostgreSQL. */
+  embeddedDatabase: boolean;
+  close(): Promise<void>;
+}
+
+export async function openRuntime(env: Env, logger: Logger, opts: { temporal: boolean }): Promise<Runtime> {
+  const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
+  const db = await openDatabase(env, logger);
+  const temporal = opts.temporal ? await openTemporal(env, logger) : undefined;
+  const generations = temporal
+    ? temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE, retentionSeconds: env.RESULT_RETENTION_SECONDS })
+    : undefined;
+  const deps = wireCore(env, {
+    orm: db.orm,
+    logger,
+    providers: catalog.parsed.providers,
+    signingSecret: env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR)),
+    generations,
+  });
+  return {
+    env,
+    logger,
+    catalog,
+    deps,
+    temporal,
+    embeddedDatabase: db.embedded,
+    async close() {
+      await temporal?.close();
+      await deps.close();
+      await db.close();
+    },
+  };
+}
+
+/**
+ * Without SIGNING_SECRET, one random secret is kept in DATA_DIR (fine for one machine; several
+ * instances must set the same SIGNING_SECRET).
+ */
+async function persistedSecret(dataDir: string): Promise<string> {
+  const file = path.join(dataDir, 'signing-secret');
+  await fs.mkdir(dataDir, { recursive: true });
+  try {
+    await fs.writeFile(file, randomBytes(32).toString('base64url'), { mode: 0o600, flag: 'wx' });
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+  }
+  return (await fs.readFile(file, 'utf8')).trim();
+}

@@ -1,0 +1,72 @@
+/**
+ * Who is calling, once their credential has been checked. Every procedure of the core router
+ * takes one of these from its base procedure (core/trpc.ts), and every ownership check takes
+ * the principal's account: an object of another account is as unknown as a missing one.
+ */
+
+/** An API key: spends its account's coins, limited per key (SPEC part 8). */
+export interface KeyPrincipal {
+  kind: 'api_key';
+  accountId: string;
+  keyId: string;
+  paid: boolean;
+  /**
+   * Found in the cache of recent look-ups, not in the database just now: the key may have been
+   * revoked since. Only a caller that checks the key again where it spends may accept this
+   * (the chat reservation does, in the same statement; see `chatProcedure`).
+   */
+  fromCache: boolean;
+}
+
+/**
+ * An app connected through OAuth (issue 17): spends like a key, through the app's own key,
+ * with its own spend cap and expiry.
+ */
+export interface AppConnectionPrincipal {
+  kind: 'app_connection';
+  accountId: string;
+  connectionId: string;
+  keyId: string;
+  paid: boolean;
+  fromCache: false;
+  spendCapMicro: bigint | null;
+  expiresAt: Date | null;
+}
+
+/** A person signed in to the account pages. */
+export interface SessionPrincipal {
+  kind: 'session';
+  accountId: string;
+  sessionId: string;
+}
+
+/** An operator of the admin API: `viewer` reads, `operator` also acts (and is audited). */
+export interface AdminPrincipal {
+  kind: 'admin';
+  adminId: string;
+  role: 'viewer' | 'operator';
+}
+
+/** The service itself: Temporal activities and the CLI on the server's machine. */
+export interface InternalPrincipal {
+  kind: 'internal';
+}
+
+/** Whoever may spend an account's coins on models. */
+export type SpendingPrincipal = KeyPrincipal | AppConnectionPrincipal;
+
+export type Principal = SpendingPrincipal | SessionPrincipal | AdminPrincipal | InternalPrincipal;
+
+/**
+ * What an adapter hands core about the caller, unchecked. Core decides what it proves.
+ * - `bearer`: `Authorization: Bearer …` (an API key; later also an app's OAuth access token)
+ * - `session`: the account pages' session cookie
+ * - `admin`: an admin API token
+ * - `internal`: an in-process caller with no network in between (workflow activities, CLI)
+ */
+export type Credential =
+  | { kind: 'bearer'; token: string | null }
+  | { kind: 'session'; token: string | null }
+  | { kind: 'admin'; token: string | null }
+  | { kind: 'internal' }
+  | { kind: 'none' };

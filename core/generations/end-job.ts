@@ -1,0 +1,63 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { notFound } from '../errors.ts';
+import { release, settle } from '../money/holds.ts';
+import type { ResultStorage } from '../ports.ts';
+import { isEnded, loadJob, type JobError, type JobRow, type StoredOutput } from './job-row.ts';
+
+/**
+ * The endings of a job: succeeded, failed or canceled. Every ending runs in one transaction
+ * holding the job's row lock, ends the hold inside it and moves the status only from queued
+ * or running, so completion, failure and cancellation racing each other produce exactly one
+ * outcome, and the money always matches the status.
+ */
+export async function endJob<T>(em: EntityManager, id: string, fn: (tx: EntityManager, job: JobRow) => Promise<T>): Promise<{ ended: JobRow } | { done: T }> {
+  return em.transactional(async (tx) => {
+    const [locked] = await tx.execute<{ status: string }[]>('select status from generations where id = ? for update', [id]);
+    if (!locked) throw notFound('generation_not_found', `No generation ${id}.`);
+    const job = await loadJob(tx, id);
+    if (isEnded(job.status)) return { ended: job };
+    return { done: await fn(tx, job) };
+  });
+}
+
+/**
+ * Settles the hold at the job's price and marks it succeeded, its link valid for an hour.
+ * If the hold was already released (the sweep found it expired), the job ends failed and
+ * refunded instead: a job is never delivered unpaid, nor paid twice.
+ */
+export async function completeJob(deps: { storage: ResultStorage }, em: EntityManager, id: string, output: StoredOutput) {
+  const result = await endJob(em, id, async (tx, job) => {
+    const outcome = await settle(tx, job.hold_id, BigInt(job.price_micro));
+    if (outcome.status === 'released') {
+      await markEnded(tx, id, 'failed', { message: 'The reservation expired before the job finished. It was refunded in full.', code: 'reservation_expired' });
+      return 'failed';
+    }
+    await tx.execute(
+      `update generations set status = 'succeeded', cost_micro = ?::bigint, output = ?::jsonb, completed_at = now(),
+         output_expires_at = now() + interval '1 hour'
+       where id = ?`,
+      [outcome.captured.toString(), JSON.stringify(output), id],
+    );
+    return 'succeeded';
+  });
+  const status = 'ended' in result ? result.ended.status : result.done;
+  // A result that will never be served (the job ended otherwise) is not kept.
+  if (status !== 'succeeded') await deps.storage.delete(output.key);
+  return { status };
+}
+
+/** Releases the hold in full and marks the job failed with its error. */
+export async function failJob(em: EntityManager, id: string, error: JobError) {
+  await endJob(em, id, async (tx, job) => {
+    await release(tx, job.hold_id);
+    await markEnded(tx, id, 'failed', error);
+  });
+}
+
+export async function markEnded(tx: EntityManager, id: string, status: 'failed' | 'canceled', error: JobError | null) {
+  await tx.execute(`update generations set status = ?, cost_micro = 0, error = ?::jsonb, completed_at = now() where id = ?`, [
+    status,
+    error ? JSON.stringify(error) : null,
+    id,
+  ]);
+}

@@ -1,0 +1,52 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { notFound } from '../errors.ts';
+
+/** A job as stored in `generations` (docs/generations.md). */
+export interface JobRow {
+  id: string;
+  account_id: string;
+  key_id: string;
+  model_id: string;
+  status: string;
+  prompt: string;
+  settings: Record<string, unknown>;
+  inputs: Record<string, string | string[]>;
+  price_micro: string;
+  cost_micro: string | null;
+  hold_id: string;
+  output: StoredOutput | null;
+  error: JobError | null;
+  created_at: Date;
+  started_at: Date | null;
+  completed_at: Date | null;
+  output_expires_at: Date | null;
+  webhook_url: string | null;
+}
+
+export interface StoredOutput {
+  key: string;
+  mime_type: string;
+  bytes: number;
+  filename: string;
+  deleted?: boolean;
+}
+
+export interface JobError {
+  message: string;
+  code: string;
+}
+
+export const isEnded = (status: string) => status !== 'queued' && status !== 'running';
+
+export async function loadJob(em: EntityManager, id: string): Promise<JobRow> {
+  const [row] = await em.execute<JobRow[]>('select *, price_micro::text, cost_micro::text from generations where id = ?', [id]);
+  if (!row) throw notFound('generation_not_found', `No generation ${id}.`);
+  return row;
+}
+
+/** The account's own job; another account's job is as unknown as a missing one. */
+export async function loadOwnJob(em: EntityManager, accountId: string, id: string): Promise<JobRow> {
+  const job = await loadJob(em, id).catch(() => undefined);
+  if (!job || job.account_id !== accountId) throw notFound('generation_not_found', `No generation ${id}.`);
+  return job;
+}

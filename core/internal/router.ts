@@ -1,0 +1,40 @@
+import { z } from 'zod';
+import { completeJob, failJob } from '../generations/end-job.ts';
+import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, storeJobResult, submitJob } from '../generations/job-steps.ts';
+import { sweep } from '../money/sweep.ts';
+import { createCallerFactory, internalProcedure, router } from '../trpc.ts';
+import { deliverJobWebhook } from '../webhooks/webhooks.ts';
+
+const jobId = z.object({ id: z.string() });
+const upstream = z.object({ provider: z.string(), handle: z.string() });
+const storedOutput = z.object({ key: z.string(), mime_type: z.string(), bytes: z.number(), filename: z.string() });
+
+/**
+ * The service's own steps: what the workflows' activities and the sweep schedule call. Only
+ * in-process callers reach them (`internalProcedure`), and only workflows/activities.ts
+ * imports this file: ESLint forbids it to adapters/, so no network adapter can expose a step.
+ */
+export const internalRouter = router({
+  jobs: router({
+    begin: internalProcedure.input(jobId).mutation(({ ctx, input }) => beginJob(ctx.deps, ctx.em, input.id)),
+    submit: internalProcedure.input(jobId).mutation(({ ctx, input }) => submitJob(ctx.deps, ctx.em, input.id)),
+    poll: internalProcedure.input(upstream).query(({ ctx, input }) => pollJob(ctx.deps, input.provider, input.handle)),
+    store: internalProcedure.input(upstream.extend(jobId.shape)).mutation(({ ctx, input }) => storeJobResult(ctx.deps, input.id, input.provider, input.handle)),
+    complete: internalProcedure.input(jobId.extend({ output: storedOutput })).mutation(({ ctx, input }) => completeJob(ctx.deps, ctx.em, input.id, input.output)),
+    fail: internalProcedure
+      .input(jobId.extend({ error: z.object({ message: z.string(), code: z.string() }) }))
+      .mutation(({ ctx, input }) => failJob(ctx.em, input.id, input.error)),
+    cancelUpstream: internalProcedure.input(upstream).mutation(({ ctx, input }) => cancelUpstream(ctx.deps, input.provider, input.handle)),
+    deliverWebhook: internalProcedure.input(jobId).mutation(({ ctx, input }) => deliverJobWebhook(ctx.deps, ctx.em, input.id)),
+    deleteResult: internalProcedure.input(jobId).mutation(({ ctx, input }) => deleteJobResult(ctx.deps, ctx.em, input.id)),
+    /** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */
+    restartStale: internalProcedure.mutation(({ ctx }) => restartStaleJobs(ctx.deps, ctx.em)),
+  }),
+
+  holds: router({
+    /** Releases reservations past their expiry; run by the hold-sweep Temporal Schedule. */
+    releaseExpired: internalProcedure.mutation(({ ctx }) => sweep(ctx.deps, ctx.em)),
+  }),
+});
+
+export const createInternalCaller = createCallerFactory(internalRouter);

@@ -1,0 +1,169 @@
+/**
+ * What core needs from outside, in one place. Outbound adapters implement these (adapters/
+ * providers, storage, net, limits; config/temporal.ts for the workflow starter); the
+ * composition root (config/compose.ts) wires them. Core never imports an adapter.
+ */
+
+/** The time, injectable so tests can move it. */
+export type Clock = () => Date;
+
+// ---------------------------------------------------------------- text models
+
+export interface ChatMessageIn {
+  role: 'system' | 'developer' | 'user' | 'assistant';
+  content: string;
+  name?: string | undefined;
+}
+
+/** Sampling options passed through to the upstream as the client sent them. */
+export interface ChatOptions {
+  temperature?: number;
+  top_p?: number;
+  stop?: string | string[];
+  seed?: number;
+  presence_penalty?: number;
+  frequency_penalty?: number;
+  user?: string;
+}
+
+export interface ProviderChatRequest {
+  /** The model name the upstream knows (the catalog's provider route). */
+  model: string;
+  messages: ChatMessageIn[];
+  maxTokens: number;
+  options: ChatOptions;
+}
+
+export type ProviderEvent =
+  | { type: 'delta'; content: string }
+  | { type: 'finish'; reason: string }
+  /** What the upstream says it used; either count may be missing. */
+  | { type: 'usage'; promptTokens?: number | undefined; completionTokens?: number | undefined };
+
+/** A text model upstream. Every provider streams; a non-streamed answer is assembled by core. */
+export interface ChatProvider {
+  stream(request: ProviderChatRequest, signal: AbortSignal): AsyncIterable<ProviderEvent>;
+}
+
+/** An upstream failure: `timeout` when it did not answer in time, `failed` for anything else. */
+export class ProviderError extends Error {
+  readonly kind: 'failed' | 'timeout';
+  readonly status: number | undefined;
+  constructor(kind: 'failed' | 'timeout', message: string, status?: number) {
+    super(message);
+    this.name = 'ProviderError';
+    this.kind = kind;
+    this.status = status;
+  }
+}
+
+export interface ProviderRegistry {
+  get(name: string): ChatProvider | undefined;
+}
+
+// ---------------------------------------------------------------- media models
+
+export interface MediaJobSpec {
+  jobId: string;
+  /** The model name the upstream knows. */
+  model: string;
+  type: 'image' | 'video' | 'audio' | '3d';
+  prompt: string;
+  settings: Record<string, unknown>;
+  inputs: Record<string, string | string[]>;
+}
+
+export type MediaPollResult = { status: 'running' } | { status: 'succeeded' } | { status: 'failed'; message: string; code?: string };
+
+export interface MediaResult {
+  bytes: Uint8Array;
+  mimeType: string;
+  /** File extension without the dot: png, wav, avi, gltf. */
+  extension: string;
+}
+
+/** How a provider reads an input value: a public URL (fetched through the URL guard) or an uploaded file id. */
+export interface InputReader {
+  read(value: string): Promise<Uint8Array>;
+  /** A URL an upstream can fetch the input from (a signed link for uploaded files). */
+  url(value: string): string;
+}
+
+export interface MediaProvider {
+  /** Starts the job upstream; returns the upstream's handle (opaque, JSON-serialisable). Idempotent on jobId. */
+  submit(spec: MediaJobSpec, inputs: InputReader): Promise<string>;
+  poll(handle: string): Promise<MediaPollResult>;
+  fetchResult(handle: string): Promise<MediaResult>;
+  /** Asks the upstream to stop the job, where it supports that. */
+  cancel?(handle: string): Promise<void>;
+}
+
+export interface MediaProviderRegistry {
+  get(name: string): MediaProvider | undefined;
+}
+
+// ---------------------------------------------------------------- storage and the network
+
+/** Uploaded files and job results: local disk or an S3 bucket. */
+export interface ResultStorage {
+  put(key: string, bytes: Uint8Array): Promise<void>;
+  /** Moves a local file (an upload spooled to disk) into storage. */
+  putFile(key: string, sourcePath: string): Promise<void>;
+  /** The bytes, or undefined once deleted. */
+  get(key: string): Promise<Uint8Array | undefined>;
+  delete(key: string): Promise<void>;
+}
+
+/** Refuses URLs that are not http(s) or that resolve to a loopback, private, link-local or metadata address. */
+export interface UrlGuard {
+  check(url: string): Promise<void>;
+  /** GETs a URL's bytes over a connection that applies the same check. */
+  fetch(url: string, init?: { maxBytes?: number; timeoutMs?: number }): Promise<Uint8Array>;
+}
+
+/** Sends a job's webhook: POSTs to a public URL (checked again at connect time); returns the HTTP status. */
+export interface WebhookTransport {
+  post(url: string, body: string, headers: Record<string, string>): Promise<number>;
+}
+
+// ---------------------------------------------------------------- links
+
+/** What a signed link opens: a job's result or an uploaded file. */
+export type LinkedResource = 'generation' | 'file';
+
+/**
+ * Where a signed link points, without its query: the transport that serves the bytes decides
+ * (REST: `…/api/v1/generations/{id}/output`). Configured by the composition root.
+ */
+export type LinkLocator = (resource: LinkedResource, id: string) => string;
+
+/** Makes and checks the expiring, signed links to results and files (core/links.ts). */
+export interface UrlSigner {
+  sign(id: string, expiresAt: Date, resource?: LinkedResource): string;
+  verify(id: string, expires: unknown, signature: unknown, now: Date, resource?: LinkedResource): void;
+}
+
+// ---------------------------------------------------------------- limits
+
+export interface RateLimitState {
+  allowed: boolean;
+  limit: number;
+  remaining: number;
+  /** Seconds until the window frees a request. */
+  resetSeconds: number;
+}
+
+/** SPEC part 8: requests per minute per API key; in memory or shared through Redis. */
+export interface RateLimiter {
+  consume(key: string): Promise<RateLimitState>;
+}
+
+// ---------------------------------------------------------------- workflows
+
+/** Starts and stops a job's workflow (Temporal); the workflow id is the job id. */
+export interface GenerationStarter {
+  /** Starts the job's workflow; starting it twice is harmless. */
+  start(jobId: string): Promise<void>;
+  /** Tells a running job's workflow to stop (it then asks the provider to stop too). */
+  cancel(jobId: string): Promise<void>;
+}

@@ -1,0 +1,26 @@
+import { runCli } from './adapters/cli/mas.ts';
+import { readCatalogYaml } from './config/catalog.ts';
+import { openRuntime } from './config/compose.ts';
+import { ConfigError, loadEnv } from './config/env.ts';
+import { createLogger } from './config/logger.ts';
+import { createContext } from './core/context.ts';
+import { createCaller } from './core/router.ts';
+
+/** `npm run mas`: the operator CLI, calling core in-process as the internal caller. */
+await runCli(process.argv.slice(2), async () => {
+  let env;
+  try {
+    env = loadEnv();
+  } catch (err) {
+    if (err instanceof ConfigError) return { configError: err.message };
+    throw err;
+  }
+  // Logs go to stderr, and only warnings: stdout is for the one result.
+  const logger = createLogger(process.env.LOG_LEVEL ? env.LOG_LEVEL : 'warn', process.stderr);
+  const runtime = await openRuntime(env, logger, { temporal: false });
+  return {
+    core: createCaller(createContext(runtime.deps, { kind: 'internal' })),
+    readCatalogFile: () => readCatalogYaml(env.CATALOG_FILE),
+    close: () => runtime.close(),
+  };
+});
