@@ -30,6 +30,22 @@ export default tseslint.config(
     },
   },
   {
+    // Adapters reach core through its router and the shared modules; the workflow steps
+    // (core/internal) are for in-process callers only, and wiring belongs to config/.
+    files: ['adapters/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { group: ['**/core/internal/**'], message: 'the internal router is for workflow activities only: no adapter may expose it' },
+            { group: ['**/config/**'], message: 'adapters are wired by the composition root (config/); they do not import it' },
+          ],
+        },
+      ],
+    },
+  },
+  {
     // Workflow code is replayed deterministically in Temporal's sandbox: it may import only
     // @temporalio/workflow, the shared names, other workflows, and types.
     files: ['workflows/*.workflow.ts', 'workflows/shared.ts', 'workflows/index.ts'],

@@ -1,0 +1,396 @@
+-- The money functions of the service, as they are defined today: the one place to read them.
+--
+-- Every wallet change happens here, in one statement, with its ledger entry in the same
+-- transaction (docs/architecture.md, "Money"). The migrations in core/db/migrations are the
+-- history that led here and stay immutable; a change to a function is a new migration AND an
+-- edit of this file. test/integration/money-sql.test.ts runs this file against the migrated
+-- database and fails if it would change any definition, so the two never drift apart.
+--
+-- Amounts are integer micro-coins (1 coin = 1,000,000). Pockets: subscription and purchased
+-- are spendable, held is what open reservations hold. Locks are taken hold first, then wallet.
+
+-- ledger_entries_append_only: The ledger is append-only: a trigger refuses every UPDATE and DELETE of ledger_entries.
+CREATE OR REPLACE FUNCTION public.ledger_entries_append_only()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+      begin
+        raise exception 'ledger_entries is append-only';
+      end $function$
+;
+
+-- mas_credit: A top-up (purchased pocket) or a subscription grant (subscription pocket): adds to the pocket,
+-- marks the account paid, writes one ledger entry. Idempotent on p_idempotency_key: a repeat
+-- returns 'duplicate' and the first entry, moving nothing. 'no_wallet' for an unknown account.
+CREATE OR REPLACE FUNCTION public.mas_credit(p_account text, p_pocket text, p_kind text, p_amount bigint, p_reference text, p_idempotency_key text, p_description text)
+ RETURNS TABLE(status text, entry_id bigint, balance_after bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        w wallets%rowtype;
+        e ledger_entries%rowtype;
+        after bigint;
+      begin
+        select * into w from wallets where account_id = p_account for update;
+        if not found then
+          return query select 'no_wallet'::text, null::bigint, null::bigint;
+          return;
+        end if;
+        select * into e from ledger_entries where idempotency_key = p_idempotency_key;
+        if found then
+          return query select 'duplicate'::text, e.id, e.balance_after_micro;
+          return;
+        end if;
+        if p_amount <= 0 then
+          raise exception 'credit amount must be positive';
+        end if;
+        if p_pocket = 'subscription' then
+          update wallets set subscription_micro = subscription_micro + p_amount, updated_at = now()
+            where account_id = p_account returning subscription_micro into after;
+        elsif p_pocket = 'purchased' then
+          update wallets set purchased_micro = purchased_micro + p_amount, updated_at = now()
+            where account_id = p_account returning purchased_micro into after;
+        else
+          raise exception 'credit pocket must be subscription or purchased';
+        end if;
+        update accounts set paid = true where id = p_account and not paid;
+        insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description)
+          values (p_account, p_pocket, p_kind, p_amount, after, p_reference, p_idempotency_key, p_description)
+          returning * into e;
+        return query select 'credited'::text, e.id, after;
+      end $function$
+;
+
+-- mas_end_hold: Ends one hold exactly once. 'settled': captures p_actual (at most the hold) as `API usage`
+-- and returns the rest to the pockets it came from (the capture is taken from the subscription
+-- coins first, as the reservation was); 'released': returns all of it. A hold that already
+-- ended returns its first outcome and moves nothing.
+CREATE OR REPLACE FUNCTION public.mas_end_hold(p_hold_id text, p_actual bigint, p_outcome text)
+ RETURNS TABLE(status text, captured bigint, amount bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        h holds%rowtype;
+        w wallets%rowtype;
+        cap_sub bigint;
+        cap_pur bigint;
+        ret_sub bigint;
+        ret_pur bigint;
+      begin
+        select * into h from holds where id = p_hold_id for update;
+        if not found then
+          return query select 'not_found'::text, null::bigint, null::bigint;
+          return;
+        end if;
+        if h.status <> 'open' then
+          return query select h.status, h.captured_micro, h.amount_micro;
+          return;
+        end if;
+        if p_outcome not in ('settled', 'released') then
+          raise exception 'outcome must be settled or released';
+        end if;
+        if p_actual < 0 or p_actual > h.amount_micro or (p_outcome = 'released' and p_actual <> 0) then
+          return query select 'invalid_amount'::text, null::bigint, h.amount_micro;
+          return;
+        end if;
+        cap_sub := least(h.from_subscription_micro, p_actual);
+        cap_pur := p_actual - cap_sub;
+        ret_sub := h.from_subscription_micro - cap_sub;
+        ret_pur := h.from_purchased_micro - cap_pur;
+        update wallets set
+          subscription_micro = subscription_micro + ret_sub,
+          purchased_micro = purchased_micro + ret_pur,
+          held_micro = held_micro - h.amount_micro,
+          updated_at = now()
+        where account_id = h.account_id
+        returning * into w;
+        update holds set status = p_outcome, captured_micro = p_actual, ended_at = now() where id = p_hold_id;
+        -- The capture is written first with the held balance as it stands after it; the release
+        -- of the remainder then brings held to its final value.
+        insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, hold_id, idempotency_key, description)
+        select h.account_id, x.pocket, x.kind, x.amount, x.after, h.reference, h.id, h.id || ':' || x.kind || ':' || x.pocket, x.description
+        from (values
+          (1, 'held', 'capture', -p_actual, w.held_micro + (h.amount_micro - p_actual), 'API usage'),
+          (2, 'held', 'release', -(h.amount_micro - p_actual), w.held_micro, 'Release of unused reservation'),
+          (3, 'subscription', 'release', ret_sub, w.subscription_micro, 'Release of unused reservation'),
+          (4, 'purchased', 'release', ret_pur, w.purchased_micro, 'Release of unused reservation')
+        ) as x (ord, pocket, kind, amount, after, description)
+        where x.amount <> 0
+        order by x.ord;
+        return query select p_outcome, p_actual, h.amount_micro;
+      end $function$
+;
+
+-- mas_end_hold_many: mas_end_hold for a JSON list of items, in one statement (the chat hot path's group commit):
+-- each wallet is locked once (in account order, so two batches cannot deadlock), carried in
+-- variables and written once; the ledger entries of the batch are inserted by one statement.
+-- Each item gets its own outcome, as mas_end_hold would give it.
+CREATE OR REPLACE FUNCTION public.mas_end_hold_many(p_items jsonb)
+ RETURNS TABLE(i integer, status text, captured bigint, amount bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        x record;
+        hd holds%rowtype;
+        acct text;              -- the account whose wallet is in w (locked), once one is
+        w wallets%rowtype;      -- that wallet as the items so far have left it
+        dirty boolean := false; -- w differs from the stored row
+        cap_sub bigint;
+        cap_pur bigint;
+        ret_sub bigint;
+        ret_pur bigint;
+        l_account text[] := '{}';
+        l_pocket text[] := '{}';
+        l_kind text[] := '{}';
+        l_amount bigint[] := '{}';
+        l_after bigint[] := '{}';
+        l_reference text[] := '{}';
+        l_hold text[] := '{}';
+        l_description text[] := '{}';
+      begin
+        for x in
+          select t.*, (select h.account_id from holds h where h.id = t.hold_id) as account_id
+            from jsonb_to_recordset(p_items) as t (i int, hold_id text, actual bigint, outcome text)
+          order by 5, t.hold_id, t.i
+        loop
+          i := x.i;
+          select * into hd from holds where id = x.hold_id for update;
+          if not found then
+            status := 'not_found'; captured := null; amount := null;
+            return next;
+            continue;
+          end if;
+          if hd.status <> 'open' then
+            status := hd.status; captured := hd.captured_micro; amount := hd.amount_micro;
+            return next;
+            continue;
+          end if;
+          if x.outcome not in ('settled', 'released') then
+            raise exception 'outcome must be settled or released';
+          end if;
+          if x.actual < 0 or x.actual > hd.amount_micro or (x.outcome = 'released' and x.actual <> 0) then
+            status := 'invalid_amount'; captured := null; amount := hd.amount_micro;
+            return next;
+            continue;
+          end if;
+          if acct is distinct from hd.account_id then
+            if dirty then
+              perform mas_write_wallet(w);
+              dirty := false;
+            end if;
+            acct := hd.account_id;
+            select * into w from wallets where account_id = acct for update;
+            if not found then
+              raise exception 'no wallet for account %', acct;
+            end if;
+          end if;
+          cap_sub := least(hd.from_subscription_micro, x.actual);
+          cap_pur := x.actual - cap_sub;
+          ret_sub := hd.from_subscription_micro - cap_sub;
+          ret_pur := hd.from_purchased_micro - cap_pur;
+          w.subscription_micro := w.subscription_micro + ret_sub;
+          w.purchased_micro := w.purchased_micro + ret_pur;
+          w.held_micro := w.held_micro - hd.amount_micro;
+          dirty := true;
+          update holds set status = x.outcome, captured_micro = x.actual, ended_at = now() where id = hd.id;
+          -- As mas_end_hold: the capture first, with the held balance as it stands after it;
+          -- the release of the remainder then brings held to its final value.
+          if x.actual <> 0 then
+            l_account := l_account || hd.account_id; l_pocket := l_pocket || 'held'::text; l_kind := l_kind || 'capture'::text;
+            l_amount := l_amount || -x.actual; l_after := l_after || (w.held_micro + (hd.amount_micro - x.actual));
+            l_reference := l_reference || hd.reference; l_hold := l_hold || hd.id; l_description := l_description || 'API usage'::text;
+          end if;
+          if hd.amount_micro - x.actual <> 0 then
+            l_account := l_account || hd.account_id; l_pocket := l_pocket || 'held'::text; l_kind := l_kind || 'release'::text;
+            l_amount := l_amount || -(hd.amount_micro - x.actual); l_after := l_after || w.held_micro;
+            l_reference := l_reference || hd.reference; l_hold := l_hold || hd.id; l_description := l_description || 'Release of unused reservation'::text;
+          end if;
+          if ret_sub <> 0 then
+            l_account := l_account || hd.account_id; l_pocket := l_pocket || 'subscription'::text; l_kind := l_kind || 'release'::text;
+            l_amount := l_amount || ret_sub; l_after := l_after || w.subscription_micro;
+            l_reference := l_reference || hd.reference; l_hold := l_hold || hd.id; l_description := l_description || 'Release of unused reservation'::text;
+          end if;
+          if ret_pur <> 0 then
+            l_account := l_account || hd.account_id; l_pocket := l_pocket || 'purchased'::text; l_kind := l_kind || 'release'::text;
+            l_amount := l_amount || ret_pur; l_after := l_after || w.purchased_micro;
+            l_reference := l_reference || hd.reference; l_hold := l_hold || hd.id; l_description := l_description || 'Release of unused reservation'::text;
+          end if;
+          status := x.outcome; captured := x.actual; amount := hd.amount_micro;
+          return next;
+        end loop;
+        if dirty then
+          perform mas_write_wallet(w);
+        end if;
+        insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, hold_id, idempotency_key, description)
+        select u.account, u.pocket, u.kind, u.amount, u.after, u.reference, u.hold, u.hold || ':' || u.kind || ':' || u.pocket, u.description
+        from unnest(l_account, l_pocket, l_kind, l_amount, l_after, l_reference, l_hold, l_description) with ordinality
+          as u (account, pocket, kind, amount, after, reference, hold, description, ord)
+        order by u.ord;
+      end $function$
+;
+
+-- mas_reserve: Moves p_amount of an account's spendable coins into its held pocket, subscription coins
+-- first; refuses ('insufficient') when they do not fit. Idempotent on the hold id.
+CREATE OR REPLACE FUNCTION public.mas_reserve(p_hold_id text, p_account text, p_amount bigint, p_reference text, p_expires_at timestamp with time zone, p_metadata jsonb)
+ RETURNS TABLE(status text, available bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        w wallets%rowtype;
+        from_sub bigint;
+        from_pur bigint;
+      begin
+        if p_amount < 0 then
+          raise exception 'reserve amount must not be negative';
+        end if;
+        select * into w from wallets where account_id = p_account for update;
+        if not found then
+          return query select 'no_wallet'::text, null::bigint;
+          return;
+        end if;
+        if exists (select 1 from holds where id = p_hold_id) then
+          return query select 'exists'::text, w.subscription_micro + w.purchased_micro;
+          return;
+        end if;
+        if w.subscription_micro + w.purchased_micro < p_amount then
+          return query select 'insufficient'::text, w.subscription_micro + w.purchased_micro;
+          return;
+        end if;
+        from_sub := least(w.subscription_micro, p_amount);
+        from_pur := p_amount - from_sub;
+        update wallets set
+          subscription_micro = subscription_micro - from_sub,
+          purchased_micro = purchased_micro - from_pur,
+          held_micro = held_micro + p_amount,
+          updated_at = now()
+        where account_id = p_account
+        returning * into w;
+        insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, reference, metadata, expires_at)
+          values (p_hold_id, p_account, p_amount, from_sub, from_pur, p_reference, coalesce(p_metadata, '{}'), p_expires_at);
+        insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, hold_id, idempotency_key, description)
+        select p_account, x.pocket, 'reservation', x.amount, x.after, p_reference, p_hold_id, p_hold_id || ':reserve:' || x.pocket, 'Reservation'
+        from (values
+          ('subscription', -from_sub, w.subscription_micro),
+          ('purchased', -from_pur, w.purchased_micro),
+          ('held', p_amount, w.held_micro)
+        ) as x (pocket, amount, after)
+        where x.amount <> 0;
+        return query select 'reserved'::text, w.subscription_micro + w.purchased_micro;
+      end $function$
+;
+
+-- mas_reserve_many: mas_reserve for a JSON list of items, in one statement, with the same outcomes; an item with a
+-- key id reserves only while that key is active (else 'key_revoked', nothing held). Reservations
+-- commit without waiting for the disk: the settle's synchronous commit makes them durable.
+CREATE OR REPLACE FUNCTION public.mas_reserve_many(p_items jsonb)
+ RETURNS TABLE(i integer, status text, available bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        x record;
+        acct text;              -- the account whose wallet is in w (locked), once one is
+        w wallets%rowtype;      -- that wallet as the items so far have left it
+        dirty boolean := false; -- w differs from the stored row
+        key_ok text;            -- the key and account last found active in this batch
+        from_sub bigint;
+        from_pur bigint;
+        l_account text[] := '{}';
+        l_pocket text[] := '{}';
+        l_amount bigint[] := '{}';
+        l_after bigint[] := '{}';
+        l_reference text[] := '{}';
+        l_hold text[] := '{}';
+      begin
+        -- See migration reserve_commits_async: the settle's synchronous commit makes this durable.
+        perform set_config('synchronous_commit', 'off', true);
+        for x in
+          select * from jsonb_to_recordset(p_items)
+            as t (i int, hold_id text, account_id text, amount bigint, reference text, expires_at timestamptz, metadata jsonb, key_id text)
+          order by t.account_id, t.i
+        loop
+          i := x.i;
+          if x.key_id is not null and key_ok is distinct from x.key_id || '/' || x.account_id then
+            if not exists (
+              select 1 from api_keys k where k.id = x.key_id and k.account_id = x.account_id and k.revoked_at is null
+            ) then
+              status := 'key_revoked'; available := null;
+              return next;
+              continue;
+            end if;
+            key_ok := x.key_id || '/' || x.account_id;
+          end if;
+          if x.amount < 0 then
+            raise exception 'reserve amount must not be negative';
+          end if;
+          if acct is distinct from x.account_id then
+            if dirty then
+              perform mas_write_wallet(w);
+              dirty := false;
+            end if;
+            acct := x.account_id;
+            select * into w from wallets where account_id = acct for update;
+          end if;
+          if w.account_id is null then
+            status := 'no_wallet'; available := null;
+            return next;
+            continue;
+          end if;
+          if w.subscription_micro + w.purchased_micro < x.amount then
+            status := case when exists (select 1 from holds h where h.id = x.hold_id) then 'exists' else 'insufficient' end;
+            available := w.subscription_micro + w.purchased_micro;
+            return next;
+            continue;
+          end if;
+          from_sub := least(w.subscription_micro, x.amount);
+          from_pur := x.amount - from_sub;
+          insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, reference, metadata, expires_at)
+            values (x.hold_id, x.account_id, x.amount, from_sub, from_pur, x.reference, coalesce(x.metadata, '{}'), x.expires_at)
+            on conflict (id) do nothing;
+          if not found then
+            status := 'exists'; available := w.subscription_micro + w.purchased_micro;
+            return next;
+            continue;
+          end if;
+          w.subscription_micro := w.subscription_micro - from_sub;
+          w.purchased_micro := w.purchased_micro - from_pur;
+          w.held_micro := w.held_micro + x.amount;
+          dirty := true;
+          if from_sub <> 0 then
+            l_account := l_account || x.account_id; l_pocket := l_pocket || 'subscription'::text; l_amount := l_amount || -from_sub;
+            l_after := l_after || w.subscription_micro; l_reference := l_reference || x.reference; l_hold := l_hold || x.hold_id;
+          end if;
+          if from_pur <> 0 then
+            l_account := l_account || x.account_id; l_pocket := l_pocket || 'purchased'::text; l_amount := l_amount || -from_pur;
+            l_after := l_after || w.purchased_micro; l_reference := l_reference || x.reference; l_hold := l_hold || x.hold_id;
+          end if;
+          if x.amount <> 0 then
+            l_account := l_account || x.account_id; l_pocket := l_pocket || 'held'::text; l_amount := l_amount || x.amount;
+            l_after := l_after || w.held_micro; l_reference := l_reference || x.reference; l_hold := l_hold || x.hold_id;
+          end if;
+          status := 'reserved'; available := w.subscription_micro + w.purchased_micro;
+          return next;
+        end loop;
+        if dirty then
+          perform mas_write_wallet(w);
+        end if;
+        insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, hold_id, idempotency_key, description)
+        select u.account, u.pocket, 'reservation', u.amount, u.after, u.reference, u.hold, u.hold || ':reserve:' || u.pocket, 'Reservation'
+        from unnest(l_account, l_pocket, l_amount, l_after, l_reference, l_hold) with ordinality
+          as u (account, pocket, amount, after, reference, hold, ord)
+        order by u.ord;
+      end $function$
+;
+
+-- mas_write_wallet: Writes back a wallet carried in variables by the batched functions.
+CREATE OR REPLACE FUNCTION public.mas_write_wallet(p wallets)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+        update wallets set subscription_micro = p.subscription_micro, purchased_micro = p.purchased_micro,
+          held_micro = p.held_micro, updated_at = now()
+        where account_id = p.account_id;
+      $function$
+;
+
+create or replace trigger ledger_entries_append_only before update or delete on ledger_entries
+  for each statement execute function ledger_entries_append_only();
