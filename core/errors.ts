@@ -54,11 +54,15 @@ export const invalid = (param: string, message: string, reason = 'invalid_value'
 export const notFound = (reason: string, message: string, param?: string) =>
   new CoreError('not_found', message, { reason, ...(param ? { param } : {}) });
 
-/** The one answer for every authentication failure, so a caller learns nothing about which it was. */
-export const unauthorized = () =>
-  new CoreError('unauthorized', 'Invalid or missing API key.', {
-    reason: 'invalid_api_key',
-  });
+const UNAUTHORIZED = {
+  api_key: { message: 'Invalid or missing API key.', reason: 'invalid_api_key' },
+  session: { message: 'You are not signed in, or your session has ended.', reason: 'invalid_session' },
+  admin: { message: 'Invalid or missing admin token.', reason: 'invalid_admin_token' },
+} as const;
+
+/** The one answer for every failure of a credential, so a caller learns nothing about which it was. */
+export const unauthorized = (credential: keyof typeof UNAUTHORIZED = 'api_key') =>
+  new CoreError('unauthorized', UNAUTHORIZED[credential].message, { reason: UNAUTHORIZED[credential].reason });
 
 export function isCoreError(err: unknown): err is CoreError {
   return err instanceof CoreError;

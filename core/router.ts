@@ -1,5 +1,7 @@
 import { z } from 'zod';
-import { accountRef, createAccount, accountView, createAccountInput, getAccount } from './accounts/accounts.ts';
+import { accountOverview } from './accounts/account-overview.ts';
+import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
+import { adminTokenIdInput, createAdminToken, createAdminTokenInput, revokeAdminToken } from './auth/admin-tokens.ts';
 import { modelIdInput, modelTypeFilter, syncCatalog } from './catalog/catalog.ts';
 import { getModel, listModels } from './catalog/read-models.ts';
 import { chatCompletion } from './chat/complete.ts';
@@ -16,7 +18,7 @@ import { createKeyFor, createKeyInput, keyIdInput, listKeysOf, revokeKey } from 
 import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
 import { historyInput, listHistory } from './money/ledger.ts';
 import { balanceOfAccount, balanceView, getBalance } from './money/wallet.ts';
-import { chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, spendingProcedure } from './trpc.ts';
+import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 
 const forAccount = z.object({ account: accountRef });
@@ -68,14 +70,14 @@ export const appRouter = router({
   wallet: router({
     balance: spendingProcedure.query(async ({ ctx }) => balanceView(await getBalance(ctx.em, ctx.principal.accountId))),
     history: spendingProcedure.input(historyInput).query(({ ctx, input }) => listHistory(ctx.em, ctx.principal.accountId, input)),
-    balanceOf: operatorProcedure.input(forAccount).query(({ ctx, input }) => balanceOfAccount(ctx.em, input.account)),
+    balanceOf: adminProcedure.input(forAccount).query(({ ctx, input }) => balanceOfAccount(ctx.em, input.account)),
     topUp: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) => creditCoins(ctx.em, 'topup', input)),
     grantSubscription: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) => creditCoins(ctx.em, 'subscription_grant', input)),
   }),
 
   keys: router({
     create: operatorProcedure.input(forAccount.extend(createKeyInput.shape)).mutation(({ ctx, input }) => createKeyFor(ctx.em, input.account, input)),
-    list: operatorProcedure.input(forAccount).query(({ ctx, input }) => listKeysOf(ctx.em, input.account)),
+    list: adminProcedure.input(forAccount).query(({ ctx, input }) => listKeysOf(ctx.em, input.account)),
     revoke: operatorProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id)),
     /** Checks the caller's key (and counts the request): transports call it before costly work such as reading an upload. */
     whoami: spendingProcedure.query(({ ctx }) => ({ account: ctx.principal.accountId, key: ctx.principal.keyId })),
@@ -83,7 +85,14 @@ export const appRouter = router({
 
   accounts: router({
     create: operatorProcedure.input(createAccountInput).mutation(async ({ ctx, input }) => accountView(await createAccount(ctx.em, input))),
-    get: operatorProcedure.input(forAccount).query(({ ctx, input }) => getAccount(ctx.em, input.account)),
+    get: adminProcedure.input(forAccount).query(({ ctx, input }) => getAccount(ctx.em, input.account)),
+    /** The signed-in person's own account and balance (the account pages). */
+    me: sessionProcedure.query(({ ctx }) => accountOverview(ctx.em, ctx.principal.accountId)),
+  }),
+
+  admins: router({
+    createToken: operatorProcedure.input(createAdminTokenInput).mutation(({ ctx, input }) => createAdminToken(ctx.em, input)),
+    revokeToken: operatorProcedure.input(adminTokenIdInput).mutation(({ ctx, input }) => revokeAdminToken(ctx.em, input.id)),
   }),
 
   catalog: router({

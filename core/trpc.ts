@@ -4,7 +4,9 @@ import { ZodError } from 'zod';
 import type { CoreContext } from './context.ts';
 import { CoreError, isCoreError, unauthorized } from './errors.ts';
 import { authenticate } from './auth/api-keys.ts';
-import type { InternalPrincipal, SpendingPrincipal } from './auth/principals.ts';
+import { authenticateAdmin } from './auth/admin-tokens.ts';
+import type { AdminPrincipal, InternalPrincipal, SessionPrincipal, SpendingPrincipal } from './auth/principals.ts';
+import { authenticateSession } from './auth/sessions.ts';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
 
@@ -52,16 +54,33 @@ export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
   return result;
 });
 
-/**
- * The operator's use cases (accounts, credits, keys of any account, the catalog): the
- * internal caller, that is the CLI on the server's machine. The admin API's operators join
- * here with their own credential (issue 18).
- */
-export const operatorProcedure = t.procedure.use(({ ctx, next }) => {
-  if (ctx.credential.kind !== 'internal') throw new CoreError('forbidden', 'This operation is for operators only.', { reason: 'operator_only' });
-  const principal: InternalPrincipal = { kind: 'internal' };
+/** A person signed in to the account pages: their account is `ctx.principal.accountId`. */
+export const sessionProcedure = t.procedure.use(async ({ ctx, next }) => {
+  if (ctx.credential.kind !== 'session') throw unauthorized('session');
+  const principal: SessionPrincipal = await authenticateSession(ctx.em, ctx.credential.token, ctx.deps.clock());
   return next({ ctx: { ...ctx, principal } });
 });
+
+/** Reads for operators: an admin token of any role, or the internal caller (the CLI). */
+export const adminProcedure = t.procedure.use(async ({ ctx, next }) => {
+  const principal: AdminPrincipal | InternalPrincipal = await operatorOf(ctx);
+  return next({ ctx: { ...ctx, principal } });
+});
+
+/** Actions of operators (accounts, credits, keys of any account, the catalog): the `operator` role, or the internal caller. */
+export const operatorProcedure = t.procedure.use(async ({ ctx, next }) => {
+  const principal: AdminPrincipal | InternalPrincipal = await operatorOf(ctx);
+  if (principal.kind === 'admin' && principal.role !== 'operator') {
+    throw new CoreError('forbidden', 'This action needs an admin token with the operator role.', { reason: 'operator_role_required' });
+  }
+  return next({ ctx: { ...ctx, principal } });
+});
+
+async function operatorOf(ctx: CoreContext): Promise<AdminPrincipal | InternalPrincipal> {
+  if (ctx.credential.kind === 'internal') return { kind: 'internal' };
+  if (ctx.credential.kind === 'admin') return authenticateAdmin(ctx.em, ctx.credential.token);
+  throw unauthorized('admin');
+}
 
 /** The service's own steps (workflow activities, sweeps): only in-process callers, never a network adapter. */
 export const internalProcedure = t.procedure.use(({ ctx, next }) => {

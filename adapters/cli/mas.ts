@@ -74,6 +74,15 @@ const COMMANDS: Record<string, Command> = {
     usage: 'catalog sync   (makes the database\'s models match CATALOG_FILE)',
     run: async (core, _f, { readCatalogFile }) => core.catalog.sync({ catalog: await readCatalogFile() }),
   },
+  'admin-token create': {
+    usage: 'admin-token create --name N --role viewer|operator   (a token for the admin API, shown once)',
+    run: (core, f) => core.admins.createToken({ name: f.name!, role: f.role as 'viewer' }),
+    show: (t: { id: string; token: string; role: string }) => `Created ${t.id} (${t.role}). The token, shown only this once:\n\n  ${t.token}\n`,
+  },
+  'admin-token revoke': {
+    usage: 'admin-token revoke --id ADMINTOKENID',
+    run: (core, f) => core.admins.revokeToken({ id: f.id! }),
+  },
   balance: {
     usage: 'balance --account ID|EMAIL',
     run: (core, f) => core.wallet.balanceOf({ account: f.account! }),
@@ -122,6 +131,7 @@ async function main(argv: string[], connect: Connect): Promise<void> {
         coins: { type: 'string' },
         name: { type: 'string' },
         id: { type: 'string' },
+        role: { type: 'string' },
         'idempotency-key': { type: 'string' },
       },
     });

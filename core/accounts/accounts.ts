@@ -48,3 +48,4 @@ export async function resolveAccount(em: EntityManager, ref: string): Promise<Ac
 export async function getAccount(em: EntityManager, ref: string) {
   return accountView(await resolveAccount(em, ref));
 }
+
