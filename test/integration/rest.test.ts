@@ -149,7 +149,7 @@ describe('a database that cannot be reached', () => {
 });
 
 describe('wallet history', () => {
-  it('pages the ledger newest first, with charges labelled API usage', async () => {
+  it('pages the history newest first, one API usage row per request', async () => {
     const em = orm.em.fork();
     const { holdId } = await reserve(em, { accountId, amount: parseCoins('3'), reference: 'req_history', expiresAt: new Date(Date.now() + 60_000) });
     await settle(em, holdId, parseCoins('1.25'));
@@ -166,10 +166,20 @@ describe('wallet history', () => {
     }
     const ids = all.map((e) => Number(e.id.slice(3)));
     expect(ids).toEqual([...ids].sort((x, y) => y - x));
-    const usage = all.filter((e) => e.type === 'capture');
-    expect(usage).toEqual([expect.objectContaining({ description: 'API usage', amount_coins: -1.25, reference: 'req_history', pocket: 'held' })]);
-    expect(all.find((e) => e.type === 'topup')).toMatchObject({ amount_coins: 20, pocket: 'purchased' });
-    expect(all.find((e) => e.type === 'subscription_grant')).toMatchObject({ amount_coins: 5, pocket: 'subscription' });
+    // The reservation and the release of the unused part are not rows of their own.
+    expect(all.map((e) => e.type)).toEqual(['api_usage', 'subscription_grant', 'topup']);
+    expect(all[0]).toEqual({
+      id: expect.stringMatching(/^le_\d+$/),
+      object: 'wallet_entry',
+      type: 'api_usage',
+      description: 'API usage',
+      amount_coins: -1.25,
+      balance_after_coins: 23.75,
+      reference: 'req_history',
+      created_at: expect.any(String),
+    });
+    expect(all[1]).toMatchObject({ amount_coins: 5, balance_after_coins: 25 });
+    expect(all[2]).toMatchObject({ amount_coins: 20, balance_after_coins: 20 });
     const balance = await getJson(`${api.url}/api/v1/balance`, { headers: bearer(key) });
     expect(balance.body).toMatchObject({ coins: 23.75, subscription_coins: 3.75, purchased_coins: 20, held_coins: 0 });
   });

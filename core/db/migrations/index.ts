@@ -9,6 +9,7 @@ import { Migration20261122070000_end_hold_many_probe } from './Migration20261122
 import { Migration20261122080000_reserve_checks_key } from './Migration20261122080000_reserve_checks_key.ts';
 import { Migration20261122090000_reserve_commits_async } from './Migration20261122090000_reserve_commits_async.ts';
 import { Migration20261122100000_batched_holds_one_wallet_write } from './Migration20261122100000_batched_holds_one_wallet_write.ts';
+import { Migration20261123000000_wallet_history } from './Migration20261123000000_wallet_history.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -23,4 +24,5 @@ export const migrations = [
   { name: 'Migration20261122080000_reserve_checks_key', class: Migration20261122080000_reserve_checks_key },
   { name: 'Migration20261122090000_reserve_commits_async', class: Migration20261122090000_reserve_commits_async },
   { name: 'Migration20261122100000_batched_holds_one_wallet_write', class: Migration20261122100000_batched_holds_one_wallet_write },
+  { name: 'Migration20261123000000_wallet_history', class: Migration20261123000000_wallet_history },
 ];
