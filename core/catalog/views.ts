@@ -1,9 +1,33 @@
+import { z } from 'zod';
 import { coinsToJson } from '../money/coins.ts';
 import { applyPercent, defaults, mediaFromPrice, textPrices } from './pricing.ts';
 import type { ModelDefinition } from './schema.ts';
 
 /** Unix seconds of the catalog's epoch: the OpenAI model object wants a `created` number. */
 const CREATED = 1_795_305_600;
+
+/** A model as every adapter shows it (docs/catalog.md). */
+export const modelViewSchema = z
+  .object({
+    id: z.string(),
+    object: z.literal('model'),
+    created: z.number().int(),
+    owned_by: z.string(),
+    name: z.string(),
+    description: z.string(),
+    type: z.enum(['text', 'image', 'video', 'audio', '3d']),
+    generation_types: z.array(z.string()),
+    paid_only: z.boolean(),
+    pricing: z.record(z.string(), z.unknown()).describe('API prices in coins: per million tokens (text) or per job with `from` (media)'),
+    settings: z.record(z.string(), z.record(z.string(), z.unknown())),
+    inputs: z.record(z.string(), z.record(z.string(), z.unknown())),
+    context_window: z.number().int().optional(),
+    max_output_tokens: z.number().int().optional(),
+    default_max_tokens: z.number().int().optional(),
+    deadline_seconds: z.number().int().optional(),
+    example: z.record(z.string(), z.unknown()).optional().describe('a ready request (single-model answers only)'),
+  })
+  .strict();
 
 /**
  * A model as the API shows it: the OpenAI model object (`id`, `object`, `created`, `owned_by`)

@@ -1,9 +1,41 @@
+import { z } from 'zod';
 import { CoreError } from '../errors.ts';
 import { coinsToJson } from '../money/coins.ts';
+import { coinsSchema } from '../views.ts';
 import type { ChatEvent, ChatUsage, PreparedChat } from './chat.ts';
 
+export const chatUsageSchema = z
+  .object({
+    prompt_tokens: z.number().int(),
+    completion_tokens: z.number().int(),
+    total_tokens: z.number().int(),
+    cost_coins: coinsSchema.describe('the final charge, equal to the `API usage` entry of the wallet history'),
+  })
+  .strict();
+
+/** The OpenAI chat.completion object, with `usage.cost_coins` added (SPEC part 2). */
+export const chatCompletionSchema = z
+  .object({
+    id: z.string(),
+    object: z.literal('chat.completion'),
+    created: z.number().int(),
+    model: z.string(),
+    choices: z.array(
+      z
+        .object({
+          index: z.number().int(),
+          message: z.object({ role: z.literal('assistant'), content: z.string(), refusal: z.null() }).strict(),
+          logprobs: z.null(),
+          finish_reason: z.string(),
+        })
+        .strict(),
+    ),
+    usage: chatUsageSchema,
+  })
+  .strict();
+
 /** The chat-completion objects of the OpenAI format, with `usage.cost_coins` added (SPEC part 2). */
-export function usageView(u: ChatUsage) {
+export function usageView(u: ChatUsage): z.infer<typeof chatUsageSchema> {
   return {
     prompt_tokens: u.promptTokens,
     completion_tokens: u.completionTokens,
@@ -12,7 +44,7 @@ export function usageView(u: ChatUsage) {
   };
 }
 
-export function completionView(chat: PreparedChat, content: string, finishReason: string, usage: ChatUsage) {
+export function completionView(chat: PreparedChat, content: string, finishReason: string, usage: ChatUsage): z.infer<typeof chatCompletionSchema> {
   return {
     id: chat.id,
     object: 'chat.completion' as const,

@@ -1,5 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
+import { z } from 'zod';
 import type { Clock, UrlSigner } from '../ports.ts';
+import { isoTimeSchema } from '../views.ts';
 
 export type FileKind = 'image' | 'video' | 'audio' | 'model' | 'other';
 
@@ -25,8 +27,21 @@ export async function findOwnFile(em: EntityManager, accountId: string, id: stri
   return row && row.account_id === accountId ? row : undefined;
 }
 
+export const fileSchema = z
+  .object({
+    id: z.string(),
+    object: z.literal('file'),
+    type: z.enum(['image', 'video', 'audio', 'model', 'other']).describe('the kind, from the bytes'),
+    url: z.string().describe('signed link, valid for one hour'),
+    bytes: z.number().int(),
+    mime_type: z.string(),
+    filename: z.string(),
+    created_at: isoTimeSchema,
+  })
+  .strict();
+
 /** The file object; its `url` is a signed link valid for an hour from now. */
-export function fileView(deps: { signer: UrlSigner; clock: Clock }, row: FileRow) {
+export function fileView(deps: { signer: UrlSigner; clock: Clock }, row: FileRow): z.infer<typeof fileSchema> {
   return {
     id: row.id,
     object: 'file' as const,

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { CoreError, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { resolveAccount } from '../accounts/accounts.ts';
+import { isoTimeSchema } from '../views.ts';
 import { ApiKey } from './api-key.entity.ts';
 import { displayPrefix, generateKeySecret, hashKey } from './key-secret.ts';
 
@@ -15,7 +16,22 @@ export const createKeyInput = z.object({
 
 export const keyIdInput = z.object({ id: z.string().trim().regex(/^key_[0-9A-Za-z]{1,64}$/, 'must be a key id such as key_…') });
 
-export function keyView(k: ApiKey) {
+export const keySchema = z
+  .object({
+    id: z.string(),
+    object: z.literal('api_key'),
+    name: z.string(),
+    prefix: z.string().describe('the start of the secret, to recognise the key'),
+    created_at: isoTimeSchema,
+    last_used_at: isoTimeSchema.nullable(),
+    revoked_at: isoTimeSchema.nullable(),
+  })
+  .strict();
+
+/** A key just created: the only time its secret is shown. */
+export const createdKeySchema = keySchema.extend({ key: z.string().describe('the secret, shown only this once') }).strict();
+
+export function keyView(k: ApiKey): z.infer<typeof keySchema> {
   return {
     id: k.id,
     object: 'api_key' as const,

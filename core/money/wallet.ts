@@ -1,4 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
+import { z } from 'zod';
+import { coinsSchema } from '../views.ts';
 import { CoreError, notFound } from '../errors.ts';
 import { resolveAccount } from '../accounts/accounts.ts';
 import { coinsToJson, type Micro } from './coins.ts';
@@ -23,8 +25,19 @@ export async function getBalance(em: EntityManager, accountId: string): Promise<
   return { subscription: BigInt(row.s), purchased: BigInt(row.p), held: BigInt(row.h), paid: row.paid };
 }
 
+export const balanceSchema = z
+  .object({
+    object: z.literal('balance'),
+    coins: coinsSchema.describe('what can be spent now: subscription + purchased'),
+    subscription_coins: coinsSchema,
+    purchased_coins: coinsSchema,
+    held_coins: coinsSchema.describe('what open reservations hold'),
+    paid_account: z.boolean().describe('true after a first top-up or subscription'),
+  })
+  .strict();
+
 /** The balance object, with the same field names wherever a balance appears (REST, CLI, MCP, admin). */
-export function balanceView(b: Balance) {
+export function balanceView(b: Balance): z.infer<typeof balanceSchema> {
   return {
     object: 'balance' as const,
     coins: coinsToJson(b.subscription + b.purchased),
