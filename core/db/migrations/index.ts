@@ -10,6 +10,8 @@ import { Migration20261122080000_reserve_checks_key } from './Migration202611220
 import { Migration20261122090000_reserve_commits_async } from './Migration20261122090000_reserve_commits_async.ts';
 import { Migration20261122100000_batched_holds_one_wallet_write } from './Migration20261122100000_batched_holds_one_wallet_write.ts';
 import { Migration20261123000000_wallet_history } from './Migration20261123000000_wallet_history.ts';
+import { Migration20261123010000_idempotency_results } from './Migration20261123010000_idempotency_results.ts';
+import { Migration20261123020000_sessions_and_admin_tokens } from './Migration20261123020000_sessions_and_admin_tokens.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -25,4 +27,6 @@ export const migrations = [
   { name: 'Migration20261122090000_reserve_commits_async', class: Migration20261122090000_reserve_commits_async },
   { name: 'Migration20261122100000_batched_holds_one_wallet_write', class: Migration20261122100000_batched_holds_one_wallet_write },
   { name: 'Migration20261123000000_wallet_history', class: Migration20261123000000_wallet_history },
+  { name: 'Migration20261123010000_idempotency_results', class: Migration20261123010000_idempotency_results },
+  { name: 'Migration20261123020000_sessions_and_admin_tokens', class: Migration20261123020000_sessions_and_admin_tokens },
 ];
