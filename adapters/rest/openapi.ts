@@ -3,12 +3,17 @@ import { z } from 'zod';
 import { modelTypeFilter } from '../../core/catalog/catalog.ts';
 import { chatRequestSchema } from '../../core/chat/schema.ts';
 import { createGenerationSchema } from '../../core/generations/schema.ts';
+import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput } from '../../core/money/ledger.ts';
 
 /**
  * The OpenAPI 3.1 document of the REST API, served at /api/v1/openapi.json. Request bodies and
  * query parameters are the very zod schemas core validates with; responses are described here,
- * and a test validates real responses against them.
+ * and a test validates real responses against them. What zod cannot carry into JSON Schema
+ * (the chat request's refusals, made in a transform; zod's safe-integer range; JavaScript's
+ * ASCII-only \d) is declared by `declareServerRules` below, so that a request the document
+ * allows is one the server accepts, and the other way round (schemathesis checks both:
+ * `npm run test:schema`).
  */
 extendZodWithOpenApi(z);
 
@@ -138,6 +143,7 @@ const ERROR_TEXT: Record<number, string> = {
   404: 'Unknown object, or another account’s',
   409: 'Conflict with the current state',
   413: 'Body or upload too large',
+  415: 'The body is not application/json',
   422: 'Idempotency-Key reused with another body',
   429: 'Rate limit or concurrency limit; see Retry-After',
   500: 'Internal error',
@@ -146,7 +152,13 @@ const ERROR_TEXT: Record<number, string> = {
   504: 'The model provider timed out',
 };
 const common = [401, 429, 500, 503];
-const idParam = (name: string) => z.object({ [name]: z.string() });
+/** A path id: as long as core accepts (longer: 400); an unknown one is 404. */
+const idParam = (name: string, maxLength: number) => z.object({ [name]: z.string().min(1).max(maxLength) });
+/** Core's limits on ids (generationIdInput, the files procedures, modelIdInput). */
+const JOB_ID_MAX = 100;
+const FILE_ID_MAX = 100;
+const MODEL_ID_MAX = 200;
+const idempotencyKey = idempotencyKeySchema.optional().describe('Same key and body: the first response, one job (kept 24 hours); 1 to 255 printable ASCII characters, no spaces');
 
 export function buildOpenApiDocument(publicBaseUrl: string) {
   const registry = new OpenAPIRegistry();
@@ -171,48 +183,48 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     method: 'get',
     path: '/models/{id}',
     summary: 'One model, with an example request (ids may contain "/")',
-    request: { params: idParam('id') },
-    responses: { 200: json(Model, 'The model'), ...errors(404, ...common) },
+    request: { params: idParam('id', MODEL_ID_MAX) },
+    responses: { 200: json(Model, 'The model'), ...errors(400, 404, ...common) },
   });
   path({
     method: 'post',
     path: '/chat/completions',
     summary: 'A chat completion (OpenAI format), billed on real usage',
-    request: { body: { content: { 'application/json': { schema: chatRequestSchema } } } },
+    request: { body: { required: true, content: { 'application/json': { schema: chatRequestSchema } } } },
     responses: {
       200: {
         description: 'The completion; with `stream: true`, server-sent `chat.completion.chunk` events then `[DONE]`',
         content: { 'application/json': { schema: ChatCompletion }, 'text/event-stream': { schema: z.string() } },
       },
-      ...errors(400, 402, 403, 404, 413, 502, 504, ...common),
+      ...errors(400, 402, 403, 404, 413, 415, 502, 504, ...common),
     },
   });
   const wait = z.object({
-    'Idempotency-Key': z.string().optional().describe('Same key and body: the first response, one job (kept 24 hours)'),
-    Prefer: z.string().optional().describe('wait=N (N ≤ 60): answer with the finished job if it ends within N seconds'),
+    'Idempotency-Key': idempotencyKey,
+    Prefer: z.string().optional().describe('wait=N (N ≤ 60): answer with the finished job if it ends within N seconds; other preferences are ignored'),
   });
   path({
     method: 'post',
     path: '/generations',
     summary: 'Start a media job',
-    request: { headers: wait, body: { content: { 'application/json': { schema: createGenerationSchema } } } },
-    responses: { 200: json(Generation, 'Finished within Prefer: wait'), 202: json(Generation, 'The job, queued'), ...errors(400, 402, 403, 404, 422, ...common) },
+    request: { headers: wait, body: { required: true, content: { 'application/json': { schema: createGenerationSchema } } } },
+    responses: { 200: json(Generation, 'Finished within Prefer: wait'), 202: json(Generation, 'The job, queued'), ...errors(400, 402, 403, 404, 413, 415, 422, ...common) },
   });
-  path({ method: 'get', path: '/generations/{id}', summary: 'A job', request: { params: idParam('id') }, responses: { 200: json(Generation, 'The job'), ...errors(404, ...common) } });
+  path({ method: 'get', path: '/generations/{id}', summary: 'A job', request: { params: idParam('id', JOB_ID_MAX) }, responses: { 200: json(Generation, 'The job'), ...errors(400, 404, ...common) } });
   path({
     method: 'post',
     path: '/generations/{id}/cancel',
-    summary: 'Cancel a job not yet finished (refunded in full)',
-    request: { params: idParam('id') },
-    responses: { 200: json(Generation, 'The canceled job'), ...errors(404, 409, ...common) },
+    summary: 'Cancel a job not yet finished (refunded in full); no body',
+    request: { params: idParam('id', JOB_ID_MAX) },
+    responses: { 200: json(Generation, 'The canceled job'), ...errors(400, 404, 409, 413, 415, ...common) },
   });
   registry.registerPath({
     method: 'get',
     path: '/generations/{id}/output',
     summary: 'A job’s result, through its signed link (no API key)',
     security: [],
-    request: { params: idParam('id'), query: z.object({ expires: z.string(), signature: z.string() }) },
-    responses: { 200: { description: 'The file' }, ...errors(403, 404, 500) },
+    request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }) },
+    responses: { 200: { description: 'The file' }, ...errors(400, 403, 404, 500) },
   });
   path({
     method: 'post',
@@ -220,18 +232,30 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     summary: 'Upload a file (multipart field `file`, at most 50 MB)',
     request: {
       headers: wait.pick({ 'Idempotency-Key': true }),
-      body: { content: { 'multipart/form-data': { schema: z.object({ file: z.string().describe('the file (binary)') }) } } },
+      body: {
+        required: true,
+        content: {
+          'multipart/form-data': {
+            schema: z.object({
+              file: z
+                .string()
+                .openapi({ format: 'binary', contentMediaType: 'application/octet-stream' } as object)
+                .describe('the file (binary, at most 50 MB); a part without a filename is named "upload" and may be at most 1 MB'),
+            }),
+          },
+        },
+      },
     },
     responses: { 200: json(File, 'The file'), ...errors(400, 413, 422, ...common) },
   });
-  path({ method: 'get', path: '/files/{id}', summary: 'A file, with a fresh signed link', request: { params: idParam('id') }, responses: { 200: json(File, 'The file'), ...errors(404, ...common) } });
+  path({ method: 'get', path: '/files/{id}', summary: 'A file, with a fresh signed link', request: { params: idParam('id', FILE_ID_MAX) }, responses: { 200: json(File, 'The file'), ...errors(400, 404, ...common) } });
   registry.registerPath({
     method: 'get',
     path: '/files/{id}/content',
     summary: 'A file’s bytes, through its signed link (no API key)',
     security: [],
-    request: { params: idParam('id'), query: z.object({ expires: z.string(), signature: z.string() }) },
-    responses: { 200: { description: 'The file' }, ...errors(403, 404, 500) },
+    request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }) },
+    responses: { 200: { description: 'The file' }, ...errors(400, 403, 404, 500) },
   });
   path({
     method: 'get',
@@ -242,7 +266,7 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   registry.registerPath({ method: 'get', path: '/openapi.json', summary: 'This document', security: [], responses: { 200: { description: 'OpenAPI 3.1' } } });
   registry.registerPath({ method: 'get', path: '/docs', summary: 'A readable reference of this document', security: [], responses: { 200: { description: 'HTML' } } });
 
-  return new OpenApiGeneratorV31(registry.definitions).generateDocument({
+  const doc = new OpenApiGeneratorV31(registry.definitions).generateDocument({
     openapi: '3.1.0',
     info: {
       title: 'Model Access Service',
@@ -252,4 +276,88 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     servers: [{ url: `${publicBaseUrl}/api/v1` }],
     security: secured,
   });
+  declareServerRules(doc);
+  return doc;
+}
+
+type Json = Record<string, unknown>;
+const SAFE_INTEGER = Number.MAX_SAFE_INTEGER;
+
+/**
+ * What the server checks beyond what zod-to-openapi renders, written into the document:
+ * - zod's integers are safe integers: every integer in a request gets that range;
+ * - a `pattern` is a JavaScript regular expression, whose \d is [0-9] (in Python's, which
+ *   schemathesis uses, \d is any Unicode digit);
+ * - the chat request's refusals (core/chat/schema.ts, in a transform): max_tokens and
+ *   max_completion_tokens not both; n only 1; tools, functions, audio, prediction… only null;
+ *   logprobs only false; response_format only {"type":"text"}; modalities only "text";
+ *   stream_options only with stream: true; content parts only {"type":"text","text":"…"};
+ * - the names of the multipart parts of an upload: no control characters.
+ */
+function declareServerRules(doc: ReturnType<OpenApiGeneratorV31['generateDocument']>): void {
+  for (const item of Object.values(doc.paths ?? {}) as Json[]) {
+    for (const op of Object.values(item) as Json[]) {
+      for (const param of (op.parameters ?? []) as Json[]) if (param.schema) walkRequestSchema(param.schema as Json);
+      const content = ((op.requestBody as Json | undefined)?.content ?? {}) as Record<string, Json>;
+      for (const media of Object.values(content)) if (media.schema) walkRequestSchema(media.schema as Json);
+    }
+  }
+  const bodySchema = (path: string, media: string) =>
+    ((doc.paths?.[path]?.post?.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.[media]?.schema as Json | undefined;
+  const chat = bodySchema('/chat/completions', 'application/json');
+  if (chat) declareChatRefusals(chat);
+  const upload = bodySchema('/files', 'multipart/form-data');
+  if (upload) {
+    // Parts other than `file` are ignored, but busboy refuses a part header holding a control
+    // character (RFC 9110 field values); clients escape only CR, LF and '"' in part names.
+    upload.propertyNames = { pattern: '^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$', description: 'no control characters but tab' };
+  }
+}
+
+function walkRequestSchema(schema: unknown): void {
+  if (Array.isArray(schema)) return schema.forEach(walkRequestSchema);
+  if (!schema || typeof schema !== 'object') return;
+  const node = schema as Json;
+  const types = Array.isArray(node.type) ? node.type : [node.type];
+  if (types.includes('integer')) {
+    node.minimum ??= -SAFE_INTEGER;
+    node.maximum ??= SAFE_INTEGER;
+  }
+  if (typeof node.pattern === 'string') node.pattern = node.pattern.replaceAll('\\d', '[0-9]');
+  for (const value of Object.values(node)) if (value && typeof value === 'object') walkRequestSchema(value);
+}
+
+function declareChatRefusals(schema: Json): void {
+  const props = schema.properties as Record<string, Json>;
+  const nullOnly = (description: string): Json => ({ type: 'null', description });
+  for (const name of ['tools', 'tool_choice', 'functions', 'function_call', 'audio', 'prediction', 'top_logprobs']) {
+    if (props[name]) props[name] = nullOnly('not supported: only null');
+  }
+  if (props.n) props.n = { type: ['integer', 'null'], enum: [1, null], description: 'only 1 is supported' };
+  if (props.logprobs) props.logprobs = { type: ['boolean', 'null'], enum: [false, null], description: 'not supported: only false or null' };
+  if (props.response_format) {
+    props.response_format = {
+      anyOf: [{ type: 'null' }, { type: 'object', properties: { type: { const: 'text' } }, required: ['type'] }],
+      description: 'only {"type":"text"} is supported',
+    };
+  }
+  const modalities = props.modalities;
+  if (modalities?.items) modalities.items = { type: 'string', const: 'text' };
+  const content = ((props.messages?.items as Json | undefined)?.properties as Record<string, Json> | undefined)?.content;
+  for (const alternative of (content?.anyOf ?? []) as Json[]) {
+    if (alternative.type === 'array') {
+      alternative.items = { type: 'object', properties: { type: { const: 'text' }, text: { type: 'string' } }, required: ['type', 'text'] };
+    }
+  }
+  const notNull = { not: { type: 'null' } };
+  schema.allOf = [
+    {
+      description: 'max_tokens or max_completion_tokens, not both',
+      not: { required: ['max_tokens', 'max_completion_tokens'], properties: { max_tokens: notNull, max_completion_tokens: notNull } },
+    },
+    {
+      description: 'stream_options only with stream: true',
+      anyOf: [{ not: { required: ['stream_options'], properties: { stream_options: { type: 'object' } } } }, { required: ['stream'], properties: { stream: { const: true } } }],
+    },
+  ];
 }

@@ -106,3 +106,127 @@ describe('OpenAPI document', () => {
     }
   });
 });
+
+/**
+ * The document and the server agree on what a request may be: a request the document allows
+ * is never refused with 400, and one it forbids is refused. Each case below is a mismatch
+ * schemathesis found (`npm run test:schema`: ST202 "schema-valid request rejected", ST103
+ * "status not documented", negative data accepted).
+ */
+describe('OpenAPI document and server agree on requests', () => {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats.default(ajv);
+
+  interface Sample {
+    method: 'get' | 'post';
+    template: string;
+    path: string;
+    params?: Record<string, string>;
+    headers?: Record<string, string>;
+    body?: unknown;
+    /** The body as sent, when not JSON.stringify(body) with application/json. */
+    raw?: { type: string; data: Uint8Array };
+  }
+
+  /** Whether the document allows this request: its parameters, headers and body. */
+  function documentAllows(s: Sample): boolean {
+    const op = doc.paths[s.template][s.method];
+    for (const p of op.parameters ?? []) {
+      const value = p.in === 'path' ? s.params?.[p.name] : p.in === 'header' ? s.headers?.[p.name] : undefined;
+      if (value === undefined) {
+        if (p.required) return false;
+        continue;
+      }
+      if (!ajv.validate(p.schema, value)) return false;
+    }
+    const body = op.requestBody;
+    if (!body) return true;
+    if (s.body === undefined) return !body.required;
+    const media = s.raw?.type.split(';')[0] ?? 'application/json';
+    return ajv.validate(body.content[media].schema, s.body);
+  }
+
+  async function send(s: Sample, key: string) {
+    const headers: Record<string, string> = { ...bearer(key), ...s.headers };
+    let data: BodyInit | undefined;
+    if (s.raw) {
+      headers['content-type'] = s.raw.type;
+      data = s.raw.data;
+    } else if (s.body !== undefined) {
+      headers['content-type'] = 'application/json';
+      data = JSON.stringify(s.body);
+    }
+    const res = await fetch(`${h.base}/api/v1${s.path}`, { method: s.method.toUpperCase(), headers, body: data });
+    return { status: res.status, body: await res.json() };
+  }
+
+  const chat = (extra: Record<string, unknown>): Sample => ({
+    method: 'post',
+    template: '/chat/completions',
+    path: '/chat/completions',
+    body: { model: 'nobody/none', messages: [{ role: 'user', content: 'hi' }], ...extra },
+  });
+  const byId = (method: 'get' | 'post', template: string, id: string): Sample => ({ method, template, path: template.replace('{id}', id), params: { id } });
+  const multipart = (parts: { name: string; filename?: string; data: string }[]): Sample => {
+    const boundary = 'mas-doc-boundary';
+    const text = parts
+      .map((p) => `--${boundary}\r\nContent-Disposition: form-data; name="${p.name}"${p.filename ? `; filename="${p.filename}"` : ''}\r\n\r\n${p.data}\r\n`)
+      .join('');
+    return {
+      method: 'post',
+      template: '/files',
+      path: '/files',
+      body: Object.fromEntries(parts.map((p) => [p.name, p.data])),
+      raw: { type: `multipart/form-data; boundary=${boundary}`, data: new TextEncoder().encode(`${text}--${boundary}--\r\n`) },
+    };
+  };
+
+  const samples: [string, Sample][] = [
+    ['a job id of 100 characters', byId('get', '/generations/{id}', 'g'.repeat(100))],
+    ['a job id of 101 characters', byId('get', '/generations/{id}', 'g'.repeat(101))],
+    ['a cancel with a job id of 101 characters', byId('post', '/generations/{id}/cancel', 'g'.repeat(101))],
+    ['a result link with a job id of 101 characters', { ...byId('get', '/generations/{id}/output', 'g'.repeat(101)), path: `/generations/${'g'.repeat(101)}/output?expires=1&signature=x` }],
+    ['a file id of 100 characters', byId('get', '/files/{id}', 'f'.repeat(100))],
+    ['a file id of 101 characters', byId('get', '/files/{id}', 'f'.repeat(101))],
+    ['a model id of 200 characters', byId('get', '/models/{id}', 'm'.repeat(200))],
+    ['a model id of 201 characters', byId('get', '/models/{id}', 'm'.repeat(201))],
+    ['an empty Idempotency-Key', { method: 'post', template: '/generations', path: '/generations', headers: { 'Idempotency-Key': '' }, body: { model: 'nobody/none' } }],
+    ['an Idempotency-Key with a space', { method: 'post', template: '/generations', path: '/generations', headers: { 'Idempotency-Key': 'a b' }, body: { model: 'nobody/none' } }],
+    ['a job with no body', { method: 'post', template: '/generations', path: '/generations' }],
+    ['a chat with no body', { method: 'post', template: '/chat/completions', path: '/chat/completions' }],
+    ['max_tokens with max_completion_tokens', chat({ max_tokens: 5, max_completion_tokens: 5 })],
+    ['max_tokens with max_completion_tokens null', chat({ max_tokens: 5, max_completion_tokens: null })],
+    ['n = 2', chat({ n: 2 })],
+    ['n = 1', chat({ n: 1 })],
+    ['tools: []', chat({ tools: [] })],
+    ['tools: null', chat({ tools: null })],
+    ['logprobs: true', chat({ logprobs: true })],
+    ['response_format json_object', chat({ response_format: { type: 'json_object' } })],
+    ['response_format text', chat({ response_format: { type: 'text' } })],
+    ['modalities audio', chat({ modalities: ['audio'] })],
+    ['stream_options without stream', chat({ stream_options: {} })],
+    ['stream_options with stream', chat({ stream: true, stream_options: { include_usage: true } })],
+    ['an image content part', chat({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })],
+    ['a text content part', chat({ messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }] })],
+    ['a seed past the safe integers', chat({ seed: 2 ** 60 })],
+    ['a file part and another part with a control character in its name', multipart([{ name: 'file', filename: 'a.txt', data: 'x' }, { name: 'a\x13', data: 'y' }])],
+    ['a file part without a filename', multipart([{ name: 'file', data: 'plain' }])],
+  ];
+
+  it.each(samples)('%s', async (_name, sample) => {
+    const account = await makeAccount(h.orm, { coins: '50' });
+    const { key } = await makeKey(h.orm, account.id);
+    const allowed = documentAllows(sample);
+    const res = await send(sample, key);
+    const op = doc.paths[sample.template][sample.method];
+    expect(op.responses[String(res.status)], `status ${res.status} is documented: ${JSON.stringify(res.body)}`).toBeDefined();
+    if (allowed) expect(res.status, `the document allows it: ${JSON.stringify(res.body)}`).not.toBe(400);
+    else expect(res.status, `the document forbids it: ${JSON.stringify(res.body)}`).toBe(400);
+  });
+
+  it('uses JavaScript patterns that Python reads the same (no \\d: Python takes any Unicode digit)', () => {
+    const patterns = JSON.stringify(doc.paths).match(/"pattern":"(?:[^"\\]|\\.)*"/g) ?? [];
+    expect(patterns.length).toBeGreaterThan(0);
+    for (const p of patterns) expect(p).not.toMatch(/\\\\d/);
+  });
+});
