@@ -148,7 +148,7 @@ describe('OpenAPI document and server agree on requests', () => {
 
   async function send(s: Sample, key: string) {
     const headers: Record<string, string> = { ...bearer(key), ...s.headers };
-    let data: BodyInit | undefined;
+    let data: Uint8Array | string | undefined;
     if (s.raw) {
       headers['content-type'] = s.raw.type;
       data = s.raw.data;
