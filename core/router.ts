@@ -16,7 +16,7 @@ import { checkReady } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
 import { createKeyFor, createKeyInput, keyIdInput, listKeysOf, revokeKey } from './keys/keys.ts';
 import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
-import { historyInput, listHistory } from './money/ledger.ts';
+import { historyInput, listHistory } from './money/history.ts';
 import { balanceOfAccount, balanceView, getBalance } from './money/wallet.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';

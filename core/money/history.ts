@@ -1,6 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { invalid } from '../errors.ts';
+import { coinsSchema, isoTimeSchema } from '../views.ts';
 import { coinsToJson, type Micro } from './coins.ts';
 
 /**
@@ -31,19 +32,24 @@ export const historyInput = z.object({
 });
 export type HistoryInput = z.input<typeof historyInput>;
 
-export type WalletEntryType = 'topup' | 'subscription_grant' | 'api_usage' | 'refund';
+/** One row of the customer's history (docs/api.md, "Wallet history"). */
+export const walletEntrySchema = z
+  .object({
+    id: z.string().describe("`le_…`: the id of the event's last ledger entry; pass it as `starting_after` for the rows after it"),
+    object: z.literal('wallet_entry'),
+    type: z.enum(['topup', 'subscription_grant', 'api_usage', 'refund']),
+    description: z.string().describe('`Top-up`, `Subscription coins`, `API usage`, or `Refund` (`Refund: generation failed`, …)'),
+    amount_coins: z.number().describe('signed: what the event added to (+) or took from (−) the spendable coins'),
+    balance_after_coins: coinsSchema.describe('spendable coins (subscription + purchased) right after the event'),
+    reference: z.string().describe('the chat completion id or job id (`api_usage`, `refund`), or the payment reference (credits)'),
+    created_at: isoTimeSchema,
+  })
+  .strict();
+export type WalletEntryView = z.infer<typeof walletEntrySchema>;
+export type WalletEntryType = WalletEntryView['type'];
 
-/** One row of the customer's history; the OpenAPI `WalletEntry` schema describes the same. */
-export interface WalletEntryView {
-  id: string;
-  object: 'wallet_entry';
-  type: WalletEntryType;
-  description: string;
-  amount_coins: number;
-  balance_after_coins: number;
-  reference: string;
-  created_at: string;
-}
+/** A page of the history, newest first. */
+export const walletHistorySchema = z.object({ object: z.literal('list'), data: z.array(walletEntrySchema), has_more: z.boolean() }).strict();
 
 const MAX_BIGINT = 9_223_372_036_854_775_807n;
 

@@ -9,6 +9,7 @@ import { createContext, type CoreDeps } from '../../core/context.ts';
 import { fileSchema } from '../../core/files/file-row.ts';
 import { generationSchema } from '../../core/generations/views.ts';
 import { createdKeySchema, keySchema } from '../../core/keys/keys.ts';
+import { walletHistorySchema } from '../../core/money/history.ts';
 import { balanceSchema } from '../../core/money/wallet.ts';
 import { createCaller } from '../../core/router.ts';
 import { makeAccount, makeKey, testDeps } from '../support/db.ts';
@@ -34,6 +35,7 @@ describe('output schemas', () => {
   it('balance, models, generation, file and key results parse strictly', async () => {
     const { account, core } = await spender(h.deps);
     balanceSchema.parse(await core().wallet.balance());
+    walletHistorySchema.parse(await core().wallet.history({}));
 
     const models = await core().models.list({});
     expect(models.data.length).toBeGreaterThan(0);
@@ -64,6 +66,9 @@ describe('output schemas', () => {
     expect(owner).toBe(account.id);
     createdKeySchema.parse(createdKey);
     for (const key of (await internal.keys.list({ account: account.id })).data) keySchema.parse(key);
+    // Top-up, two job charges, one refund: every kind of row but a grant.
+    const history = walletHistorySchema.parse(await core().wallet.history({ limit: 100 }));
+    expect(new Set(history.data.map((e) => e.type))).toEqual(new Set(['topup', 'api_usage', 'refund']));
   });
 
   it('a chat completion parses strictly', async () => {
