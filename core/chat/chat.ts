@@ -5,11 +5,11 @@ import type { TextModel } from '../catalog/schema.ts';
 import type { CoreDeps } from '../context.ts';
 import { CoreError, invalid, isCoreError } from '../errors.ts';
 import { randomBase62 } from '../ids.ts';
-import type { Principal } from '../keys/authenticate.ts';
+import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
 import { ProviderError, type ChatProvider } from './provider.ts';
 import { contextTooLong, type ChatRequest } from './schema.ts';
-import { countChatTokens, countTextTokens } from './tokens.ts';
+import { countChatTokensAsync, countTextTokens, minChatTokens } from './tokens.ts';
 
 /**
  * A chat completion, paid as SPEC part 1 rule 1 says: reserve the input plus the output
@@ -43,8 +43,17 @@ export async function prepareChat(deps: CoreDeps, em: EntityManager, principal: 
   if (maxTokens > model.max_output_tokens) {
     throw invalid(request.maxTokensParam, `Invalid value for '${request.maxTokensParam}': at most ${model.max_output_tokens} for '${model.id}'.`);
   }
-  const inputTokens = countChatTokens(request.messages);
-  if (inputTokens + maxTokens > model.context_window) throw contextTooLong(inputTokens, maxTokens, model.context_window);
+  // The input may use what the output limit leaves of the context window. A request far over
+  // it is refused before any tokenizing: minChatTokens is a lower bound of the count (no o200k
+  // token is longer than 128 bytes, so no text has fewer tokens than characters / 128), which
+  // never refuses input that fits and refuses e.g. 4 MB of text for a 16k-token model at once.
+  // Otherwise the count runs in pieces, yielding to the event loop, and stops as soon as it is
+  // over the limit: at most about the context window's worth of tokens is ever counted.
+  const inputLimit = model.context_window - maxTokens;
+  const lowerBound = minChatTokens(request.messages);
+  if (lowerBound > inputLimit) throw contextTooLong(lowerBound, maxTokens, model.context_window, true);
+  const inputTokens = await countChatTokensAsync(request.messages, { stopAbove: inputLimit });
+  if (inputTokens > inputLimit) throw contextTooLong(inputTokens, maxTokens, model.context_window, true);
 
   const prices = textPrices(model, deps.config.apiPricePercent);
   const holdAmount = textCost(prices, inputTokens, maxTokens);

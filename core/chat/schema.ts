@@ -39,10 +39,13 @@ export type ChatMessage = z.output<typeof message>;
 
 const positiveInt = z.number().int().positive();
 
+/** OpenAI's own limit on the number of messages in one request. */
+export const MAX_MESSAGES = 2048;
+
 export const chatRequestSchema = z
   .object({
     model: z.string().min(1),
-    messages: z.array(message).min(1, 'must contain at least one message'),
+    messages: z.array(message).min(1, 'must contain at least one message').max(MAX_MESSAGES, `must contain at most ${MAX_MESSAGES} messages`),
     max_tokens: positiveInt.nullish(),
     max_completion_tokens: positiveInt.nullish(),
     temperature: z.number().min(0).max(2).nullish(),
@@ -99,10 +102,11 @@ export const chatRequestSchema = z
 export type ChatRequest = z.output<typeof chatRequestSchema>;
 export type ChatOptions = ChatRequest['options'];
 
-export function contextTooLong(inputTokens: number, maxTokens: number, contextWindow: number): CoreError {
+/** `atLeast`: inputTokens is a lower bound (counting stopped once the messages could not fit). */
+export function contextTooLong(inputTokens: number, maxTokens: number, contextWindow: number, atLeast = false): CoreError {
   return new CoreError(
     'invalid_request',
-    `This model's context window is ${contextWindow} tokens; the messages use ${inputTokens} and the output limit is ${maxTokens}. Shorten the messages or lower max_tokens.`,
+    `This model's context window is ${contextWindow} tokens; the messages use ${atLeast ? 'at least ' : ''}${inputTokens} and the output limit is ${maxTokens}. Shorten the messages or lower max_tokens.`,
     { param: 'messages', reason: 'context_length_exceeded' },
   );
 }
