@@ -1,6 +1,8 @@
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
-import { createRestApp } from '../adapters/rest/app.ts';
+import { createHttpApp } from '../adapters/http/app.ts';
+import { listen } from '../adapters/http/server.ts';
+import { restAdapter } from '../adapters/rest/rest.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
 import { startWorker } from '../workflows/worker.ts';
@@ -34,39 +36,28 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   if (temporal.uiUrl) hooks.onTemporalUi?.(temporal.uiUrl);
 
   let draining = false;
-  const app = createRestApp({
+  const app = createHttpApp({
     deps,
     logger,
-    publicBaseUrl: env.PUBLIC_BASE_URL,
     metricsToken: env.METRICS_TOKEN,
     trustProxy: env.TRUST_PROXY,
     isDraining: () => draining,
+    // Each HTTP adapter is one line here; more specific paths first.
+    adapters: [restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger })],
   });
-
-  const server = await new Promise<Server>((resolve, reject) => {
-    const s = app.listen(env.PORT, env.HOST, (err?: Error) => (err ? reject(err) : resolve(s)));
-  });
-  server.keepAliveTimeout = 65_000; // longer than common load balancer idle timeouts
-  const port = (server.address() as { port: number }).port;
-  logger.info({ port, publicBaseUrl: env.PUBLIC_BASE_URL, database: runtime.embeddedDatabase ? 'embedded' : 'external' }, 'listening');
+  const http = await listen(app, { port: env.PORT, host: env.HOST, shutdownTimeoutSeconds: env.SHUTDOWN_TIMEOUT_SECONDS, logger });
+  logger.info({ port: http.port, publicBaseUrl: env.PUBLIC_BASE_URL, database: runtime.embeddedDatabase ? 'embedded' : 'external' }, 'listening');
 
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
       draining = true;
       logger.info('shutting down: no new connections, finishing requests in flight');
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      const timeout = setTimeout(() => {
-        logger.warn('requests still in flight after the shutdown timeout: closing their connections');
-        server.closeAllConnections();
-      }, env.SHUTDOWN_TIMEOUT_SECONDS * 1000);
-      await closed;
-      clearTimeout(timeout);
+      await http.drain();
       await worker?.shutdown();
       await runtime.close();
       logger.info('stopped');
     })());
 
-  return { server, port, stop };
+  return { server: http.server, port: http.port, stop };
 }

@@ -2,6 +2,7 @@ import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import type { CoreError, CoreErrorCode } from '../../core/errors.ts';
 import { toCoreError } from '../../core/trpc.ts';
+import { restMessage } from './phrasing.ts';
 
 /**
  * The one table that turns errors into HTTP answers for this adapter, documented in
@@ -46,7 +47,7 @@ export function sendHttpError(res: Response, code: HttpErrorCode, message?: stri
 /** The status and body of a core error, for a response or for an error event in a stream. */
 export function coreErrorBody(err: CoreError): { status: number; body: { error: { message: string; type: string; code: string } } } {
   const e = CORE_ERRORS[err.code];
-  return { status: e.status, body: { error: { message: err.message, type: e.type, code: err.reason ?? e.code } } };
+  return { status: e.status, body: { error: { message: restMessage(err), type: e.type, code: err.reason ?? e.code } } };
 }
 
 export function sendCoreError(res: Response, err: CoreError): void {

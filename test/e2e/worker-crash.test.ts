@@ -6,7 +6,7 @@ import type { Server } from 'node:http';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
+import { createTestApp } from '../support/http.ts';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { temporalGenerationStarter } from '../../config/temporal.ts';
 import { seedModels } from '../../core/catalog/catalog.ts';
@@ -32,7 +32,7 @@ beforeAll(async () => {
   dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-crash-'));
   connection = await Connection.connect({ address: inject('temporalAddress') });
   const deps = testDeps(orm, { storageDir: path.join(dataDir, 'storage'), generations: temporalGenerationStarter(new Client({ connection }), { taskQueue }) });
-  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+  const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
   server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });

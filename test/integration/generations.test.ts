@@ -4,7 +4,7 @@ import type { Server } from 'node:http';
 import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
+import { createTestApp } from '../support/http.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { makeAccount, makeKey, silentLogger } from '../support/db.ts';
@@ -201,7 +201,7 @@ describe('generations', () => {
     const { account, key } = await customer('10');
     // A process that records the job and dies before starting its workflow: a starter that does nothing.
     const crashed = { ...deps, generations: { start: async () => undefined, cancel: async () => undefined } };
-    const app = createRestApp({ deps: crashed, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+    const app = createTestApp({ deps: crashed, logger: silentLogger, publicBaseUrl: 'http://localhost' });
     const crashedServer = await new Promise<Server>((resolve) => {
       const srv = app.listen(0, '127.0.0.1', () => resolve(srv));
     });

@@ -1,8 +1,7 @@
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import type { Router } from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRestApp } from '../../adapters/rest/app.ts';
+import { restAdapter } from '../../adapters/rest/rest.ts';
 import { png, seededRandom } from '../../adapters/providers/media/formats.ts';
 import { makeAccount, makeKey, silentLogger, testDeps } from '../support/db.ts';
 import { bearer } from '../support/http.ts';
@@ -22,7 +21,7 @@ afterAll(() => h.close());
 
 /** Every (method, path) the express app serves under /api/v1, in OpenAPI's path syntax. */
 function servedRoutes(): string[] {
-  const app = createRestApp({ deps: testDeps(h.orm), logger: silentLogger, publicBaseUrl: 'http://localhost' }) as unknown as { router: Router };
+  const { router } = restAdapter(testDeps(h.orm), { logger: silentLogger, publicBaseUrl: 'http://localhost' });
   const out = new Set<string>();
   const walk = (stack: any[]) => {
     for (const layer of stack) {
@@ -33,7 +32,7 @@ function servedRoutes(): string[] {
       } else if (layer.handle?.stack) walk(layer.handle.stack);
     }
   };
-  walk(app.router.stack);
+  walk(router.stack);
   for (const ops of ['get /healthz', 'get /readyz', 'get /metrics']) out.delete(ops);
   return [...out].sort();
 }

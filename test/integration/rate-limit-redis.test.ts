@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
+import { createTestApp } from '../support/http.ts';
 import { createRateLimiter } from '../../adapters/limits/rate-limiter.ts';
 import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
 import { bearer } from '../support/http.ts';
@@ -42,7 +42,7 @@ async function instance(): Promise<string> {
   const rateLimiter = createRateLimiter({ perMinute: 10, redisUrl });
   limiters.push(rateLimiter);
   const deps = { ...testDeps(orm), rateLimiter };
-  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+  const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
   const server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });

@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Server } from 'node:http';
 import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
+import { createTestApp } from '../support/http.ts';
 import { png, seededRandom } from '../../adapters/providers/media/formats.ts';
 import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
@@ -23,7 +23,7 @@ let base: string;
 let key: string;
 
 async function listen(spool: string): Promise<string> {
-  const app = createRestApp({ deps: testDeps(orm, { storageDir }), logger: silentLogger, publicBaseUrl: 'http://localhost', uploadSpoolDir: spool });
+  const app = createTestApp({ deps: testDeps(orm, { storageDir }), logger: silentLogger, publicBaseUrl: 'http://localhost', uploadSpoolDir: spool });
   const server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });

@@ -1,11 +1,25 @@
 import type { Server } from 'node:http';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
+import type { Express } from 'express';
+import type { Logger } from 'pino';
+import { createHttpApp } from '../../adapters/http/app.ts';
+import { restAdapter } from '../../adapters/rest/rest.ts';
+import type { CoreDeps } from '../../core/context.ts';
 import { silentLogger, testDeps } from './db.ts';
+
+/** The HTTP app as the server composes it (config/service.ts), with the REST adapter mounted. */
+export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBaseUrl?: string; uploadSpoolDir?: string }): Express {
+  const logger = opts.logger ?? silentLogger;
+  return createHttpApp({
+    deps: opts.deps,
+    logger,
+    adapters: [restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir })],
+  });
+}
 
 /** The real REST app on a real port of this machine, wired to the test database. */
 export async function startTestApi(orm: MikroORM, opts: Parameters<typeof testDeps>[1] = {}): Promise<{ url: string; close: () => Promise<void> }> {
-  const app = createRestApp({ deps: testDeps(orm, opts), logger: silentLogger, publicBaseUrl: 'http://localhost' });
+  const app = createTestApp({ deps: testDeps(orm, opts) });
   const server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });

@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import { Worker } from '@temporalio/worker';
 import { expect, inject } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { createRestApp } from '../../adapters/rest/app.ts';
+import { createTestApp } from './http.ts';
 import { createProviderRegistry } from '../../adapters/providers/registry.ts';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { temporalGenerationStarter } from '../../config/temporal.ts';
@@ -52,7 +52,7 @@ export async function startJobHarness(opts: { retentionSeconds?: number; mediaPr
     opts.worker === false
       ? { done: Promise.resolve(), shutdown: async () => undefined }
       : await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
-  const app = createRestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+  const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
   const server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });

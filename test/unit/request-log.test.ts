@@ -3,7 +3,7 @@ import http from 'node:http';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../config/logger.ts';
-import { requestLogger } from '../../adapters/rest/logging.ts';
+import { requestLogger } from '../../adapters/http/logging.ts';
 
 const lines: Record<string, unknown>[] = [];
 let server: http.Server;

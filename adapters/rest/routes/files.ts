@@ -30,7 +30,7 @@ export function fileRoutes(deps: CoreDeps, opts: { spoolDir?: string | undefined
       try {
         const result = await callApi(deps, req, res, (core) => core.files.create({ upload, idempotency_key: req.get('idempotency-key') }));
         if (result.replayed) res.setHeader('Idempotent-Replayed', 'true');
-        res.status(result.status).json(result.body);
+        res.json(result.file);
       } finally {
         await fs.rm(upload.path, { force: true });
       }

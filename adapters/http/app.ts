@@ -1,0 +1,68 @@
+import express, { type ErrorRequestHandler, type Express, type Router } from 'express';
+import helmet from 'helmet';
+import type { Logger } from 'pino';
+import type { CoreDeps } from '../../core/context.ts';
+import { requestLogger } from './logging.ts';
+import { createHttpMetrics, type HttpMetrics } from './metrics.ts';
+import { operationsRoutes, sendError } from './operations.ts';
+
+/**
+ * One HTTP surface of the service (REST today; MCP, the account pages and the admin API next):
+ * a router mounted at `path` that parses its own bodies and maps its own errors (a 404 for
+ * its unknown routes included), so that adding an adapter changes no other one.
+ */
+export interface HttpAdapter {
+  path: string;
+  router: Router;
+}
+
+export interface HttpAppOptions {
+  deps: CoreDeps;
+  logger: Logger;
+  /** Mounted in this order: put a more specific path before a prefix of it (`/api/v1/mcp` before `/api/v1`). */
+  adapters: HttpAdapter[];
+  metrics?: HttpMetrics | undefined;
+  metricsToken?: string | undefined;
+  trustProxy?: boolean | undefined;
+  /** True once shutdown has begun: /readyz answers 503 so load balancers move away. */
+  isDraining?: (() => boolean) | undefined;
+}
+
+/**
+ * The pieces every HTTP surface shares, in one place: request ids and the request log,
+ * metrics, security headers, the operations routes (/healthz, /readyz, /metrics) and the
+ * last-resort 404 and 500. Body limits and error mapping belong to each adapter.
+ */
+export function createHttpApp(opts: HttpAppOptions): Express {
+  const { logger } = opts;
+  const metrics = opts.metrics ?? createHttpMetrics();
+  const app = express();
+  app.disable('x-powered-by');
+  // No ETag: it hashes every JSON body, and API answers (balances, completions) are not cached.
+  app.set('etag', false);
+  app.set('trust proxy', opts.trustProxy ?? false);
+
+  app.use(requestLogger(logger));
+  app.use(metrics.middleware);
+  // Security headers, with a CSP that allows no inline script; pages may not be framed.
+  app.use(helmet({ contentSecurityPolicy: { directives: { 'frame-ancestors': ["'none'"] } }, referrerPolicy: { policy: 'no-referrer' } }));
+
+  for (const adapter of opts.adapters) app.use(adapter.path, adapter.router);
+  app.use(operationsRoutes(opts.deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
+
+  app.use((_req, res) => sendError(res, 404, 'not_found_error', 'unknown_route', 'Unknown route.'));
+  app.use(lastResort(logger));
+  return app;
+}
+
+/** What no adapter handled: a logged 500 with the request id, never a stack trace. */
+function lastResort(logger: Logger): ErrorRequestHandler {
+  return (err: unknown, req, res, _next) => {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    (req.log ?? logger).error({ err }, 'unhandled error');
+    sendError(res, 500, 'server_error', 'internal_error', 'Internal server error. The request id is in the x-request-id header.');
+  };
+}

@@ -1,0 +1,69 @@
+import type { Server } from 'node:http';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { Router } from 'express';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createHttpApp } from '../../adapters/http/app.ts';
+import { restAdapter } from '../../adapters/rest/rest.ts';
+import { openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { getJson } from '../support/http.ts';
+
+/** The shared HTTP pieces, and adapters mounted side by side, each with its own error mapping. */
+let orm: MikroORM;
+let server: Server;
+let base: string;
+beforeAll(async () => {
+  orm = await openTestOrm();
+  const deps = testDeps(orm);
+  // A second surface, as MCP or the pages will be: its own routes and its own idea of an error.
+  const other = Router();
+  other.get('/hello', (_req, res) => void res.json({ hello: 'world' }));
+  other.use((_req, res) => void res.status(404).type('text/plain').send('not here'));
+  const app = createHttpApp({
+    deps,
+    logger: silentLogger,
+    adapters: [{ path: '/api/v1/other', router: other }, restAdapter(deps, { publicBaseUrl: 'http://localhost', logger: silentLogger })],
+  });
+  server = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+});
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise((r) => server.close(r));
+  await orm.close();
+});
+
+describe('the HTTP app', () => {
+  it('mounts each adapter at its path; each answers its own unknown routes', async () => {
+    expect(await getJson(`${base}/api/v1/other/hello`)).toMatchObject({ status: 200, body: { hello: 'world' } });
+    const otherMiss = await fetch(`${base}/api/v1/other/nope`);
+    expect(otherMiss.status).toBe(404);
+    expect(await otherMiss.text()).toBe('not here');
+    const restMiss = await getJson(`${base}/api/v1/nope`);
+    expect(restMiss).toMatchObject({ status: 404, body: { error: { type: 'not_found_error', code: 'unknown_route' } } });
+    const outside = await getJson(`${base}/nowhere`);
+    expect(outside).toMatchObject({ status: 404, body: { error: { type: 'not_found_error', code: 'unknown_route' } } });
+  });
+
+  it('sends the security headers on every surface: no inline script, no framing, no referrer, no sniffing', async () => {
+    for (const path of ['/healthz', '/api/v1/balance', '/api/v1/other/hello', '/api/v1/docs']) {
+      const res = await fetch(`${base}${path}`);
+      const csp = res.headers.get('content-security-policy') ?? '';
+      expect(csp, path).toContain("frame-ancestors 'none'");
+      expect(csp, path).toMatch(/script-src 'self'(;|$)/);
+      expect(res.headers.get('x-content-type-options'), path).toBe('nosniff');
+      expect(res.headers.get('referrer-policy'), path).toBe('no-referrer');
+      expect(res.headers.get('x-powered-by'), path).toBeNull();
+    }
+  });
+
+  it('the API reference page loads its script from a file, which the policy allows', async () => {
+    const page = await (await fetch(`${base}/api/v1/docs`)).text();
+    expect(page).not.toMatch(/<script>[^<]/);
+    expect(page).toContain('<script src="docs/init.js"></script>');
+    const init = await fetch(`${base}/api/v1/docs/init.js`);
+    expect(init.headers.get('content-type')).toMatch(/javascript/);
+    expect(await init.text()).toContain('SwaggerUIBundle');
+  });
+});
