@@ -1,11 +1,14 @@
 import { loadEnvOrExit } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
+import { manageProcessLifecycle } from './config/process-lifecycle.ts';
 import { startService } from './config/service.ts';
 import { CatalogError } from './core/catalog/catalog.ts';
 
 const env = loadEnvOrExit();
 
 const logger = createLogger(env.LOG_LEVEL);
+// Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
+const lifecycle = manageProcessLifecycle(logger, { stopTimeoutMs: env.SHUTDOWN_TIMEOUT_SECONDS * 1000 + 60_000 });
 const baseUrl = `${env.PUBLIC_BASE_URL}/api/v1`;
 
 try {
@@ -19,17 +22,7 @@ try {
     onTemporalUi: (url) => process.stdout.write(`Temporal Web UI (embedded dev server): ${url}\n`),
   });
   process.stdout.write(`Model Access Service listening on ${baseUrl}\n`);
-  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-    process.once(signal, () => {
-      service.stop().then(
-        () => process.exit(0),
-        (err: unknown) => {
-          logger.error({ err }, 'shutdown failed');
-          process.exit(1);
-        },
-      );
-    });
-  }
+  lifecycle.setStop(() => service.stop());
 } catch (err) {
   if (err instanceof CatalogError) {
     process.stderr.write(`${err.message}\n`);

@@ -1,28 +1,28 @@
 import { loadEnvOrExit } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
-import { loadCatalogFile } from './config/catalog.ts';
-import { buildCoreDeps } from './config/core.ts';
-import { openDatabase } from './config/database.ts';
-import { openTemporal, temporalGenerationStarter } from './config/temporal.ts';
+import { openRuntime } from './config/compose.ts';
+import { manageProcessLifecycle } from './config/process-lifecycle.ts';
 import { startWorker } from './workflows/worker.ts';
 
 /** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
 const env = loadEnvOrExit();
 const logger = createLogger(env.LOG_LEVEL);
-const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
-const db = await openDatabase(env, logger);
-const temporal = await openTemporal(env, logger);
-const deps = await buildCoreDeps(env, db.orm, logger, catalog, temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE, retentionSeconds: env.RESULT_RETENTION_SECONDS }));
-const worker = await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE });
+// Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
+const lifecycle = manageProcessLifecycle(logger);
+const runtime = await openRuntime(env, logger, { temporal: true });
+const temporal = runtime.temporal!;
+const worker = await startWorker({ deps: runtime.deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE });
 
-for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.once(signal, () => {
-    logger.info('worker shutting down: finishing activities in flight');
-    void worker.shutdown();
-  });
-}
-await worker.done.catch(() => undefined);
-await temporal.close();
-await deps.close();
-await db.close();
-logger.info('worker stopped');
+// Stopped by a signal, or on its own after a fatal worker error (exit code 1).
+const stopped = (async () => {
+  const failed = await worker.done.then(() => false, () => true);
+  await runtime.close();
+  logger.info('worker stopped');
+  if (failed) process.exitCode = 1;
+})();
+lifecycle.setStop(async () => {
+  logger.info('worker shutting down: finishing activities in flight');
+  await worker.shutdown();
+  await stopped;
+});
+await stopped;
