@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
@@ -82,4 +83,59 @@ export function runCli(args: string[], env: Record<string, string | undefined>):
     child.once('error', reject);
     child.once('exit', (code) => resolve({ code, stdout, stderr }));
   });
+}
+
+export interface ProcessInfo {
+  pid: number;
+  ppid: number;
+  cmd: string;
+}
+
+function readProcess(pid: number): (ProcessInfo & { state: string }) | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ');
+    return { pid, ppid: Number(fields[1]), state: fields[0]!, cmd };
+  } catch {
+    return undefined;
+  }
+}
+
+/** True while the process exists and is not a zombie (exited, not yet reaped). */
+export function isRunning(pid: number): boolean {
+  const p = readProcess(pid);
+  return p !== undefined && p.state !== 'Z' && p.state !== 'X';
+}
+
+/**
+ * Every live process (Linux /proc) started for this DATA_DIR: those with DATA_DIR=dataDir in
+ * their environment or dataDir on their command line (npm, its shell, node, the PostgreSQL
+ * postmaster, the Temporal dev server), and all their descendants (PostgreSQL's backends
+ * overwrite their environment with their process titles).
+ */
+export function processesOfDataDir(dataDir: string): ProcessInfo[] {
+  const all: ProcessInfo[] = [];
+  const matched = new Set<number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const p = readProcess(Number(name));
+    if (!p || p.state === 'Z' || p.state === 'X') continue;
+    all.push(p);
+    let environ = '';
+    try {
+      environ = readFileSync(`/proc/${name}/environ`, 'utf8');
+    } catch {
+      // not ours to read, or gone
+    }
+    if (p.cmd.includes(dataDir) || environ.split('\0').includes(`DATA_DIR=${dataDir}`)) matched.add(p.pid);
+  }
+  const byPid = new Map(all.map((p) => [p.pid, p]));
+  const related = (p: ProcessInfo): boolean => {
+    for (let q: ProcessInfo | undefined = p, hops = 0; q && hops < 64; q = byPid.get(q.ppid), hops++) {
+      if (matched.has(q.pid)) return true;
+    }
+    return false;
+  };
+  return all.filter(related);
 }
