@@ -3,11 +3,12 @@ import { requireTextModel } from '../catalog/catalog.ts';
 import { textCost, textPrices, type TextPrices } from '../catalog/pricing.ts';
 import type { TextModel } from '../catalog/schema.ts';
 import type { CoreDeps } from '../context.ts';
+import type { HoldBatcher } from '../money/hold-batcher.ts';
 import { CoreError, invalid, isCoreError } from '../errors.ts';
 import { randomBase62 } from '../ids.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
-import { ProviderError, type ChatProvider } from './provider.ts';
+import { ProviderError, type ChatProvider } from '../ports.ts';
 import { contextTooLong, type ChatRequest } from './schema.ts';
 import { countChatTokensAsync, countTextTokens, minChatTokens } from './tokens.ts';
 
@@ -30,7 +31,7 @@ export interface PreparedChat {
   request: ChatRequest;
 }
 
-export async function prepareChat(deps: CoreDeps, em: EntityManager, principal: Principal, request: ChatRequest): Promise<PreparedChat> {
+export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' | 'config' | 'holds' | 'clock'>, em: EntityManager, principal: Principal, request: ChatRequest): Promise<PreparedChat> {
   const model = await deps.catalog.get(em, request.model);
   requireTextModel(model);
   if (model.paid_only && !principal.paid) {
@@ -93,9 +94,15 @@ export type ChatEvent = { type: 'delta'; content: string } | { type: 'done'; fin
  *   upstream produced, never more than the hold;
  * - the upstream fails: charge nothing, or when streaming, only what was already delivered.
  */
+/** What running a prepared chat reads of it. */
+export type ChatRun = Pick<PreparedChat, 'provider' | 'prices' | 'inputTokens' | 'maxTokens' | 'holdId'> & {
+  model: { id: string; provider: { model: string } };
+  request: Pick<ChatRequest, 'messages' | 'options'>;
+};
+
 export async function* runChat(
-  deps: CoreDeps,
-  chat: PreparedChat,
+  deps: { holds: Pick<HoldBatcher, 'settle' | 'release'> },
+  chat: ChatRun,
   opts: { signal: AbortSignal; streaming: boolean },
 ): AsyncGenerator<ChatEvent, void, undefined> {
   let produced = '';

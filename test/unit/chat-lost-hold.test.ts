@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { runChat, type PreparedChat } from '../../core/chat/chat.ts';
+import { runChat, type ChatRun } from '../../core/chat/chat.ts';
 import type { ChatProvider } from '../../core/ports.ts';
-import type { CoreDeps } from '../../core/context.ts';
 import { notFound } from '../../core/errors.ts';
 
 const baseChat = {
@@ -28,8 +27,8 @@ describe('a chat whose reservation is gone when it ends', () => {
       settle: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
       release: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
     };
-    const chat = { ...baseChat, provider } as unknown as PreparedChat;
-    const events = runChat({ holds } as unknown as CoreDeps, chat, { signal: new AbortController().signal, streaming: false });
+    const chat: ChatRun = { ...baseChat, provider };
+    const events = runChat({ holds }, chat, { signal: new AbortController().signal, streaming: false });
     const seen: unknown[] = [];
     const err = await (async () => {
       for await (const e of events) seen.push(e);
@@ -45,10 +44,13 @@ describe('a chat whose reservation is gone when it ends', () => {
         throw new Error('connection reset');
       },
     };
-    const holds = { release: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')) };
-    const chat = { ...baseChat, provider } as unknown as PreparedChat;
+    const holds = {
+      settle: () => Promise.reject(new Error('a failed upstream with nothing delivered is released, not settled')),
+      release: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
+    };
+    const chat: ChatRun = { ...baseChat, provider };
     const err = await (async () => {
-      for await (const _ of runChat({ holds } as unknown as CoreDeps, chat, { signal: new AbortController().signal, streaming: false })) void _;
+      for await (const _ of runChat({ holds }, chat, { signal: new AbortController().signal, streaming: false })) void _;
     })().catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'unavailable', reason: 'database_unreachable' });
   });
