@@ -4,7 +4,7 @@ import { modelTypeFilter } from '../../core/catalog/catalog.ts';
 import { chatRequestSchema } from '../../core/chat/schema.ts';
 import { createGenerationSchema } from '../../core/generations/schema.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
-import { historyInput } from '../../core/money/ledger.ts';
+import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
 
 /**
  * The OpenAPI 3.1 document of the REST API, served at /api/v1/openapi.json. Request bodies and
@@ -36,19 +36,11 @@ const Balance = z
   })
   .openapi('Balance');
 
-const WalletEntry = z
-  .object({
-    id: z.string(),
-    object: z.literal('wallet_entry'),
-    type: z.enum(['topup', 'subscription_grant', 'reservation', 'capture', 'release']),
-    description: z.string(),
-    pocket: z.enum(['subscription', 'purchased', 'held']),
-    amount_coins: z.number(),
-    balance_after_coins: coins,
-    reference: z.string(),
-    created_at: isoTime,
-  })
-  .openapi('WalletEntry');
+/**
+ * One row of the wallet history: core's own output schema (docs/api.md, "Wallet history"),
+ * copied into a schema made after extendZodWithOpenApi so that it can carry a component name.
+ */
+const WalletEntry = z.object(walletEntrySchema.shape).strict().openapi('WalletEntry');
 
 const Model = z
   .object({
@@ -96,6 +88,15 @@ const ChatCompletion = z
     usage: Usage,
   })
   .openapi('ChatCompletion');
+
+/** One server-sent event of a streamed completion (OpenAPI 3.1: `schema` describes each event of a stream). */
+const ChatStreamEvent = z
+  .object({
+    event: z.string().optional(),
+    id: z.string().optional(),
+    data: z.string().describe('a `chat.completion.chunk` as JSON; the last event is `[DONE]`, or `{"error":{…}}` when the stream fails after it began'),
+  })
+  .describe('a server-sent event');
 
 const Generation = z
   .object({
@@ -194,7 +195,7 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     responses: {
       200: {
         description: 'The completion; with `stream: true`, server-sent `chat.completion.chunk` events then `[DONE]`',
-        content: { 'application/json': { schema: ChatCompletion }, 'text/event-stream': { schema: z.string() } },
+        content: { 'application/json': { schema: ChatCompletion }, 'text/event-stream': { schema: ChatStreamEvent } },
       },
       ...errors(400, 402, 403, 404, 413, 415, 502, 504, ...common),
     },
