@@ -1,14 +1,13 @@
 import { createHash } from 'node:crypto';
 import { decode, encode } from 'gpt-tokenizer/encoding/o200k_base';
 import type { ChatProvider, ProviderChatRequest, ProviderEvent } from '../../core/ports.ts';
-import { countChatTokens } from '../../core/chat/tokens.ts';
 
 /**
  * The built-in offline provider behind the demo models. Deterministic: the same messages give
  * the same answer. The answer echoes the last user message, then continues with words drawn
  * from a seeded generator, and stops at the output limit (finish_reason "length") or at a
- * length chosen by the seed ("stop"). Usage is honest: counted with the same tokenizer as
- * billing, on exactly the text returned.
+ * length chosen by the seed ("stop"). The completion's usage is counted with the same tokenizer
+ * as billing, on exactly the text returned; the prompt's is left to core's count.
  *
  * Upstream model names: `echo` answers at once; `echo-slow` waits 50 ms between chunks (for
  * tests and demos of streaming).
@@ -32,7 +31,8 @@ export function localProvider(): ChatProvider {
         yield { type: 'delta', content: decode(tokens.slice(i, i + 4)) };
       }
       yield { type: 'finish', reason: finishReason };
-      yield { type: 'usage', promptTokens: countChatTokens(request.messages), completionTokens: tokens.length };
+      // The prompt is not counted again here: core's own count (bounded in time) is billed.
+      yield { type: 'usage', completionTokens: tokens.length };
     },
   };
 }
