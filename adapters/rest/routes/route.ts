@@ -3,7 +3,7 @@ import { sendHttpError } from '../errors.ts';
 
 type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
-/** The media types express.json() parses (adapters/rest/app.ts): the only bodies a JSON route reads. */
+/** The media types express.json() parses (adapters/rest/rest.ts): the only bodies a JSON route reads. */
 export const JSON_TYPES = ['application/json', 'application/*+json'];
 
 export interface RouteOptions {
