@@ -94,6 +94,27 @@ describe('OpenAPI document', () => {
     await check('get', '/webhook_secret', '/webhook_secret', auth);
   });
 
+  it('describes each server-sent event of a streamed completion (schemathesis validates every event: ST108)', async () => {
+    const account = await makeAccount(h.orm, { coins: '50' });
+    const { key } = await makeKey(h.orm, account.id);
+    const res = await fetch(`${h.base}/api/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mas/echo', messages: [{ role: 'user', content: 'hi' }], stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const schema = doc.paths['/chat/completions'].post.responses['200'].content['text/event-stream'].schema;
+    const ajv = new Ajv2020({ strict: false });
+    // Each event as an SSE parser hands it over: its fields by name.
+    const events = (await res.text())
+      .split('\n\n')
+      .filter((block) => block.trim())
+      .map((block) => Object.fromEntries(block.split('\n').map((line) => [line.slice(0, line.indexOf(':')), line.slice(line.indexOf(':') + 1).trimStart()])));
+    expect(events.length).toBeGreaterThan(1);
+    expect(events.at(-1)).toEqual({ data: '[DONE]' });
+    for (const event of events) expect(ajv.validate(schema, event), `${JSON.stringify(event)}: ${ajv.errorsText()}`).toBe(true);
+  });
+
   it('serves a readable reference page with its assets from the service itself', async () => {
     const page = await fetch(`${h.base}/api/v1/docs`);
     expect(page.headers.get('content-type')).toMatch(/text\/html/);
