@@ -191,7 +191,7 @@ async function startServer(work: string, dataDir: string, logFile: string): Prom
         else reject(new Error('the server started without printing a demo key (was DATA_DIR not empty?)'));
       }
     });
-    void exited.then((code) => reject(new Error(`the server exited (code ${code}) before listening; see ${logFile}`)));
+    void exited.then((code) => reject(new Error(`the server exited (code ${code}) before listening`)));
   });
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_resolve, reject) => {
@@ -203,6 +203,9 @@ async function startServer(work: string, dataDir: string, logFile: string): Prom
     return server;
   } catch (err) {
     await stopServer(server, work);
+    // The log goes with the temporary folder: show its end now.
+    const tail = (await fs.readFile(logFile, 'utf8').catch(() => '')).trimEnd().split('\n').slice(-30);
+    say(`the server's output, last lines:\n${tail.map((l) => `  ${l.slice(0, 2000)}`).join('\n')}`);
     throw err;
   } finally {
     clearTimeout(timer);
