@@ -49,7 +49,9 @@ export function spoolUpload(req: Request, dir: string, limits: { fileBytes?: num
         headers: req.headers,
         // latin1 turns a field's bytes into a string and back unchanged (a `file` part without filename).
         defCharset: 'latin1',
-        limits: { fileSize: fileBytes, fieldSize: fieldFileBytes, files: 1, fields: 10, parts: 20, headerPairs: 20 },
+        // Fields are held in memory until they end (busboy buffers every field it reports), so few
+        // of them: at most 5 × 1 MB for a request, whatever its other parts.
+        limits: { fileSize: fileBytes, fieldSize: fieldFileBytes, files: 1, fields: 5, parts: 20, headerPairs: 20 },
       });
     } catch {
       reject(new UploadError(400, 'invalid_multipart', "Send the file as multipart/form-data in a part named 'file'."));
@@ -109,6 +111,9 @@ export function spoolUpload(req: Request, dir: string, limits: { fileBytes?: num
         try {
           await pipeline(source, count, sink);
         } catch (err) {
+          // pipeline() rejects at the first error, possibly while the file is still being opened:
+          // wait until it is closed (so it exists, if it ever will), then remove it.
+          if (!sink.closed) await new Promise<void>((resolve) => sink.once('close', () => resolve()));
           await fs.rm(target, { force: true }).catch(() => undefined);
           // The disk failing is ours (500); the part ending badly or over the limit is the client's.
           throw err instanceof UploadError ? err : (diskError ?? unreadable());

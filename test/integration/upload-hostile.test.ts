@@ -1,4 +1,7 @@
+import nodeFs from 'node:fs';
 import fs from 'node:fs/promises';
+import { syncBuiltinESMExports } from 'node:module';
+import { setTimeout as sleep } from 'node:timers/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -77,7 +80,7 @@ function expectError(res: { status: number; body: any }, status: number, code: s
 /** The server still answers, and the spool folder is empty again. */
 async function expectAliveAndClean(url = base, spool = spoolDir) {
   expect((await getJson(`${url}/api/v1/balance`, { headers: bearer(key) })).status).toBe(200);
-  await vi.waitFor(async () => expect(await fs.readdir(spool)).toEqual([]));
+  await vi.waitFor(async () => expect(await fs.readdir(spool)).toEqual([]), { timeout: 5000 });
 }
 
 const image = Buffer.from(png(8, 8, seededRandom(new Uint8Array([5]))));
@@ -93,6 +96,29 @@ describe('hostile uploads', () => {
   it('a malformed header after the file part: 400, and the spooled file is removed', async () => {
     const body = Buffer.concat([part('form-data; name="file"; filename="a.png"', image, 'image/png'), part('form-data; name="x\x01"', 'x'), part('form-data; name="y\x01"', 'y'), end]);
     expectError(await post(body), 400, 'invalid_multipart');
+    await expectAliveAndClean();
+  });
+
+  it('an error while the temporary file is still being opened: the file is removed once it exists', async () => {
+    // busboy reports the bad header in the same write that ends the file part, so the write
+    // fails at once, while the temporary file may still be opening. Opening is made slow here
+    // (a WriteStream takes its fs functions as an option) to make that order certain.
+    const realCreateWriteStream = nodeFs.createWriteStream;
+    nodeFs.createWriteStream = ((file: string, opts: Record<string, unknown>) =>
+      realCreateWriteStream(file, {
+        ...opts,
+        fs: { ...nodeFs, open: (...args: Parameters<typeof nodeFs.open>) => setTimeout(() => nodeFs.open(...args), 200) },
+      })) as typeof nodeFs.createWriteStream;
+    syncBuiltinESMExports();
+    try {
+      const body = Buffer.concat([part('form-data; name="file"; filename="a.png"', image, 'image/png'), part('form-data; name="x\x01"', 'x'), end]);
+      expectError(await post(body), 400, 'invalid_multipart');
+      await sleep(400);
+      expect(await fs.readdir(spoolDir)).toEqual([]);
+    } finally {
+      nodeFs.createWriteStream = realCreateWriteStream;
+      syncBuiltinESMExports();
+    }
     await expectAliveAndClean();
   });
 
