@@ -1,7 +1,7 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { startEmbeddedPostgres } from '../adapters/embedded/postgres.ts';
-import { migrate, openOrm } from '../core/db/orm.ts';
+import { migrate, openOrm } from '../core/orm.ts';
 import type { Env } from './env.ts';
 
 export interface Database {

@@ -14,10 +14,12 @@ import { getGeneration, readGenerationOutput } from './generations/read-generati
 import { createGenerationInput, generationIdInput } from './generations/schema.ts';
 import { checkReady } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
-import { createKeyFor, createKeyInput, keyIdInput, listKeysOf, revokeKey } from './keys/keys.ts';
-import { creditCoins, creditCoinsInput } from './money/credit-coins.ts';
+import { createKeyInput, keyIdInput, revokeKey } from './keys/keys.ts';
+import { createKeyFor, listKeysOf } from './operators/account-keys.ts';
+import { balanceOfAccount } from './operators/account-balance.ts';
+import { creditCoins, creditCoinsInput } from './operators/credit-account.ts';
 import { historyInput, listHistory } from './money/history.ts';
-import { balanceOfAccount, balanceView, getBalance } from './money/wallet.ts';
+import { balanceView, getBalance } from './money/wallet.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 

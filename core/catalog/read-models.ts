@@ -1,10 +1,9 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { CoreConfig } from '../context.ts';
 import type { ModelCatalog } from './catalog.ts';
 import type { ModelType } from './schema.ts';
 import { modelView } from './views.ts';
 
-type Deps = { catalog: ModelCatalog; config: CoreConfig };
+type Deps = { catalog: ModelCatalog; config: { apiPricePercent: bigint } };
 
 /** The models available through the API, at API prices. */
 export async function listModels(deps: Deps, em: EntityManager, type?: ModelType) {

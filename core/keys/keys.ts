@@ -2,7 +2,6 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { CoreError, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
-import { resolveAccount } from '../accounts/accounts.ts';
 import { isoTimeSchema } from '../views.ts';
 import { ApiKey } from './api-key.entity.ts';
 import { displayPrefix, generateKeySecret, hashKey } from './key-secret.ts';
@@ -92,13 +91,3 @@ export async function revokeKey(em: EntityManager, keyId: string, accountId?: st
   return keyView(key);
 }
 
-/** The operator's `key create`: a key for the account named by id or email. */
-export async function createKeyFor(em: EntityManager, ref: string, input: z.output<typeof createKeyInput>) {
-  const account = await resolveAccount(em, ref);
-  return { account: account.id, ...(await createKey(em, account.id, input)) };
-}
-
-/** The operator's `key list`. */
-export async function listKeysOf(em: EntityManager, ref: string) {
-  return listKeys(em, (await resolveAccount(em, ref)).id);
-}

@@ -2,7 +2,6 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { coinsSchema } from '../views.ts';
 import { CoreError, notFound } from '../errors.ts';
-import { resolveAccount } from '../accounts/accounts.ts';
 import { coinsToJson, type Micro } from './coins.ts';
 
 export type Pocket = 'subscription' | 'purchased' | 'held';
@@ -75,8 +74,3 @@ export async function credit(
   return { entryId: row.entry_id!, applied: row.status === 'credited' };
 }
 
-/** The operator's `balance`: the balance of the account named by id or email. */
-export async function balanceOfAccount(em: EntityManager, ref: string) {
-  const account = await resolveAccount(em, ref);
-  return { account: account.id, ...balanceView(await getBalance(em, account.id)) };
-}

@@ -3,7 +3,7 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import { CatalogError, ModelCatalog, seedModels, syncModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { migratedFreshDatabase, silentLogger } from '../support/db.ts';
-import { openOrm } from '../../core/db/orm.ts';
+import { openOrm } from '../../core/orm.ts';
 import { TEST_CATALOG } from '../support/catalog.ts';
 
 let orm: MikroORM;

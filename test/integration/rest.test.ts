@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { openOrm } from '../../core/db/orm.ts';
+import { openOrm } from '../../core/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { reserve, settle } from '../../core/money/holds.ts';
 import { makeAccount, makeKey, openTestOrm } from '../support/db.ts';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
-import { openOrm } from '../../core/db/orm.ts';
+import { openOrm } from '../../core/orm.ts';
 import { parseCoins, type Micro } from '../../core/money/coins.ts';
 import { release, reserve, settle } from '../../core/money/holds.ts';
 import { listHistory, listLedgerEntries, historyInput } from '../../core/money/ledger.ts';

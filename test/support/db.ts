@@ -13,7 +13,7 @@ import type { ProviderRegistry } from '../../core/ports.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { wireCore } from '../../config/compose.ts';
 import { loadEnv } from '../../config/env.ts';
-import { openOrm, migrate } from '../../core/db/orm.ts';
+import { openOrm, migrate } from '../../core/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit, getBalance } from '../../core/money/wallet.ts';
 import { createKey } from '../../core/keys/keys.ts';

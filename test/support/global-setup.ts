@@ -5,7 +5,7 @@ import type { TestProject } from 'vitest/node';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../adapters/embedded/postgres.ts';
 import { startEmbeddedTemporal, type EmbeddedTemporal } from '../../adapters/embedded/temporal.ts';
 import { createLogger } from '../../config/logger.ts';
-import { migrate, openOrm } from '../../core/db/orm.ts';
+import { migrate, openOrm } from '../../core/orm.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {

@@ -2,8 +2,8 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { accountRef, resolveAccount } from '../accounts/accounts.ts';
 import { newId } from '../ids.ts';
-import { coinsToJson, parseCoins } from './coins.ts';
-import { balanceView, credit, getBalance, type CreditKind } from './wallet.ts';
+import { coinsToJson, parseCoins } from '../money/coins.ts';
+import { balanceView, credit, getBalance, type CreditKind } from '../money/wallet.ts';
 
 /** Coins as an operator types them: "100", "0.5". JSON numbers are read through their shortest decimal text. */
 export const coinsAmount = z

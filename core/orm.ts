@@ -1,9 +1,9 @@
 import { MikroORM, type EntityManager } from '@mikro-orm/postgresql';
 import { Migrator } from '@mikro-orm/migrations';
 import type { Logger } from 'pino';
-import { AccountSchema } from '../accounts/account.entity.ts';
-import { ApiKeySchema } from '../keys/api-key.entity.ts';
-import { migrations } from './migrations/index.ts';
+import { AccountSchema } from './accounts/account.entity.ts';
+import { ApiKeySchema } from './keys/api-key.entity.ts';
+import { migrations } from './db/migrations/index.ts';
 
 export type { EntityManager };
 
