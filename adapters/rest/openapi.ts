@@ -2,7 +2,12 @@ import { extendZodWithOpenApi, OpenAPIRegistry, OpenApiGeneratorV31, type RouteC
 import { z } from 'zod';
 import { modelTypeFilter } from '../../core/catalog/catalog.ts';
 import { chatRequestSchema } from '../../core/chat/schema.ts';
-import { createGenerationSchema } from '../../core/generations/schema.ts';
+import { generationRequestSchema } from '../../core/generations/schema.ts';
+import { generationSchema } from '../../core/generations/views.ts';
+import { fileSchema } from '../../core/files/file-row.ts';
+import { modelViewSchema } from '../../core/catalog/views.ts';
+import { chatCompletionSchema } from '../../core/chat/views.ts';
+import { balanceSchema } from '../../core/money/wallet.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
 
@@ -17,78 +22,23 @@ import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
  */
 extendZodWithOpenApi(z);
 
-const coins = z.number().describe('coins, at most 6 decimals (1 USD = 1000 coins)');
-const isoTime = z.string().describe('ISO 8601 time, UTC');
 
 const ErrorBody = z
   .object({ error: z.object({ message: z.string(), type: z.string(), code: z.string() }).strict() })
   .strict()
   .openapi('Error');
 
-const Balance = z
-  .object({
-    object: z.literal('balance'),
-    coins,
-    subscription_coins: coins,
-    purchased_coins: coins,
-    held_coins: coins,
-    paid_account: z.boolean(),
-  })
-  .openapi('Balance');
-
 /**
- * One row of the wallet history: core's own output schema (docs/api.md, "Wallet history"),
- * copied into a schema made after extendZodWithOpenApi so that it can carry a component name.
+ * The response schemas are core's own output schemas (core/<area>/views.ts and beside), the
+ * same that the MCP tools' output schemas use; each is copied into a schema made after
+ * extendZodWithOpenApi so that it can carry a component name.
  */
-const WalletEntry = z.object(walletEntrySchema.shape).strict().openapi('WalletEntry');
+const named = <T extends z.ZodRawShape>(schema: z.ZodObject<T>, name: string) => z.object(schema.shape).strict().openapi(name);
 
-const Model = z
-  .object({
-    id: z.string(),
-    object: z.literal('model'),
-    created: z.number().int(),
-    owned_by: z.string(),
-    name: z.string(),
-    description: z.string(),
-    type: z.enum(['text', 'image', 'video', 'audio', '3d']),
-    generation_types: z.array(z.string()),
-    paid_only: z.boolean(),
-    pricing: z.record(z.string(), z.unknown()).describe('API prices in coins: per million tokens (text) or per job with `from` (media)'),
-    settings: z.record(z.string(), z.record(z.string(), z.unknown())),
-    inputs: z.record(z.string(), z.record(z.string(), z.unknown())),
-    context_window: z.number().int().optional(),
-    max_output_tokens: z.number().int().optional(),
-    default_max_tokens: z.number().int().optional(),
-    deadline_seconds: z.number().int().optional(),
-    example: z.record(z.string(), z.unknown()).optional(),
-  })
-  .openapi('Model');
-
-const Usage = z.object({
-  prompt_tokens: z.number().int(),
-  completion_tokens: z.number().int(),
-  total_tokens: z.number().int(),
-  cost_coins: coins.describe('the final charge, equal to the `API usage` ledger entry'),
-});
-
-const ChatCompletion = z
-  .object({
-    id: z.string(),
-    object: z.literal('chat.completion'),
-    created: z.number().int(),
-    model: z.string(),
-    choices: z.array(
-      z.object({
-        index: z.number().int(),
-        message: z.object({ role: z.literal('assistant'), content: z.string(), refusal: z.null() }),
-        logprobs: z.null(),
-        finish_reason: z.string(),
-      }),
-    ),
-    usage: Usage,
-  })
-  .openapi('ChatCompletion');
-
+const Balance = named(balanceSchema, 'Balance');
+const WalletEntry = named(walletEntrySchema, 'WalletEntry');
+const Model = named(modelViewSchema, 'Model');
+const ChatCompletion = named(chatCompletionSchema, 'ChatCompletion');
 /** One server-sent event of a streamed completion (OpenAPI 3.1: `schema` describes each event of a stream). */
 const ChatStreamEvent = z
   .object({
@@ -98,38 +48,8 @@ const ChatStreamEvent = z
   })
   .describe('a server-sent event');
 
-const Generation = z
-  .object({
-    id: z.string(),
-    object: z.literal('generation'),
-    status: z.enum(['queued', 'running', 'succeeded', 'failed', 'canceled']),
-    model: z.string(),
-    prompt: z.string(),
-    settings: z.record(z.string(), z.unknown()),
-    inputs: z.record(z.string(), z.union([z.string(), z.array(z.string())])),
-    created_at: isoTime,
-    started_at: isoTime.nullable(),
-    completed_at: isoTime.nullable(),
-    price_coins: coins,
-    cost_coins: coins.nullable().describe('null until the job ends; 0 when it failed or was canceled'),
-    output: z.object({ url: z.string(), expires_at: isoTime, mime_type: z.string(), bytes: z.number().int() }).nullable(),
-    error: z.object({ message: z.string(), code: z.string() }).nullable(),
-    webhook_url: z.string().nullable(),
-  })
-  .openapi('Generation');
-
-const File = z
-  .object({
-    id: z.string(),
-    object: z.literal('file'),
-    type: z.enum(['image', 'video', 'audio', 'model', 'other']),
-    url: z.string().describe('signed link, valid for one hour'),
-    bytes: z.number().int(),
-    mime_type: z.string(),
-    filename: z.string(),
-    created_at: isoTime,
-  })
-  .openapi('File');
+const Generation = named(generationSchema, 'Generation');
+const File = named(fileSchema, 'File');
 
 const list = <T extends z.ZodTypeAny>(item: T) => z.object({ object: z.literal('list'), data: z.array(item) });
 
@@ -208,7 +128,7 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     method: 'post',
     path: '/generations',
     summary: 'Start a media job',
-    request: { headers: wait, body: { required: true, content: { 'application/json': { schema: createGenerationSchema } } } },
+    request: { headers: wait, body: { required: true, content: { 'application/json': { schema: generationRequestSchema } } } },
     responses: { 200: json(Generation, 'Finished within Prefer: wait'), 202: json(Generation, 'The job, queued'), ...errors(400, 402, 403, 404, 413, 415, 422, ...common) },
   });
   path({ method: 'get', path: '/generations/{id}', summary: 'A job', request: { params: idParam('id', JOB_ID_MAX) }, responses: { 200: json(Generation, 'The job'), ...errors(400, 404, ...common) } });

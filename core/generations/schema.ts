@@ -24,5 +24,3 @@ export type CreateGenerationInput = z.output<typeof createGenerationInput>;
 
 export const generationIdInput = z.object({ id: z.string().min(1).max(100) });
 
-/** @deprecated name kept while adapters/rest/openapi.ts moves to generationRequestSchema. */
-export const createGenerationSchema = generationRequestSchema;

@@ -3,9 +3,6 @@ import type { z } from 'zod';
 import { coinsToJson } from './coins.ts';
 import { historyInput, parseCursor } from './history.ts';
 
-// The customer's history (one row per event) lives in history.ts; these names stay importable from here.
-export { historyInput, listHistory, type HistoryInput, type WalletEntryView } from './history.ts';
-
 interface LedgerRow {
   entry_id: string;
   pocket: string;

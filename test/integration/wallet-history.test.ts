@@ -3,7 +3,8 @@ import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
 import { openOrm } from '../../core/orm.ts';
 import { parseCoins, type Micro } from '../../core/money/coins.ts';
 import { release, reserve, settle } from '../../core/money/holds.ts';
-import { listHistory, listLedgerEntries, historyInput } from '../../core/money/ledger.ts';
+import { historyInput, listHistory } from '../../core/money/history.ts';
+import { listLedgerEntries } from '../../core/money/ledger.ts';
 import { credit, getBalance } from '../../core/money/wallet.ts';
 import { makeAccount, makeKey, migratedFreshDatabase, openTestOrm } from '../support/db.ts';
 
