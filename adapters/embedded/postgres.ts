@@ -205,7 +205,7 @@ function canConnect(port: number): Promise<boolean> {
     const socket = net.connect({ host: '127.0.0.1', port });
     socket.setTimeout(2000);
     socket.once('connect', () => (socket.destroy(), resolve(true)));
-    socket.once('error', () => resolve(false));
+    socket.on('error', () => resolve(false));
     socket.once('timeout', () => (socket.destroy(), resolve(false)));
   });
 }
@@ -213,7 +213,7 @@ function canConnect(port: number): Promise<boolean> {
 async function isPortFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const server = net.createServer();
-    server.once('error', () => resolve(false));
+    server.on('error', () => resolve(false));
     server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
   });
 }
@@ -221,7 +221,7 @@ async function isPortFree(port: number): Promise<boolean> {
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
-    server.once('error', reject);
+    server.on('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const { port } = server.address() as net.AddressInfo;
       server.close(() => resolve(port));
@@ -328,7 +328,7 @@ function run(file: string, runAs: RunAs | undefined, args: string[]): Promise<vo
     let output = '';
     child.stdout.on('data', (c: Buffer) => (output += c.toString()));
     child.stderr.on('data', (c: Buffer) => (output += c.toString()));
-    child.once('error', reject);
+    child.on('error', reject);
     child.once('close', (code) =>
       code === 0 ? resolve() : reject(new Error(`${path.basename(file)} ${args[0]} exited with ${code}: ${output}`)),
     );

@@ -85,7 +85,14 @@ export async function startEmbeddedTemporal(opts: { dataDir: string; logger: Log
       closeSync(log);
     }
     child.unref();
-    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    // A spawn that fails (a missing or unrunnable binary) emits 'error', maybe with no 'exit': both end the wait.
+    const exited = new Promise<void>((resolve) => {
+      child.once('exit', () => resolve());
+      child.on('error', (err) => {
+        logger.error({ err }, 'the embedded Temporal dev server could not be run');
+        resolve();
+      });
+    });
     try {
       await waitReady(`127.0.0.1:${port}`, namespace, exited);
     } catch (err) {

@@ -39,7 +39,15 @@ export function s3Storage(config: S3StorageConfig): ResultStorage & { client: S3
     },
     async putFile(k, sourcePath) {
       const { size } = await fs.stat(sourcePath);
-      await client.send(new PutObjectCommand({ Bucket: config.bucket, Key: key(k), Body: createReadStream(sourcePath), ContentLength: size }));
+      // The SDK pipes the stream without listening for its errors: a read error must abort the
+      // send (and fail this call), never reach the process as an unhandled 'error' event.
+      const abort = new AbortController();
+      const body = createReadStream(sourcePath).on('error', (err) => abort.abort(err));
+      try {
+        await client.send(new PutObjectCommand({ Bucket: config.bucket, Key: key(k), Body: body, ContentLength: size }), { abortSignal: abort.signal });
+      } finally {
+        body.destroy();
+      }
       await fs.rm(sourcePath, { force: true });
     },
     async get(k) {

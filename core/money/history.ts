@@ -26,7 +26,10 @@ import { coinsToJson, type Micro } from './coins.ts';
  */
 
 export const historyInput = z.object({
-  limit: z.coerce.number().int().min(1).max(100).default(20),
+  // Digits only: a query string is text, and '1e1' or '0x10' are not page sizes.
+  limit: z
+    .preprocess((v) => (typeof v === 'string' && !/^[0-9]{1,3}$/.test(v) ? Number.NaN : v), z.coerce.number({ error: 'must be a whole number from 1 to 100' }).int().min(1).max(100))
+    .default(20),
   /** The id of the last row of the previous page; rows come newest first. */
   starting_after: z.string().regex(/^le_\d{1,19}$/, 'must be an entry id such as le_123').optional(),
 });

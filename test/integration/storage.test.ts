@@ -46,3 +46,20 @@ describe.each(['local', 's3'])('storage driver: %s', (name) => {
     expect(await storage.get('never/there')).toBeUndefined();
   });
 });
+
+describe('storage driver: s3, a source that fails while it is read', () => {
+  it('fails the call; the read error never reaches the process as an unhandled error', async () => {
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => uncaught.push(err);
+    process.on('uncaughtException', onUncaught);
+    try {
+      // A folder: stat succeeds, reading it fails (EISDIR) once the SDK pipes it.
+      const folder = await fs.mkdtemp(path.join(root, 'not-a-file-'));
+      await expect(drivers.s3!().putFile('files/acct/broken', folder)).rejects.toThrow();
+      await new Promise((r) => setTimeout(r, 100));
+      expect(uncaught).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
+  });
+});

@@ -336,3 +336,10 @@ describe('wallet history rows', () => {
     await expect(page(a.id, { starting_after: 'le_9999999999999999999' })).rejects.toThrow(/starting_after/);
   });
 });
+
+describe('wallet history paging input', () => {
+  it('takes a limit of plain digits from 1 to 100 only (a query string is text: 1e1 and 0x10 are refused)', () => {
+    for (const ok of ['1', '7', '100', 42]) expect(historyInput.safeParse({ limit: ok }).success, String(ok)).toBe(true);
+    for (const bad of ['1e1', '0x10', ' 7', '', '0', '101', '7.0', -1]) expect(historyInput.safeParse({ limit: bad }).success, String(bad)).toBe(false);
+  });
+});
