@@ -75,6 +75,11 @@ const envSchema = z
       .enum(['true', 'false', ''])
       .default('false')
       .transform((v) => v === 'true'),
+    MCP_GENERATE_WAIT_SECONDS: z.coerce.number().int().min(0).max(600).default(100),
+    MCP_ALLOWED_HOSTS: z
+      .string()
+      .default('')
+      .transform((v) => v.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean)),
   })
   .refine((env) => env.STORAGE_DRIVER !== 's3' || env.S3_BUCKET, { path: ['S3_BUCKET'], message: 'is required when STORAGE_DRIVER=s3' })
   .transform((env) => ({

@@ -1,7 +1,9 @@
+import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { createHttpApp } from '../adapters/http/app.ts';
 import { listen } from '../adapters/http/server.ts';
+import { mcpAdapter } from '../adapters/mcp/mcp.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
@@ -9,6 +11,8 @@ import { startWorker } from '../workflows/worker.ts';
 import { openRuntime } from './compose.ts';
 import type { Env } from './env.ts';
 import { ensureHoldSweepSchedule } from './temporal.ts';
+
+const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 export interface RunningService {
   server: Server;
@@ -43,7 +47,10 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
     trustProxy: env.TRUST_PROXY,
     isDraining: () => draining,
     // Each HTTP adapter is one line here; more specific paths first.
-    adapters: [restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger })],
+    adapters: [
+      mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
+      restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger }),
+    ],
   });
   const http = await listen(app, { port: env.PORT, host: env.HOST, shutdownTimeoutSeconds: env.SHUTDOWN_TIMEOUT_SECONDS, logger });
   logger.info({ port: http.port, publicBaseUrl: env.PUBLIC_BASE_URL, database: runtime.embeddedDatabase ? 'embedded' : 'external' }, 'listening');

@@ -19,6 +19,33 @@ export type CoreErrorCode =
   | 'upstream_timeout' // the model provider did not answer in time
   | 'unavailable'; // a dependency (the database) cannot be reached
 
+/**
+ * The public `type` of each error and the `code` a client sees when the error has no finer
+ * reason: the same on every surface (REST, MCP, CLI), OpenAI's vocabulary, in docs/errors.md.
+ */
+export const ERROR_VOCABULARY: Record<CoreErrorCode, { type: string; code: string }> = {
+  invalid_request: { type: 'invalid_request_error', code: 'invalid_value' },
+  limit_reached: { type: 'invalid_request_error', code: 'limit_reached' },
+  unauthorized: { type: 'authentication_error', code: 'invalid_api_key' },
+  insufficient_balance: { type: 'billing_error', code: 'insufficient_balance' },
+  paid_account_required: { type: 'permission_error', code: 'paid_account_required' },
+  forbidden: { type: 'permission_error', code: 'forbidden' },
+  not_found: { type: 'not_found_error', code: 'not_found' },
+  conflict: { type: 'invalid_request_error', code: 'conflict' },
+  idempotency_conflict: { type: 'idempotency_error', code: 'idempotency_key_reused' },
+  rate_limited: { type: 'rate_limit_error', code: 'rate_limit_exceeded' },
+  upstream_failed: { type: 'upstream_error', code: 'upstream_error' },
+  upstream_timeout: { type: 'upstream_error', code: 'upstream_timeout' },
+  unavailable: { type: 'server_error', code: 'service_unavailable' },
+};
+
+/** An error as every adapter shows it: `{message, type, code}` (the adapter may phrase the message its own way). */
+export function publicError(err: CoreError, message = err.message): { message: string; type: string; code: string } {
+  const v = ERROR_VOCABULARY[err.code];
+  return { message, type: v.type, code: err.reason ?? v.code };
+}
+
+
 export interface CoreErrorDetails {
   /** The request field the error is about, as a dotted path (`messages.0.content`). */
   param?: string;

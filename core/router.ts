@@ -7,10 +7,11 @@ import { getModel, listModels } from './catalog/read-models.ts';
 import { chatCompletion } from './chat/complete.ts';
 import { chatRequestSchema } from './chat/schema.ts';
 import { createFile, type SpooledUpload } from './files/files.ts';
+import { importFile, importFileInput } from './files/import-file.ts';
 import { getFile, readFileContent } from './files/read-file.ts';
 import { cancelGeneration } from './generations/cancel-generation.ts';
 import { createGeneration } from './generations/create-generation.ts';
-import { getGeneration, readGenerationOutput } from './generations/read-generation.ts';
+import { getGeneration, readGenerationOutput, waitForGeneration, waitInput } from './generations/read-generation.ts';
 import { createGenerationInput, generationIdInput } from './generations/schema.ts';
 import { checkReady } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
@@ -20,7 +21,7 @@ import { balanceOfAccount } from './operators/account-balance.ts';
 import { creditCoins, creditCoinsInput } from './operators/credit-account.ts';
 import { historyInput, listHistory } from './money/history.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
-import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spendingProcedure } from './trpc.ts';
+import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 
 const forAccount = z.object({ account: accountRef });
@@ -51,6 +52,8 @@ export const appRouter = router({
     create: spendingProcedure.input(createGenerationInput).mutation(({ ctx, input }) => createGeneration(ctx.deps, ctx.em, ctx.principal, input)),
     get: spendingProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
     cancel: spendingProcedure.input(generationIdInput).mutation(({ ctx, input }) => cancelGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
+    /** The job once it ends, or as it is after `seconds` (at most 60): callers that wait longer call again. */
+    wait: spendingProcedure.input(waitInput).query(({ ctx, input }) => waitForGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id, input.seconds, ctx.signal)),
     /** The bytes behind a signed result link: no API key, the signature is the credential. */
     output: publicProcedure.input(signedLink).query(({ ctx, input }) => readGenerationOutput(ctx.deps, ctx.em, input.id, input.expires, input.signature)),
   }),
@@ -59,6 +62,8 @@ export const appRouter = router({
     create: spendingProcedure
       .input(z.object({ upload: spooledUpload, idempotency_key: idempotencyKeySchema.optional() }))
       .mutation(({ ctx, input }) => createFile(ctx.deps, ctx.em, ctx.principal, input.upload, input.idempotency_key)),
+    /** Uploads the file at a public URL (through the URL guard), for callers that cannot send multipart. */
+    import: spendingProcedure.input(importFileInput).mutation(({ ctx, input }) => importFile(ctx.deps, ctx.em, ctx.principal, input)),
     get: spendingProcedure.input(z.object({ id: z.string().max(100) })).query(({ ctx, input }) => getFile(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
     /** The bytes behind a signed file link: no API key, the signature is the credential. */
     content: publicProcedure.input(signedLink).query(({ ctx, input }) => readFileContent(ctx.deps, ctx.em, input.id, input.expires, input.signature)),
@@ -83,6 +88,8 @@ export const appRouter = router({
     revoke: operatorProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id)),
     /** Checks the caller's key (and counts the request): transports call it before costly work such as reading an upload. */
     whoami: spendingProcedure.query(({ ctx }) => ({ account: ctx.principal.accountId, key: ctx.principal.keyId })),
+    /** The same check without counting a request: transports that refuse a bad key at their door (MCP). */
+    verify: spenderCheckProcedure.query(({ ctx }) => ({ account: ctx.principal.accountId, key: ctx.principal.keyId })),
   }),
 
   accounts: router({

@@ -32,6 +32,16 @@ export const spendingProcedure = t.procedure.use(async ({ ctx, next }) => {
 });
 
 /**
+ * The key checked like `spendingProcedure` does, without counting a request: for a transport
+ * that must refuse a bad key at its door (MCP answers 401 before it speaks the protocol) and
+ * counts each call of a use case instead.
+ */
+export const spenderCheckProcedure = t.procedure.use(async ({ ctx, next }) => {
+  const principal: SpendingPrincipal = await authenticate(ctx.deps.keys, bearerOf(ctx), ctx.deps.lastUsed);
+  return next({ ctx: { ...ctx, principal } });
+});
+
+/**
  * `spendingProcedure` for chat completions, the hot path: the key of a paid account may come
  * from the cache of recent look-ups, which saves a round trip to the database. A revoked key
  * still stops working at once: the chat reservation carries the key id and refuses a revoked

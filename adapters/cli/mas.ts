@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import type { CoreError, CoreErrorCode } from '../../core/errors.ts';
+import { publicError, type CoreError } from '../../core/errors.ts';
 import type { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 
@@ -89,22 +89,6 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
-/** This adapter's one error table: the same `type` values as the REST API's. */
-const ERROR_TYPES: Record<CoreErrorCode, string> = {
-  invalid_request: 'invalid_request_error',
-  limit_reached: 'invalid_request_error',
-  conflict: 'invalid_request_error',
-  idempotency_conflict: 'idempotency_error',
-  unauthorized: 'authentication_error',
-  insufficient_balance: 'billing_error',
-  paid_account_required: 'permission_error',
-  forbidden: 'permission_error',
-  not_found: 'not_found_error',
-  rate_limited: 'rate_limit_error',
-  upstream_failed: 'upstream_error',
-  upstream_timeout: 'upstream_error',
-  unavailable: 'server_error',
-};
 
 const HELP = `Usage: npm run --silent mas -- <command> [--json]\n\nCommands:\n${Object.values(COMMANDS)
   .map((c) => `  ${c.usage}`)
@@ -165,7 +149,7 @@ async function main(argv: string[], connect: Connect): Promise<void> {
     await connection.close();
   }
   if (failure) {
-    fail(json, { message: failure.message, type: ERROR_TYPES[failure.code], code: failure.reason ?? failure.code }, 1);
+    fail(json, publicError(failure), 1);
   }
   if (json || !command.show) process.stdout.write(`${JSON.stringify(result, null, json ? undefined : 2)}\n`);
   else process.stdout.write(`${command.show(result as never)}\n`);

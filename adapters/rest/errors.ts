@@ -1,27 +1,28 @@
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
-import type { CoreError, CoreErrorCode } from '../../core/errors.ts';
+import { publicError, type CoreError, type CoreErrorCode } from '../../core/errors.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { restMessage } from './phrasing.ts';
 
 /**
  * The one table that turns errors into HTTP answers for this adapter, documented in
- * docs/errors.md. Every answer has the shape {"error":{"message","type","code"}}.
+ * docs/errors.md: the status of each core error (its type and code are core's
+ * ERROR_VOCABULARY). Every answer has the shape {"error":{"message","type","code"}}.
  */
-const CORE_ERRORS: Record<CoreErrorCode, { status: number; type: string; code: string }> = {
-  invalid_request: { status: 400, type: 'invalid_request_error', code: 'invalid_value' },
-  limit_reached: { status: 400, type: 'invalid_request_error', code: 'limit_reached' },
-  unauthorized: { status: 401, type: 'authentication_error', code: 'invalid_api_key' },
-  insufficient_balance: { status: 402, type: 'billing_error', code: 'insufficient_balance' },
-  paid_account_required: { status: 403, type: 'permission_error', code: 'paid_account_required' },
-  forbidden: { status: 403, type: 'permission_error', code: 'forbidden' },
-  not_found: { status: 404, type: 'not_found_error', code: 'not_found' },
-  conflict: { status: 409, type: 'invalid_request_error', code: 'conflict' },
-  idempotency_conflict: { status: 422, type: 'idempotency_error', code: 'idempotency_key_reused' },
-  rate_limited: { status: 429, type: 'rate_limit_error', code: 'rate_limit_exceeded' },
-  upstream_failed: { status: 502, type: 'upstream_error', code: 'upstream_error' },
-  upstream_timeout: { status: 504, type: 'upstream_error', code: 'upstream_timeout' },
-  unavailable: { status: 503, type: 'server_error', code: 'service_unavailable' },
+const STATUS: Record<CoreErrorCode, number> = {
+  invalid_request: 400,
+  limit_reached: 400,
+  unauthorized: 401,
+  insufficient_balance: 402,
+  paid_account_required: 403,
+  forbidden: 403,
+  not_found: 404,
+  conflict: 409,
+  idempotency_conflict: 422,
+  rate_limited: 429,
+  upstream_failed: 502,
+  upstream_timeout: 504,
+  unavailable: 503,
 };
 
 /** Errors raised by the HTTP layer itself, before any use case runs. */
@@ -46,8 +47,7 @@ export function sendHttpError(res: Response, code: HttpErrorCode, message?: stri
 
 /** The status and body of a core error, for a response or for an error event in a stream. */
 export function coreErrorBody(err: CoreError): { status: number; body: { error: { message: string; type: string; code: string } } } {
-  const e = CORE_ERRORS[err.code];
-  return { status: e.status, body: { error: { message: restMessage(err), type: e.type, code: err.reason ?? e.code } } };
+  return { status: STATUS[err.code], body: { error: publicError(err, restMessage(err)) } };
 }
 
 export function sendCoreError(res: Response, err: CoreError): void {

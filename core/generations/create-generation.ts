@@ -12,7 +12,8 @@ import { newId } from '../ids.ts';
 import { reserve } from '../money/holds.ts';
 import type { Clock, GenerationStarter, MediaProviderRegistry, UrlGuard, UrlSigner } from '../ports.ts';
 import { failJob } from './end-job.ts';
-import { isEnded, loadJob } from './job-row.ts';
+import { loadJob } from './job-row.ts';
+import { waitForEnd } from './read-generation.ts';
 import type { CreateGenerationInput } from './schema.ts';
 import { validateInputs, validateSettings } from './validate.ts';
 import { generationView, type GenerationView } from './views.ts';
@@ -120,17 +121,4 @@ async function acceptJob(
     [id, principal.accountId, principal.keyId, job.model.id, job.prompt, JSON.stringify(job.settings), JSON.stringify(job.inputs), job.price.toString(), holdId, job.webhookUrl],
   );
   return id;
-}
-
-/** The job once it has ended, or undefined if it is still going after `seconds`. */
-async function waitForEnd(deps: { signer: UrlSigner }, em: EntityManager, id: string, seconds: number): Promise<GenerationView | undefined> {
-  const until = Date.now() + seconds * 1000;
-  let pause = 50;
-  for (;;) {
-    const job = await loadJob(em, id);
-    if (isEnded(job.status)) return generationView(job, deps.signer);
-    if (Date.now() + pause > until) return undefined;
-    await new Promise((r) => setTimeout(r, pause));
-    pause = Math.min(pause * 2, 500);
-  }
 }

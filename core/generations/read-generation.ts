@@ -1,12 +1,38 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { notFound } from '../errors.ts';
 import type { Clock, ResultStorage, UrlSigner } from '../ports.ts';
-import { loadJob, loadOwnJob } from './job-row.ts';
-import { generationView } from './views.ts';
+import { z } from 'zod';
+import { isEnded, loadJob, loadOwnJob } from './job-row.ts';
+import { MAX_WAIT_SECONDS } from './schema.ts';
+import { generationView, type GenerationView } from './views.ts';
 
 /** The account's job, with a fresh signed link to its result. */
 export async function getGeneration(deps: { signer: UrlSigner }, em: EntityManager, accountId: string, id: string) {
   return generationView(await loadOwnJob(em, accountId, id), deps.signer);
+}
+
+export const waitInput = z.object({
+  id: z.string().min(1).max(100),
+  seconds: z.number().int().min(0).max(MAX_WAIT_SECONDS, `wait is at most ${MAX_WAIT_SECONDS} seconds`),
+});
+
+/** The account's job once it has ended, or as it is when `seconds` have passed (or `signal` aborted). */
+export async function waitForGeneration(deps: { signer: UrlSigner }, em: EntityManager, accountId: string, id: string, seconds: number, signal?: AbortSignal) {
+  await loadOwnJob(em, accountId, id);
+  return (await waitForEnd(deps, em, id, seconds, signal)) ?? generationView(await loadJob(em, id), deps.signer);
+}
+
+/** The job once it has ended, or undefined if it is still going after `seconds`. */
+export async function waitForEnd(deps: { signer: UrlSigner }, em: EntityManager, id: string, seconds: number, signal?: AbortSignal): Promise<GenerationView | undefined> {
+  const until = Date.now() + seconds * 1000;
+  let pause = 50;
+  for (;;) {
+    const job = await loadJob(em, id);
+    if (isEnded(job.status)) return generationView(job, deps.signer);
+    if (Date.now() + pause > until || signal?.aborted) return undefined;
+    await new Promise((r) => setTimeout(r, pause));
+    pause = Math.min(pause * 2, 500);
+  }
 }
 
 /** The result bytes behind a signed link: the signature is the credential. */

@@ -3,17 +3,21 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Express } from 'express';
 import type { Logger } from 'pino';
 import { createHttpApp } from '../../adapters/http/app.ts';
+import { mcpAdapter } from '../../adapters/mcp/mcp.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { silentLogger, testDeps } from './db.ts';
 
-/** The HTTP app as the server composes it (config/service.ts), with the REST adapter mounted. */
-export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBaseUrl?: string; uploadSpoolDir?: string }): Express {
+/** The HTTP app as the server composes it (config/service.ts), with the MCP and REST adapters mounted. */
+export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBaseUrl?: string; uploadSpoolDir?: string; mcpGenerateWaitSeconds?: number }): Express {
   const logger = opts.logger ?? silentLogger;
   return createHttpApp({
     deps: opts.deps,
     logger,
-    adapters: [restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir })],
+    adapters: [
+      mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100 }),
+      restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
+    ],
   });
 }
 

@@ -1,0 +1,95 @@
+import { hostHeaderValidation } from '@modelcontextprotocol/sdk/server/middleware/hostHeaderValidation.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { Router, type Request, type Response } from 'express';
+import type { Logger } from 'pino';
+import type { Credential } from '../../core/auth/principals.ts';
+import { createContext, type CoreDeps } from '../../core/context.ts';
+import { publicError } from '../../core/errors.ts';
+import { createCaller } from '../../core/router.ts';
+import { toCoreError } from '../../core/trpc.ts';
+import type { HttpAdapter } from '../http/app.ts';
+import { createMcpServer } from './server.ts';
+
+export interface McpOptions {
+  publicBaseUrl: string;
+  logger: Logger;
+  version: string;
+  /** How long `generate` waits for its job (MCP_GENERATE_WAIT_SECONDS). */
+  generateWaitSeconds: number;
+  /** Host names (no port) besides PUBLIC_BASE_URL's and the loopback names that may reach MCP (MCP_ALLOWED_HOSTS). */
+  allowedHosts?: string[] | undefined;
+}
+
+/**
+ * The body limit of an MCP request: agents cannot send multipart, so upload_file's base64
+ * content travels in the JSON body. 50 MB of file is about 67 MB of base64; 64 MiB leaves
+ * about 48 MB of file after the JSON-RPC envelope (docs/mcp.md).
+ */
+export const MCP_MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+/**
+ * The MCP server (SPEC part 4): Streamable HTTP at /api/v1/mcp with `Authorization: Bearer
+ * <key>`, and at /api/v1/mcp/<key>, the personal connector link. Stateless: every POST gets a
+ * new server and transport, so any instance answers any request; answers stream as SSE so
+ * progress can flow. The key is checked at the door (401 before any protocol), like REST's.
+ */
+export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
+  const router = Router();
+  const hosts = new Set(['localhost', '127.0.0.1', '[::1]', new URL(opts.publicBaseUrl).hostname.toLowerCase(), ...(opts.allowedHosts ?? [])]);
+  // DNS rebinding: a Host, or a browser's Origin, that is not ours is refused (the SDK's middleware for the Host).
+  router.use(hostHeaderValidation([...hosts]));
+  router.use((req, res, next) => {
+    const origin = req.headers.origin;
+    if (origin === undefined || hosts.has(hostOf(origin))) return next();
+    res.status(403).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Forbidden: this Origin may not use the MCP server.' }, id: null });
+  });
+
+  // A fixed route label for metrics: the connector link's key must never become a label.
+  const handle = (label: string, tokenOf: (req: Request) => string | null) => async (req: Request, res: Response) => {
+    res.locals.route = label;
+    await serve(req, res, { kind: 'bearer', token: tokenOf(req) });
+  };
+  const serve = async (req: Request, res: Response, credential: Credential) => {
+    const core = (signal?: AbortSignal) => createCaller(createContext(deps, credential, { requestId: String(req.id), signal, meta: {} }));
+    try {
+      await core().keys.verify();
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) throw err;
+      const status = failure.code === 'unauthorized' ? 401 : 503;
+      if (status === 401) res.setHeader('WWW-Authenticate', 'Bearer realm="mas", error="invalid_token"');
+      const hint = status === 401 ? ' Send it as "Authorization: Bearer <key>", or use your connector link.' : '';
+      res.status(status).json({ error: publicError(failure, `${failure.message}${hint}`) });
+      return;
+    }
+    const server = createMcpServer({ core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds });
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, maxRequestBodySize: MCP_MAX_BODY_BYTES });
+    res.once('close', () => {
+      void transport.close();
+      void server.close();
+    });
+    await server.connect(transport);
+    await transport.handleRequest(req, res);
+  };
+
+  router.post('/', handle('/api/v1/mcp', (req) => bearer(req)));
+  router.post('/:key', handle('/api/v1/mcp/:key', (req) => String(req.params.key)));
+  // Without sessions there is no stream to open (GET) or session to end (DELETE): 405, as the spec says.
+  router.all(['/', '/:key'], (_req, res) => {
+    res.setHeader('Allow', 'POST');
+    res.status(405).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Method not allowed: this server has no sessions; send requests with POST.' }, id: null });
+  });
+  return { path: '/api/v1/mcp', router };
+}
+
+function bearer(req: Request): string | null {
+  return /^Bearer[ ]+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1] ?? null;
+}
+
+function hostOf(origin: string): string {
+  try {
+    return new URL(origin).hostname.toLowerCase().replace(/^([0-9a-f:]+)$/, '[$1]');
+  } catch {
+    return '';
+  }
+}

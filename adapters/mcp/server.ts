@@ -1,0 +1,77 @@
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type Tool as ToolDefinition } from '@modelcontextprotocol/sdk/types.js';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { toCoreError } from '../../core/trpc.ts';
+import { toolError } from './errors.ts';
+import { answer, type CoreCaller, type Tool } from './tool.ts';
+import { chat } from './tools/chat.ts';
+import { getBalance } from './tools/balance.ts';
+import { uploadFile } from './tools/files.ts';
+import { generate, getGeneration } from './tools/generations.ts';
+import { getModel, listModels } from './tools/models.ts';
+
+/** The seven tools, in the order agents see them. */
+export const TOOLS: Tool[] = [listModels, getModel, chat, generate, uploadFile, getGeneration, getBalance] as unknown as Tool[];
+
+const INSTRUCTIONS =
+  'Paid access to text, image, video, audio and 3D models. Every call that runs a model is paid in coins (1 USD = 1000 coins) ' +
+  'from this account: list_models and get_model show prices, get_balance what is left. Text models answer chat; media models run ' +
+  'as jobs with generate, which waits for the result up to about 100 s; get_generation fetches a job later. upload_file makes a ' +
+  'file usable as a generation input.';
+
+function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): ToolDefinition['inputSchema'] {
+  const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
+  return rest as ToolDefinition['inputSchema'];
+}
+
+/** What one HTTP request's server needs: a core caller per tool call, and the transport's limits. */
+export interface McpServerOptions {
+  /** A core caller for one tool call: its own rate-limit count, aborted with `signal`. */
+  core(signal: AbortSignal): CoreCaller;
+  logger: Logger;
+  version: string;
+  generateWaitSeconds: number;
+}
+
+/**
+ * An MCP server for one request (the transport is stateless): tools/list and tools/call over
+ * the seven tools. A tool's arguments are parsed with its zod schema, and any error, its own or
+ * core's, is an `isError` result naming the field; only an unknown tool or a malformed call is a
+ * JSON-RPC error.
+ */
+export function createMcpServer(opts: McpServerOptions): Server {
+  const server = new Server({ name: 'model-access-service', title: 'Model Access Service', version: opts.version }, { capabilities: { tools: {} }, instructions: INSTRUCTIONS });
+  const definitions: ToolDefinition[] = TOOLS.map((t) => ({
+    name: t.name,
+    title: t.title,
+    description: t.description,
+    inputSchema: jsonSchema(t.input, 'input'),
+    outputSchema: jsonSchema(t.output, 'output'),
+    annotations: { title: t.title, ...t.annotations },
+  }));
+  const byName = new Map(TOOLS.map((t) => [t.name, t]));
+
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: definitions }));
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const tool = byName.get(request.params.name);
+    if (!tool) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}. tools/list names the tools.`);
+    const token = extra._meta?.progressToken;
+    const progress = async (message: string, done: number, total?: number) => {
+      if (token === undefined) return;
+      await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: done, ...(total !== undefined ? { total } : {}), message } });
+    };
+    try {
+      const parsed = tool.input.safeParse(request.params.arguments ?? {});
+      if (!parsed.success) throw parsed.error;
+      const result = await tool.run(parsed.data, { core: opts.core(extra.signal), signal: extra.signal, progress, generateWaitSeconds: opts.generateWaitSeconds });
+      return answer(result);
+    } catch (err) {
+      const core = toCoreError(err);
+      if (core) return toolError(core);
+      opts.logger.error({ err, tool: tool.name }, 'MCP tool failed');
+      throw new McpError(ErrorCode.InternalError, 'Internal error. The request id is in the x-request-id header.');
+    }
+  });
+  return server;
+}

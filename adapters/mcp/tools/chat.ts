@@ -1,0 +1,53 @@
+import { z } from 'zod';
+import { chatUsageSchema } from '../../../core/chat/views.ts';
+import { coinsSchema } from '../../../core/views.ts';
+import { defineTool } from '../tool.ts';
+
+const message = z.object({
+  role: z.enum(['system', 'developer', 'user', 'assistant']),
+  content: z.string().describe('Text only.'),
+});
+
+export const chat = defineTool({
+  name: 'chat',
+  title: 'Chat with a text model',
+  description:
+    'Asks a text model and returns its answer, the tokens used and what it cost. Paid from the account: the input plus ' +
+    '`max_tokens` is reserved at the model\'s prices, and only the tokens used are charged. Give `messages`, or `prompt` for one user message.',
+  input: z
+    .object({
+      model: z.string().min(1).max(200).describe('A text model id from list_models (type "text"), e.g. "mas/echo".'),
+      messages: z.array(message).min(1).max(2048).optional().describe('The conversation, oldest first (at most 2048 messages).'),
+      prompt: z.string().min(1).optional().describe('A single user message: the same as messages [{"role":"user","content": prompt}].'),
+      max_tokens: z.number().int().min(1).optional().describe("Output limit in tokens; the model's default_max_tokens when omitted."),
+      temperature: z.number().min(0).max(2).optional().describe('Sampling temperature, 0 to 2.'),
+      top_p: z.number().min(0).max(1).optional().describe('Nucleus sampling, 0 to 1.'),
+    })
+    .refine((a) => (a.messages === undefined) !== (a.prompt === undefined), { path: ['messages'], message: 'give messages or prompt, not both and not neither' }),
+  output: z.object({
+    id: z.string().describe('The chat completion id; the wallet history names it'),
+    model: z.string(),
+    answer: z.string(),
+    finish_reason: z.string().describe('"stop", or "length" when max_tokens cut the answer'),
+    usage: chatUsageSchema,
+    cost_coins: coinsSchema.describe('what this call cost'),
+  }),
+  annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+  async run(args, { core }) {
+    const result = await core.chat.complete({
+      model: args.model,
+      messages: args.messages ?? [{ role: 'user', content: args.prompt! }],
+      max_tokens: args.max_tokens,
+      temperature: args.temperature,
+      top_p: args.top_p,
+      stream: false,
+    });
+    if (result.stream) throw new Error('a stream was not asked for');
+    const c = result.completion;
+    const answer = c.choices[0]?.message.content ?? '';
+    return {
+      structured: { id: c.id, model: c.model, answer, finish_reason: c.choices[0]?.finish_reason ?? 'stop', usage: c.usage, cost_coins: c.usage.cost_coins },
+      text: `${answer}\n\n(${c.usage.prompt_tokens} + ${c.usage.completion_tokens} tokens, ${c.usage.cost_coins} coins)`,
+    };
+  },
+});

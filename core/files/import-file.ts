@@ -1,0 +1,46 @@
+import { randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { z } from 'zod';
+import type { SpendingPrincipal } from '../auth/principals.ts';
+import { invalid } from '../errors.ts';
+import { idempotencyKeySchema } from '../idempotency.ts';
+import type { Clock, ResultStorage, UrlGuard, UrlSigner } from '../ports.ts';
+import { createFile, MAX_UPLOAD_BYTES } from './files.ts';
+
+export const importFileInput = z.object({
+  url: z.string().min(1).max(2000),
+  filename: z.string().trim().min(1).max(255).optional(),
+  idempotency_key: idempotencyKeySchema.optional(),
+});
+
+/** How long a public URL may take to deliver its bytes. */
+const FETCH_TIMEOUT_MS = 60_000;
+
+/**
+ * Uploads the file at a public URL, for callers that cannot send multipart (AI agents): the
+ * bytes are fetched through the URL guard (no private, loopback or link-local address, checked
+ * again at connect time; no redirects), up to the upload limit, then stored as an upload.
+ */
+export async function importFile(
+  deps: { urlGuard: UrlGuard; storage: ResultStorage; signer: UrlSigner; clock: Clock },
+  em: EntityManager,
+  principal: SpendingPrincipal,
+  input: z.output<typeof importFileInput>,
+) {
+  const bytes = await deps.urlGuard.fetch(input.url, { maxBytes: MAX_UPLOAD_BYTES, timeoutMs: FETCH_TIMEOUT_MS }).catch((err: unknown) => {
+    throw invalid('url', `Invalid value for 'url': ${(err as Error).message}.`, 'invalid_url');
+  });
+  const file = path.join(os.tmpdir(), `import-${randomBytes(8).toString('hex')}`);
+  await fs.writeFile(file, bytes, { mode: 0o600 });
+  try {
+    const filename = input.filename ?? (decodeURIComponent(new URL(input.url).pathname.split('/').pop() ?? '') || 'upload').slice(0, 255);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    return await createFile(deps, em, principal, { path: file, filename, bytes: bytes.length, sha256 }, input.idempotency_key);
+  } finally {
+    await fs.rm(file, { force: true });
+  }
+}
