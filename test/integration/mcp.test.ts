@@ -156,7 +156,7 @@ describe('MCP server', () => {
     await call(client, 'get_balance');
     await createCaller(createContext(h.deps, { kind: 'internal' })).keys.revoke({ id: keyId });
     await expect(call(client, 'get_balance')).rejects.toMatchObject({ code: 401, message: expect.stringContaining('invalid_api_key') });
-    for (const headers of [{}, { authorization: 'Bearer mas_not_a_key' }]) {
+    for (const headers of [{}, { authorization: 'Bearer mas_not_a_key' }] as Record<string, string>[]) {
       const res = await fetch(`${h.base}/api/v1/mcp`, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers }, body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' });
       expect(res.status).toBe(401);
       expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
