@@ -182,6 +182,25 @@ describe('MCP server', () => {
     await Promise.all([client.close(), unpaidClient.close()]);
   });
 
+  it('upload_file takes base64 content above the SDK\'s default 4 MiB body limit, and a public URL through the URL guard', async () => {
+    const { key } = await funded();
+    const client = await connect(key);
+    // A 6 MB PNG-headed file: 8 MB of base64 in one JSON-RPC request.
+    const big = Buffer.concat([PNG, Buffer.alloc(6 * 1024 * 1024, 7)]);
+    const uploaded = await call(client, 'upload_file', { content: big.toString('base64'), filename: 'big.png' });
+    expect(uploaded.structuredContent).toMatchObject({ bytes: big.length, type: 'image', filename: 'big.png' });
+    // A loopback URL is private: refused, naming the field (the test allowlist admits 127.0.0.1 only).
+    expect(errorOf(await call(client, 'upload_file', { url: 'http://localhost:1/x.png' }))).toMatchObject({ code: 'invalid_url', message: expect.stringContaining("'url'") });
+    const http = await import('node:http');
+    const source = http.createServer((_req, res) => res.end(PNG));
+    await new Promise<void>((r) => source.listen(0, '127.0.0.1', () => r()));
+    const url = `http://127.0.0.1:${(source.address() as { port: number }).port}/pictures/dot.png`;
+    expect((await call(client, 'upload_file', { url })).structuredContent).toMatchObject({ type: 'image', filename: 'dot.png', bytes: PNG.length });
+    source.close();
+    expect(errorOf(await call(client, 'upload_file', { content: '%%%', filename: 'x' }))).toMatchObject({ code: 'invalid_base64' });
+    await client.close();
+  });
+
   it('an unknown tool is a JSON-RPC error, not a tool result', async () => {
     const { key } = await funded();
     const client = await connect(key);
