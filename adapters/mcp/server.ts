@@ -1,7 +1,8 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, McpError, type Tool as ToolDefinition } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolRequestSchema, ErrorCode, ListToolsRequestSchema, type Tool as ToolDefinition } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { invalid } from '../../core/errors.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { toolError } from './errors.ts';
 import { answer, type CoreCaller, type Tool } from './tool.ts';
@@ -23,6 +24,14 @@ const INSTRUCTIONS =
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): ToolDefinition['inputSchema'] {
   const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
   return rest as ToolDefinition['inputSchema'];
+}
+
+/**
+ * A JSON-RPC error. Not McpError: it writes "MCP error <code>:" into its own message, which
+ * the client then prefixes again.
+ */
+function protocolError(code: ErrorCode, message: string): Error {
+  return Object.assign(new Error(message), { code });
 }
 
 /** What one HTTP request's server needs: a core caller per tool call, and the transport's limits. */
@@ -51,18 +60,22 @@ export function createMcpServer(opts: McpServerOptions): Server {
     annotations: { title: t.title, ...t.annotations },
   }));
   const byName = new Map(TOOLS.map((t) => [t.name, t]));
+  const known = new Map(definitions.map((d) => [d.name, new Set(Object.keys(d.inputSchema.properties ?? {}))]));
 
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: definitions }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const tool = byName.get(request.params.name);
-    if (!tool) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}. tools/list names the tools.`);
+    if (!tool) throw protocolError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}. tools/list names the tools.`);
     const token = extra._meta?.progressToken;
     const progress = async (message: string, done: number, total?: number) => {
       if (token === undefined) return;
       await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: done, ...(total !== undefined ? { total } : {}), message } });
     };
     try {
-      const parsed = tool.input.safeParse(request.params.arguments ?? {});
+      const args = request.params.arguments ?? {};
+      const unknown = Object.keys(args).find((k) => !known.get(tool.name)!.has(k));
+      if (unknown !== undefined) throw invalid(unknown, `Unknown argument '${unknown}' for ${tool.name}. Its arguments are: ${[...known.get(tool.name)!].join(', ') || 'none'}.`, 'unknown_argument');
+      const parsed = tool.input.safeParse(args);
       if (!parsed.success) throw parsed.error;
       const result = await tool.run(parsed.data, { core: opts.core(extra.signal), signal: extra.signal, progress, generateWaitSeconds: opts.generateWaitSeconds });
       return answer(result);
@@ -70,7 +83,7 @@ export function createMcpServer(opts: McpServerOptions): Server {
       const core = toCoreError(err);
       if (core) return toolError(core);
       opts.logger.error({ err, tool: tool.name }, 'MCP tool failed');
-      throw new McpError(ErrorCode.InternalError, 'Internal error. The request id is in the x-request-id header.');
+      throw protocolError(ErrorCode.InternalError, 'Internal error. The request id is in the x-request-id header.');
     }
   });
   return server;

@@ -204,7 +204,11 @@ describe('MCP server', () => {
   it('an unknown tool is a JSON-RPC error, not a tool result', async () => {
     const { key } = await funded();
     const client = await connect(key);
-    await expect(call(client, 'delete_everything')).rejects.toMatchObject({ code: -32602 });
+    const err = (await call(client, 'delete_everything').then(() => undefined, (e: unknown) => e)) as { code: number; message: string };
+    expect(err).toMatchObject({ code: -32602 });
+    expect(err.message.match(/MCP error/g)).toHaveLength(1);
+    // An argument the tool does not have is named, not silently dropped.
+    expect(errorOf(await call(client, 'upload_file', { content_base64: 'AAAA', filename: 'a' }))).toMatchObject({ code: 'unknown_argument', message: expect.stringContaining("'content_base64'") });
     await client.close();
   });
 
