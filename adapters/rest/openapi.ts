@@ -95,7 +95,7 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   path({
     method: 'get',
     path: '/wallet/history',
-    summary: 'The ledger, newest first',
+    summary: 'The wallet history, newest first: one row per top-up, grant, API usage or refund',
     request: { query: historyInput },
     responses: { 200: json(list(WalletEntry).extend({ has_more: z.boolean() }), 'A page of entries'), ...errors(400, ...common) },
   });
