@@ -21,6 +21,7 @@ await runCli(process.argv.slice(2), async () => {
   return {
     core: createCaller(createContext(runtime.deps, { kind: 'internal' })),
     readCatalogFile: () => readCatalogYaml(env.CATALOG_FILE),
+    publicBaseUrl: env.PUBLIC_BASE_URL,
     close: () => runtime.close(),
   };
 });

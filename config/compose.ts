@@ -78,6 +78,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       holdTtlSeconds: env.HOLD_TTL_SECONDS,
       demoCoins: env.DEMO_COINS,
       apiPricePercent: BigInt(env.API_PRICE_PERCENT),
+      signupOpen: env.SIGNUP === 'open',
     },
   });
   return { ...deps, close: async () => void (await Promise.all([rateLimiter.close(), statements.close()])) };

@@ -76,6 +76,10 @@ const envSchema = z
       .default('false')
       .transform((v) => v === 'true'),
     MCP_GENERATE_WAIT_SECONDS: z.coerce.number().int().min(0).max(600).default(100),
+    SIGNUP: z
+      .enum(['open', 'closed', ''])
+      .default('open')
+      .transform((v) => (v === 'closed' ? 'closed' : 'open')),
     MCP_ALLOWED_HOSTS: z
       .string()
       .default('')

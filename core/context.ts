@@ -28,6 +28,8 @@ export interface CoreConfig {
   demoCoins: Micro;
   /** The API price as a percentage of the catalog's in-app price (SPEC: 50). */
   apiPricePercent: bigint;
+  /** SIGNUP=open|closed: whether anyone may create an account on the account pages (`accounts.signUp`). */
+  signupOpen: boolean;
 }
 
 /**

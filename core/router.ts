@@ -1,6 +1,9 @@
 import { z } from 'zod';
 import { accountOverview } from './accounts/account-overview.ts';
 import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
+import { historyCsv } from './accounts/history-csv.ts';
+import { loginLinkFor, setPasswordInput, setPasswordFor } from './accounts/operator-access.ts';
+import { changePassword, changePasswordInput, cookieOf, loginTokenInput, redeemLoginLink, signIn, signInInput, signOut, signUp, signUpInput } from './accounts/sign-in.ts';
 import { adminTokenIdInput, createAdminToken, createAdminTokenInput, revokeAdminToken } from './auth/admin-tokens.ts';
 import { modelIdInput, modelTypeFilter, syncCatalog } from './catalog/catalog.ts';
 import { getModel, listModels } from './catalog/read-models.ts';
@@ -11,11 +14,12 @@ import { importFile, importFileInput } from './files/import-file.ts';
 import { getFile, readFileContent } from './files/read-file.ts';
 import { cancelGeneration } from './generations/cancel-generation.ts';
 import { createGeneration } from './generations/create-generation.ts';
+import { listGenerations, listGenerationsInput } from './generations/list-generations.ts';
 import { getGeneration, readGenerationOutput, waitForGeneration, waitInput } from './generations/read-generation.ts';
 import { createGenerationInput, generationIdInput } from './generations/schema.ts';
 import { checkReady } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
-import { createKeyInput, keyIdInput, revokeKey } from './keys/keys.ts';
+import { createKey, createKeyInput, keyIdInput, listKeys, revokeKey } from './keys/keys.ts';
 import { createKeyFor, listKeysOf } from './operators/account-keys.ts';
 import { balanceOfAccount } from './operators/account-balance.ts';
 import { creditCoins, creditCoinsInput } from './operators/credit-account.ts';
@@ -97,6 +101,35 @@ export const appRouter = router({
     get: adminProcedure.input(forAccount).query(({ ctx, input }) => getAccount(ctx.em, input.account)),
     /** The signed-in person's own account and balance (the account pages). */
     me: sessionProcedure.query(({ ctx }) => accountOverview(ctx.em, ctx.principal.accountId)),
+    /** Whether `signUp` is open (SIGNUP), for the pages to offer it or not. */
+    signUpOpen: publicProcedure.query(({ ctx }) => ({ object: 'signup' as const, open: ctx.deps.config.signupOpen })),
+    /** A new account with its password, signed in (SIGNUP=open). */
+    signUp: publicProcedure.input(signUpInput).mutation(({ ctx, input }) => signUp(ctx.deps, ctx.em, input, cookieOf(ctx.credential))),
+    /** Email and password to a new session; an unknown email and a wrong password get one answer. */
+    signIn: publicProcedure.input(signInInput).mutation(({ ctx, input }) => signIn(ctx.deps, ctx.em, input, cookieOf(ctx.credential))),
+    signOut: sessionProcedure.mutation(({ ctx }) => signOut(ctx.em, ctx.principal)),
+    /** Ends every session of the account and starts a new one for the caller. */
+    changePassword: sessionProcedure.input(changePasswordInput).mutation(({ ctx, input }) => changePassword(ctx.deps, ctx.em, ctx.principal, input)),
+    setPassword: operatorProcedure.input(setPasswordInput).mutation(({ ctx, input }) => setPasswordFor(ctx.em, input)),
+    /** A one-time sign-in token for the account, valid 15 minutes. */
+    loginLink: operatorProcedure.input(forAccount).mutation(({ ctx, input }) => loginLinkFor(ctx.deps, ctx.em, input.account)),
+    redeemLoginLink: publicProcedure.input(loginTokenInput).mutation(({ ctx, input }) => redeemLoginLink(ctx.deps, ctx.em, input.token, cookieOf(ctx.credential))),
+  }),
+
+  /** The signed-in person's own things (the account pages): each use case takes the session's account, never an account from the input. */
+  account: router({
+    keys: router({
+      list: sessionProcedure.query(({ ctx }) => listKeys(ctx.em, ctx.principal.accountId)),
+      create: sessionProcedure.input(createKeyInput).mutation(({ ctx, input }) => createKey(ctx.em, ctx.principal.accountId, input)),
+      revoke: sessionProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id, ctx.principal.accountId)),
+    }),
+    history: sessionProcedure.input(historyInput).query(({ ctx, input }) => listHistory(ctx.em, ctx.principal.accountId, input)),
+    /** The whole history (at most 10,000 rows, the newest) as CSV text. */
+    historyCsv: sessionProcedure.query(({ ctx }) => historyCsv(ctx.em, ctx.principal.accountId)),
+    generations: router({
+      list: sessionProcedure.input(listGenerationsInput).query(({ ctx, input }) => listGenerations(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+      get: sessionProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
+    }),
   }),
 
   admins: router({

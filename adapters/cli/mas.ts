@@ -17,6 +17,8 @@ export interface CliConnection {
   core: Caller;
   /** The catalog file named by CATALOG_FILE, parsed (for `catalog sync`). */
   readCatalogFile(): Promise<unknown>;
+  /** PUBLIC_BASE_URL, where the account pages are served (for `account login-link`). */
+  publicBaseUrl: string;
   close(): Promise<void>;
 }
 
@@ -25,6 +27,7 @@ export type Connect = () => Promise<CliConnection | { configError: string }>;
 
 interface CommandContext {
   readCatalogFile(): Promise<unknown>;
+  publicBaseUrl: string;
 }
 
 interface Command {
@@ -41,6 +44,25 @@ const COMMANDS: Record<string, Command> = {
       const a = await core.accounts.create({ email: f.email! });
       return { id: a.id, email: a.email };
     },
+  },
+  'account set-password': {
+    usage: 'account set-password --account ID|EMAIL [--password P | --password-stdin]   (asked without echo when neither; ends its sessions)',
+    run: async (core, f) => {
+      const password = f.password ?? (await readSecret('Password: ', f['password-stdin'] !== undefined));
+      const a = await core.accounts.setPassword({ account: f.account!, password });
+      return { id: a.id, email: a.email, password_set: a.password_set, sessions_ended: a.sessions_ended };
+    },
+    show: (a: { id: string; email: string; sessions_ended: number }) => `Password set for ${a.email} (${a.id}); ${a.sessions_ended} session(s) ended.`,
+  },
+  'account login-link': {
+    usage: 'account login-link --account ID|EMAIL   (a one-time sign-in link, valid 15 minutes)',
+    run: async (core, f, { publicBaseUrl }) => {
+      const link = await core.accounts.loginLink({ account: f.account! });
+      const url = `${publicBaseUrl}/login/link?token=${encodeURIComponent(link.token)}`;
+      return { account: link.account, email: link.email, url, expires_at: link.expires_at };
+    },
+    show: (l: { email: string; url: string; expires_at: string }) =>
+      `Sign-in link for ${l.email}, valid once until ${l.expires_at}. It signs in as this account: give it only to its owner.\n\n  ${l.url}\n`,
   },
   'wallet topup': {
     usage: 'wallet topup --account ID|EMAIL --coins N [--idempotency-key K]',
@@ -90,6 +112,49 @@ const COMMANDS: Record<string, Command> = {
 };
 
 
+/**
+ * A secret read from standard input, never echoed: from a terminal, typed after a prompt on
+ * stderr with echo off; otherwise (`--password-stdin`, a pipe) its first line.
+ */
+async function readSecret(prompt: string, fromPipe: boolean): Promise<string> {
+  const input = process.stdin;
+  if (!input.isTTY || fromPipe) {
+    let text = '';
+    for await (const chunk of input) {
+      text += String(chunk);
+      if (text.includes('\n')) break;
+    }
+    return text.split(/\r?\n/)[0]!;
+  }
+  process.stderr.write(prompt);
+  input.setRawMode(true);
+  input.setEncoding('utf8');
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      let typed = '';
+      const onData = (chunk: string) => {
+        for (const ch of chunk) {
+          if (ch === '\r' || ch === '\n') {
+            input.off('data', onData);
+            return resolve(typed);
+          }
+          if (ch === '\u0003') {
+            input.off('data', onData);
+            return reject(new Error('canceled'));
+          }
+          if (ch === '\u007f' || ch === '\b') typed = typed.slice(0, -1);
+          else typed += ch;
+        }
+      };
+      input.on('data', onData);
+    });
+  } finally {
+    input.setRawMode(false);
+    input.pause();
+    process.stderr.write('\n');
+  }
+}
+
 const HELP = `Usage: npm run --silent mas -- <command> [--json]\n\nCommands:\n${Object.values(COMMANDS)
   .map((c) => `  ${c.usage}`)
   .join('\n')}\n`;
@@ -116,6 +181,8 @@ async function main(argv: string[], connect: Connect): Promise<void> {
         name: { type: 'string' },
         id: { type: 'string' },
         role: { type: 'string' },
+        password: { type: 'string' },
+        'password-stdin': { type: 'boolean' },
         'idempotency-key': { type: 'string' },
       },
     });
@@ -137,7 +204,7 @@ async function main(argv: string[], connect: Connect): Promise<void> {
   const connection = await connect();
   if ('configError' in connection) fail(json, { message: connection.configError, type: 'invalid_request_error', code: 'invalid_configuration' }, 2);
   const { core } = connection;
-  const context: CommandContext = { readCatalogFile: () => connection.readCatalogFile() };
+  const context: CommandContext = { readCatalogFile: () => connection.readCatalogFile(), publicBaseUrl: connection.publicBaseUrl.replace(/\/+$/, '') };
   let result: unknown;
   let failure: CoreError | undefined;
   try {

@@ -58,3 +58,12 @@ export async function endAllSessions(em: EntityManager, accountId: string): Prom
   const rows = await em.execute<{ id: string }[]>('delete from sessions where account_id = ? returning id', [accountId]);
   return rows.length;
 }
+
+/**
+ * Ends the session of this token, whoever's it is, if it exists: signing in again (a password or
+ * a login link) ends the session the browser had before, so a fresh token replaces it.
+ */
+export async function endSessionByToken(em: EntityManager, token: string | null | undefined): Promise<void> {
+  if (!token || !token.startsWith(PREFIX) || token.length > 128) return;
+  await em.execute('delete from sessions where token_hash = ?', [hashSecret(token)]);
+}
