@@ -72,4 +72,9 @@ export default tseslint.config(
     files: ['**/*.js'],
     ...tseslint.configs.disableTypeChecked,
   },
+  {
+    // The pages' one script runs in the browser.
+    files: ['adapters/web/assets/*.js'],
+    languageOptions: { globals: { document: 'readonly', navigator: 'readonly' } },
+  },
 );

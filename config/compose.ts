@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createHmac, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { MikroORM } from '@mikro-orm/postgresql';
@@ -95,6 +95,8 @@ export interface Runtime {
   temporal: TemporalHandle | undefined;
   /** True when this process uses the embedded PostgreSQL. */
   embeddedDatabase: boolean;
+  /** Keys the browser pages' CSRF tokens: derived from the signing secret, so every instance shares it. */
+  csrfSecret: string;
   close(): Promise<void>;
 }
 
@@ -105,13 +107,8 @@ export async function openRuntime(env: Env, logger: Logger, opts: { temporal: bo
   const generations = temporal
     ? temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE, retentionSeconds: env.RESULT_RETENTION_SECONDS })
     : undefined;
-  const deps = wireCore(env, {
-    orm: db.orm,
-    logger,
-    providers: catalog.parsed.providers,
-    signingSecret: env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR)),
-    generations,
-  });
+  const signingSecret = env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR));
+  const deps = wireCore(env, { orm: db.orm, logger, providers: catalog.parsed.providers, signingSecret, generations });
   return {
     env,
     logger,
@@ -119,6 +116,7 @@ export async function openRuntime(env: Env, logger: Logger, opts: { temporal: bo
     deps,
     temporal,
     embeddedDatabase: db.embedded,
+    csrfSecret: createHmac('sha256', signingSecret).update('csrf').digest('base64url'),
     async close() {
       await temporal?.close();
       await deps.close();

@@ -5,6 +5,8 @@ import { createHttpApp } from '../adapters/http/app.ts';
 import { listen } from '../adapters/http/server.ts';
 import { mcpAdapter } from '../adapters/mcp/mcp.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
+import { browserKit } from '../adapters/http/browser.ts';
+import { webAdapter } from '../adapters/web/web.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
 import { startWorker } from '../workflows/worker.ts';
@@ -43,6 +45,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   const app = createHttpApp({
     deps,
     logger,
+    publicBaseUrl: env.PUBLIC_BASE_URL,
     metricsToken: env.METRICS_TOKEN,
     trustProxy: env.TRUST_PROXY,
     isDraining: () => draining,
@@ -50,6 +53,8 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
     adapters: [
       mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger }),
+      // The account pages at the root, last: they answer every path no other adapter has.
+      webAdapter(deps, { kit: browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret }), logger, signupOpen: env.SIGNUP === 'open' }),
     ],
   });
   const http = await listen(app, { port: env.PORT, host: env.HOST, shutdownTimeoutSeconds: env.SHUTDOWN_TIMEOUT_SECONDS, logger });

@@ -19,6 +19,8 @@ export interface HttpAdapter {
 export interface HttpAppOptions {
   deps: CoreDeps;
   logger: Logger;
+  /** The address clients see: served over plain http, browsers are not told to switch to https. */
+  publicBaseUrl: string;
   /** Mounted in this order: put a more specific path before a prefix of it (`/api/v1/mcp` before `/api/v1`). */
   adapters: HttpAdapter[];
   metrics?: HttpMetrics | undefined;
@@ -45,10 +47,19 @@ export function createHttpApp(opts: HttpAppOptions): Express {
   app.use(requestLogger(logger));
   app.use(metrics.middleware);
   // Security headers, with a CSP that allows no inline script; pages may not be framed.
-  app.use(helmet({ contentSecurityPolicy: { directives: { 'frame-ancestors': ["'none'"] } }, referrerPolicy: { policy: 'no-referrer' } }));
+  const https = opts.publicBaseUrl.startsWith('https:');
+  app.use(
+    helmet({
+      contentSecurityPolicy: { directives: { 'frame-ancestors': ["'none'"], 'upgrade-insecure-requests': https ? [] : null } },
+      strictTransportSecurity: https,
+      // same-origin: no referrer leaves the site; with no-referrer, browsers send 'Origin: null' on our own forms.
+      referrerPolicy: { policy: 'same-origin' },
+    }),
+  );
 
-  for (const adapter of opts.adapters) app.use(adapter.path, adapter.router);
+  // Operations first: an adapter mounted at / (the account pages) answers its own unknown paths.
   app.use(operationsRoutes(opts.deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
+  for (const adapter of opts.adapters) app.use(adapter.path, adapter.router);
 
   app.use((_req, res) => sendError(res, 404, 'not_found_error', 'unknown_route', 'Unknown route.'));
   app.use(lastResort(logger));

@@ -21,6 +21,7 @@ beforeAll(async () => {
   const app = createHttpApp({
     deps,
     logger: silentLogger,
+    publicBaseUrl: 'http://localhost',
     adapters: [{ path: '/api/v1/other', router: other }, restAdapter(deps, { publicBaseUrl: 'http://localhost', logger: silentLogger })],
   });
   server = await new Promise<Server>((resolve) => {
@@ -46,14 +47,14 @@ describe('the HTTP app', () => {
     expect(outside).toMatchObject({ status: 404, body: { error: { type: 'not_found_error', code: 'unknown_route' } } });
   });
 
-  it('sends the security headers on every surface: no inline script, no framing, no referrer, no sniffing', async () => {
+  it('sends the security headers on every surface: no inline script, no framing, no referrer to other sites, no sniffing', async () => {
     for (const path of ['/healthz', '/api/v1/balance', '/api/v1/other/hello', '/api/v1/docs']) {
       const res = await fetch(`${base}${path}`);
       const csp = res.headers.get('content-security-policy') ?? '';
       expect(csp, path).toContain("frame-ancestors 'none'");
       expect(csp, path).toMatch(/script-src 'self'(;|$)/);
       expect(res.headers.get('x-content-type-options'), path).toBe('nosniff');
-      expect(res.headers.get('referrer-policy'), path).toBe('no-referrer');
+      expect(res.headers.get('referrer-policy'), path).toBe('same-origin');
       expect(res.headers.get('x-powered-by'), path).toBeNull();
     }
   });

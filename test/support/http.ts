@@ -5,6 +5,8 @@ import type { Logger } from 'pino';
 import { createHttpApp } from '../../adapters/http/app.ts';
 import { mcpAdapter } from '../../adapters/mcp/mcp.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
+import { browserKit } from '../../adapters/http/browser.ts';
+import { webAdapter } from '../../adapters/web/web.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { silentLogger, testDeps } from './db.ts';
 
@@ -14,9 +16,11 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
   return createHttpApp({
     deps: opts.deps,
     logger,
+    publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost',
     adapters: [
       mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100 }),
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
+      webAdapter(opts.deps, { kit: browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' }), logger, signupOpen: opts.deps.config.signupOpen }),
     ],
   });
 }

@@ -1,0 +1,79 @@
+import { randomBytes } from 'node:crypto';
+import cookieParser from 'cookie-parser';
+import { doubleCsrf } from 'csrf-csrf';
+import { Router, type Request, type RequestHandler, type Response } from 'express';
+
+/**
+ * What every surface that people use in a browser shares (the account pages, later the OAuth
+ * consent page and the admin dashboard): the session cookie, CSRF tokens and the Origin check.
+ *
+ * - The session cookie holds core's opaque session token (stored hashed by core):
+ *   HttpOnly, SameSite=Lax, Secure when the service is served over https.
+ * - CSRF: every state-changing form carries a token (csrf-csrf: an HMAC bound to the session,
+ *   or before sign-in to a random pre-session cookie, checked against its cookie), and a POST
+ *   whose Origin is another site is refused.
+ */
+export const SESSION_COOKIE = 'mas_session';
+const PRE_SESSION_COOKIE = 'mas_pre';
+
+export interface BrowserKit {
+  /** cookie parsing, the pre-session id, and the Origin check: mount before the pages. */
+  middleware: Router;
+  /** Refuses a POST without a valid CSRF token (403). */
+  requireCsrf: RequestHandler;
+  /** The token to put in a form's hidden `_csrf` field (sets its cookie). */
+  csrfToken(req: Request, res: Response): string;
+  sessionToken(req: Request): string | null;
+  setSession(res: Response, token: string, expiresAt: Date): void;
+  clearSession(res: Response): void;
+  /** The error `requireCsrf` passes on: the adapter answers it with its own 403 page. */
+  invalidCsrfError: Error;
+}
+
+export function browserKit(opts: { publicBaseUrl: string; secret: string }): BrowserKit {
+  const secure = opts.publicBaseUrl.startsWith('https:');
+  const publicOrigin = new URL(opts.publicBaseUrl).origin;
+  const cookie = { httpOnly: true, sameSite: 'lax' as const, secure, path: '/' };
+  const sessionToken = (req: Request): string | null => {
+    const value = (req.cookies as Record<string, unknown> | undefined)?.[SESSION_COOKIE];
+    return typeof value === 'string' && value.length > 0 && value.length <= 200 ? value : null;
+  };
+  const csrf = doubleCsrf({
+    getSecret: () => opts.secret,
+    // Bound to the session when signed in, else to the pre-session cookie set on the first page.
+    getSessionIdentifier: (req) => sessionToken(req) ?? String((req.cookies as Record<string, unknown>)[PRE_SESSION_COOKIE] ?? req.res?.locals.preSession ?? ''),
+    cookieName: secure ? '__Host-mas_csrf' : 'mas_csrf',
+    cookieOptions: { ...cookie, sameSite: 'strict' },
+    getCsrfTokenFromRequest: (req) => {
+      const token = (req.body as Record<string, unknown> | undefined)?._csrf;
+      return typeof token === 'string' ? token : null;
+    },
+  });
+
+  const middleware = Router();
+  middleware.use(cookieParser());
+  middleware.use((req, res, next) => {
+    if (!sessionToken(req) && !(req.cookies as Record<string, unknown>)[PRE_SESSION_COOKIE]) {
+      res.locals.preSession = randomBytes(18).toString('base64url');
+      res.cookie(PRE_SESSION_COOKIE, res.locals.preSession, cookie);
+    }
+    next();
+  });
+  // A form posted from another site is refused before anything else (CSRF, second line).
+  middleware.use((req, res, next) => {
+    if (req.method === 'GET' || req.method === 'HEAD') return next();
+    const origin = req.headers.origin;
+    if (origin === undefined || origin === publicOrigin || origin === `${req.protocol}://${req.headers.host}`) return next();
+    res.status(403).type('text/plain').send('Forbidden: this form was sent from another site.');
+  });
+
+  return {
+    middleware,
+    requireCsrf: csrf.doubleCsrfProtection,
+    csrfToken: (req, res) => csrf.generateCsrfToken(req, res, { overwrite: false, validateOnReuse: false }),
+    sessionToken,
+    setSession: (res, token, expiresAt) => res.cookie(SESSION_COOKIE, token, { ...cookie, expires: expiresAt }),
+    clearSession: (res) => res.clearCookie(SESSION_COOKIE, cookie),
+    invalidCsrfError: csrf.invalidCsrfTokenError,
+  };
+}

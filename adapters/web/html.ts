@@ -1,0 +1,73 @@
+/**
+ * Server-rendered HTML, no build step: a tagged template that escapes every value, and the
+ * page layout. Pages work without JavaScript; the one script (the copy button) is a file, as
+ * the security policy allows no inline script.
+ */
+export class Html {
+  readonly value: string;
+  constructor(value: string) {
+    this.value = value;
+  }
+  toString(): string {
+    return this.value;
+  }
+}
+
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+export const escape = (text: string) => text.replace(/[&<>"']/g, (c) => ESCAPES[c]!);
+
+function render(value: unknown): string {
+  if (value instanceof Html) return value.value;
+  if (Array.isArray(value)) return value.map(render).join('');
+  if (value === null || value === undefined || value === false) return '';
+  return escape(String(value));
+}
+
+export function html(strings: TemplateStringsArray, ...values: unknown[]): Html {
+  return new Html(strings.reduce((out, s, i) => out + s + (i < values.length ? render(values[i]) : ''), ''));
+}
+
+export interface PageOptions {
+  title: string;
+  /** Signed in: the navigation and the sign-out form (which needs its CSRF token). */
+  nav?: { email: string; csrf: string; current: string } | undefined;
+}
+
+const NAV = [
+  ['/account', 'Overview'],
+  ['/account/keys', 'API keys'],
+  ['/account/apps', 'Connected apps'],
+  ['/account/usage', 'Usage'],
+] as const;
+
+export function page(opts: PageOptions, body: Html): string {
+  return html`<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <meta name="viewport" content="width=device-width, initial-scale=1">
+  <title>${opts.title} · Model Access Service</title>
+  <link rel="stylesheet" href="/assets/app.css">
+</head>
+<body>
+  <header>
+    <a class="brand" href="/account">Model Access Service</a>
+    ${opts.nav
+      ? html`<nav>${NAV.map(([href, label]) => html`<a href="${href}"${opts.nav!.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
+    <form method="post" action="/logout" class="signout">
+      <input type="hidden" name="_csrf" value="${opts.nav.csrf}">
+      <span>${opts.nav.email}</span> <button type="submit">Sign out</button>
+    </form>`
+      : ''}
+  </header>
+  <main>
+    <h1>${opts.title}</h1>
+    ${body}
+  </main>
+  <script src="/assets/copy.js"></script>
+</body>
+</html>`.value;
+}
+
+/** A message box for an error or a notice. */
+export const notice = (kind: 'error' | 'info', text: string | undefined) => (text ? html`<p class="${kind}" role="${kind === 'error' ? 'alert' : 'status'}">${text}</p>` : '');

@@ -1,0 +1,116 @@
+import type { GenerationView } from '../../../core/generations/views.ts';
+import type { WalletEntryView } from '../../../core/money/history.ts';
+import { html, notice, page } from '../html.ts';
+
+type Nav = { email: string; csrf: string };
+type Balance = { coins: number; subscription_coins: number; purchased_coins: number; held_coins: number; paid_account: boolean };
+type Key = { id: string; name: string; prefix: string; created_at: string; last_used_at: string | null; revoked_at: string | null };
+
+const day = (iso: string | null) => (iso ? iso.replace('T', ' ').slice(0, 16) : '—');
+
+export function overviewPage(nav: Nav, v: { balance: Balance }) {
+  const b = v.balance;
+  return page(
+    { title: 'Overview', nav: { ...nav, current: '/account' } },
+    html`<div class="cards">
+  <div class="card">Spendable <strong>${b.coins} coins</strong></div>
+  <div class="card">Subscription <strong>${b.subscription_coins}</strong></div>
+  <div class="card">Purchased <strong>${b.purchased_coins}</strong></div>
+  <div class="card">Held by running requests <strong>${b.held_coins}</strong></div>
+</div>
+<p>${b.paid_account ? 'This is a paid account: every model is open to it.' : 'This account is not paid yet: models marked "paid accounts only" need a first top-up or a subscription.'}</p>
+<h2>Top up</h2>
+<p>1 USD buys 1000 coins. Top-ups are made by the service's operator for now: contact them with your account's email.</p>
+<p>Next: <a href="/account/keys">create an API key</a>, then see <a href="/api/v1/docs">the API reference</a>.</p>`,
+  );
+}
+
+export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; created?: { id: string; name: string; key: string } | undefined; error?: string | undefined }) {
+  const active = v.keys.filter((k) => !k.revoked_at);
+  return page(
+    { title: 'API keys', nav: { ...nav, current: '/account/keys' } },
+    html`${notice('error', v.error)}
+${v.created
+  ? html`<section class="info" role="status">
+  <p><strong>Your new key "${v.created.name}".</strong> Copy it now: it is shown only this once, and only its hash is kept.</p>
+  <div class="secret"><code id="new-key">${v.created.key}</code> <button type="button" data-copy="new-key" hidden>Copy</button></div>
+  <p>Keep it on a server, never in a browser or an app. Anyone with it spends this account's coins.</p>
+</section>`
+  : ''}
+<p>${active.length} of ${v.limit} keys in use.</p>
+<table>
+  <thead><tr><th>Name</th><th>Key</th><th>Created</th><th>Last used</th><th></th></tr></thead>
+  <tbody>${v.keys.length === 0
+    ? html`<tr><td colspan="5">No keys yet.</td></tr>`
+    : v.keys.map(
+        (k) => html`<tr><td>${k.name}</td><td><code>${k.prefix}…</code></td><td>${day(k.created_at)}</td><td>${day(k.last_used_at)}</td>
+  <td>${k.revoked_at ? html`revoked ${day(k.revoked_at)}` : html`<a href="/account/keys/${k.id}/revoke">Revoke…</a>`}</td></tr>`,
+      )}</tbody>
+</table>
+<h2>Create a key</h2>
+${active.length >= v.limit
+  ? html`<p class="info">This account has ${v.limit} active keys, the most allowed. Revoke one to create another.</p>`
+  : html`<form method="post" action="/account/keys" class="stack">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <label>Name <input type="text" name="name" maxlength="100" placeholder="my server"></label>
+  <button type="submit">Create key</button>
+</form>`}`,
+  );
+}
+
+export function revokeKeyPage(nav: Nav, key: Key) {
+  return page(
+    { title: 'Revoke a key', nav: { ...nav, current: '/account/keys' } },
+    html`<p>Revoke the key "${key.name}" (<code>${key.prefix}…</code>)? Every request made with it is refused from now on. This cannot be undone.</p>
+<form method="post" action="/account/keys/${key.id}/revoke">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <button type="submit" class="danger">Revoke the key</button> <a href="/account/keys">Cancel</a>
+</form>`,
+  );
+}
+
+export function appsPage(nav: Nav, v: { apps: { id: string; name: string; last_used_at: string | null; spent_coins: number }[] }) {
+  return page(
+    { title: 'Connected apps', nav: { ...nav, current: '/account/apps' } },
+    html`<p>Apps you connect through sign-in (MCP clients such as Claude or Cursor) appear here, each with its own key. Revoke one to stop it at once.</p>
+<table>
+  <thead><tr><th>App</th><th>Last used</th><th>Spent</th><th></th></tr></thead>
+  <tbody>${v.apps.length === 0
+    ? html`<tr><td colspan="4">No connected apps.</td></tr>`
+    : v.apps.map(
+        (a) => html`<tr><td>${a.name}</td><td>${day(a.last_used_at)}</td><td class="num">${a.spent_coins}</td>
+  <td><form method="post" action="/account/apps/${a.id}/revoke"><input type="hidden" name="_csrf" value="${nav.csrf}"><button type="submit" class="danger">Revoke</button></form></td></tr>`,
+      )}</tbody>
+</table>`,
+  );
+}
+
+export function usagePage(nav: Nav, v: { history: { data: WalletEntryView[]; has_more: boolean }; generations: GenerationView[]; cursor?: string | undefined }) {
+  const linkFor = (e: WalletEntryView) =>
+    e.reference.startsWith('gen_') ? html`<a href="#${e.reference}">${e.reference}</a>` : e.reference;
+  const next = v.history.has_more ? v.history.data.at(-1)?.id : undefined;
+  return page(
+    { title: 'Usage', nav: { ...nav, current: '/account/usage' } },
+    html`<h2>Wallet history</h2>
+<p><a href="/account/usage.csv" download>Download the history as CSV</a></p>
+<table>
+  <thead><tr><th>When</th><th>What</th><th>Reference</th><th class="num">Coins</th><th class="num">Balance after</th></tr></thead>
+  <tbody>${v.history.data.length === 0
+    ? html`<tr><td colspan="5">Nothing yet.</td></tr>`
+    : v.history.data.map(
+        (e) => html`<tr><td>${day(e.created_at)}</td><td>${e.description}</td><td>${linkFor(e)}</td><td class="num">${e.amount_coins}</td><td class="num">${e.balance_after_coins}</td></tr>`,
+      )}</tbody>
+</table>
+<p>${v.cursor ? html`<a href="/account/usage">Newest</a> ` : ''}${next ? html`<a href="/account/usage?starting_after=${next}">Older</a>` : ''}</p>
+<h2>Recent generations</h2>
+<table>
+  <thead><tr><th>Job</th><th>Model</th><th>Status</th><th class="num">Cost</th><th>Result</th></tr></thead>
+  <tbody>${v.generations.length === 0
+    ? html`<tr><td colspan="5">No generations yet.</td></tr>`
+    : v.generations.map(
+        (g) => html`<tr id="${g.id}"><td><code>${g.id}</code></td><td>${g.model}</td><td>${g.status}</td><td class="num">${g.cost_coins ?? g.price_coins}</td>
+  <td>${g.output ? html`<a href="${g.output.url}">${g.output.mime_type}</a>` : g.error ? g.error.message : ''}</td></tr>`,
+      )}</tbody>
+</table>`,
+  );
+}

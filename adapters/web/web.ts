@@ -1,0 +1,162 @@
+import path from 'node:path';
+import express, { Router, type Request, type RequestHandler, type Response } from 'express';
+import type { Logger } from 'pino';
+import { createContext, type CoreDeps } from '../../core/context.ts';
+import { MAX_ACTIVE_KEYS } from '../../core/keys/keys.ts';
+import { createCaller } from '../../core/router.ts';
+import { toCoreError } from '../../core/trpc.ts';
+import type { HttpAdapter } from '../http/app.ts';
+import type { BrowserKit } from '../http/browser.ts';
+import { sendPageError, statusOf } from './errors.ts';
+import { html, page } from './html.ts';
+import { appsPage, keysPage, overviewPage, revokeKeyPage, usagePage } from './pages/account.ts';
+import { loginLinkPage, safeNext, signInPage, signUpPage } from './pages/auth.ts';
+
+export interface WebOptions {
+  kit: BrowserKit;
+  logger: Logger;
+  /** SIGNUP=open|closed (core refuses a sign-up when closed; the page says so first). */
+  signupOpen: boolean;
+}
+
+/**
+ * The account pages for people, at the site's root: sign-up, sign-in, the overview, API keys,
+ * connected apps and usage. Each handler is a route like REST's: parse the form, call one core
+ * use case with the session's credential, render. Rules (the 10-key limit, ownership of every
+ * key and job) are core's.
+ */
+export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
+  const { kit } = opts;
+  const router = Router();
+  router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
+  router.use(kit.middleware);
+  router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
+
+  const core = (req: Request) => createCaller(createContext(deps, { kind: 'session', token: kit.sessionToken(req) }, { requestId: String(req.id) }));
+  const form = (req: Request, field: string) => {
+    const value = (req.body as Record<string, unknown> | undefined)?.[field];
+    return typeof value === 'string' ? value : '';
+  };
+  type Me = Awaited<ReturnType<ReturnType<typeof core>['accounts']['me']>>;
+  const signedIn = (fn: (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me) => Promise<void>): RequestHandler => async (req, res) => {
+    try {
+      const me = await core(req).accounts.me();
+      await fn(req, res, { email: me.email, csrf: kit.csrfToken(req, res) }, me);
+    } catch (err) {
+      sendPageError(req, res, err);
+    }
+  };
+  const label = (route: string): RequestHandler => (_req, res, next) => {
+    res.locals.route = route;
+    next();
+  };
+  const send = (res: Response, body: string, status = 200) => void res.status(status).type('html').send(body);
+
+  router.get('/', (req, res) => res.redirect(303, kit.sessionToken(req) ? '/account' : '/login'));
+  router.get('/favicon.ico', (_req, res) => void res.status(204).end());
+
+  router.get('/signup', label('/signup'), (req, res) => send(res, signUpPage({ csrf: kit.csrfToken(req, res), open: opts.signupOpen })));
+  router.post('/signup', label('/signup'), kit.requireCsrf, async (req, res) => {
+    const email = form(req, 'email');
+    try {
+      const session = await core(req).accounts.signUp({ email, password: form(req, 'password') });
+      kit.setSession(res, session.token, new Date(session.expires_at));
+      res.redirect(303, '/account');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) return sendPageError(req, res, err);
+      send(res, signUpPage({ csrf: kit.csrfToken(req, res), email, error: failure.message, open: opts.signupOpen }), statusOf(failure.code));
+    }
+  });
+
+  router.get('/login', label('/login'), (req, res) => send(res, signInPage({ csrf: kit.csrfToken(req, res), next: safeNext(req.query.next) })));
+  router.post('/login', label('/login'), kit.requireCsrf, async (req, res) => {
+    const email = form(req, 'email');
+    const next = safeNext(form(req, 'next'));
+    try {
+      const session = await core(req).accounts.signIn({ email, password: form(req, 'password') });
+      kit.setSession(res, session.token, new Date(session.expires_at));
+      res.redirect(303, next);
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) return sendPageError(req, res, err);
+      send(res, signInPage({ csrf: kit.csrfToken(req, res), email, next, error: failure.message }), statusOf(failure.code));
+    }
+  });
+
+  router.get('/login/link', label('/login/link'), (req, res) => send(res, loginLinkPage({ csrf: kit.csrfToken(req, res), token: String(req.query.token ?? '').slice(0, 200) })));
+  router.post('/login/link', label('/login/link'), kit.requireCsrf, async (req, res) => {
+    try {
+      const session = await core(req).accounts.redeemLoginLink({ token: form(req, 'token') });
+      kit.setSession(res, session.token, new Date(session.expires_at));
+      res.redirect(303, '/account');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) return sendPageError(req, res, err);
+      send(res, loginLinkPage({ csrf: kit.csrfToken(req, res), token: '', error: failure.message }), statusOf(failure.code));
+    }
+  });
+
+  router.post('/logout', label('/logout'), kit.requireCsrf, async (req, res) => {
+    await core(req).accounts.signOut().catch(() => undefined);
+    kit.clearSession(res);
+    res.redirect(303, '/login');
+  });
+
+  router.get('/account', label('/account'), signedIn(async (_req, res, nav, me) => send(res, overviewPage(nav, { balance: me.balance }))));
+
+  const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string }; error?: string; status?: number } = {}) => {
+    const keys = await core(req).account.keys.list();
+    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, created: extra.created, error: extra.error }), extra.status);
+  };
+  router.get('/account/keys', label('/account/keys'), signedIn((req, res, nav) => renderKeys(req, res, nav)));
+  router.post('/account/keys', label('/account/keys'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    const name = form(req, 'name').trim();
+    try {
+      const created = await core(req).account.keys.create(name ? { name } : {});
+      // Shown once, in this answer only: never cached, never in a URL.
+      res.setHeader('Cache-Control', 'no-store');
+      await renderKeys(req, res, nav, { created: { id: created.id, name: created.name, key: created.key } });
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized') throw err;
+      await renderKeys(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+    }
+  }));
+  router.get('/account/keys/:id/revoke', label('/account/keys/:id/revoke'), signedIn(async (req, res, nav) => {
+    const key = (await core(req).account.keys.list()).data.find((k) => k.id === req.params.id && !k.revoked_at);
+    if (!key) return send(res, page({ title: 'Not found', nav: { ...nav, current: '/account/keys' } }, html`<p class="error" role="alert">No such active key.</p>`), 404);
+    send(res, revokeKeyPage(nav, key));
+  }));
+  router.post('/account/keys/:id/revoke', label('/account/keys/:id/revoke'), kit.requireCsrf, signedIn(async (req, res) => {
+    await core(req).account.keys.revoke({ id: String(req.params.id) });
+    res.redirect(303, '/account/keys');
+  }));
+
+  // App connections arrive with OAuth (issue 17); until then the list is empty.
+  router.get('/account/apps', label('/account/apps'), signedIn(async (_req, res, nav) => send(res, appsPage(nav, { apps: [] }))));
+
+  router.get('/account/usage', label('/account/usage'), signedIn(async (req, res, nav) => {
+    const cursor = typeof req.query.starting_after === 'string' ? req.query.starting_after : undefined;
+    const [history, generations] = await Promise.all([
+      core(req).account.history({ limit: 25, ...(cursor ? { starting_after: cursor } : {}) }),
+      core(req).account.generations.list({ limit: 10 }),
+    ]);
+    send(res, usagePage(nav, { history, generations: generations.data, cursor }));
+  }));
+  router.get('/account/usage.csv', label('/account/usage.csv'), signedIn(async (req, res) => {
+    const csv = await core(req).account.historyCsv();
+    res.setHeader('Content-Type', csv.content_type);
+    res.setHeader('Content-Disposition', `attachment; filename="${csv.filename}"`);
+    res.send(csv.csv);
+  }));
+
+  router.use((req, res) => send(res, page({ title: 'Not found' }, html`<p>There is no page at ${req.path}. <a href="/account">Your account</a></p>`), 404));
+  router.use(((err, req, res, _next) => {
+    if ((err as { code?: string }).code === 'EBADCSRFTOKEN' || err === kit.invalidCsrfError) {
+      return send(res, page({ title: 'Form expired' }, html`<p class="error" role="alert">This form has expired or did not come from this site. Go back, reload the page and try again.</p>`), 403);
+    }
+    sendPageError(req, res, err);
+  }) as express.ErrorRequestHandler);
+  return { path: '/', router };
+}
