@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { statementPool } from '../adapters/db/statement-pool.ts';
-import { createRateLimiter } from '../adapters/limits/rate-limiter.ts';
+import { createRateLimiter, createWindowLimiter } from '../adapters/limits/rate-limiter.ts';
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
 import { restLinks } from '../adapters/rest/links.ts';
@@ -46,6 +46,11 @@ export type WiredCore = CoreDeps & { close(): Promise<void> };
 
 export function wireCore(env: Env, parts: WireParts): WiredCore {
   const rateLimiter = createRateLimiter({ perMinute: env.RATE_LIMIT_PER_MINUTE, redisUrl: env.REDIS_URL });
+  // Guessing passwords: 10 attempts per email and 30 per client address in 15 minutes.
+  const attempts = {
+    perEmail: createWindowLimiter({ points: 10, durationSeconds: 900, prefix: 'mas:attempts:email', redisUrl: env.REDIS_URL }),
+    perIp: createWindowLimiter({ points: 30, durationSeconds: 900, prefix: 'mas:attempts:ip', redisUrl: env.REDIS_URL }),
+  };
   const urlGuard = createUrlGuard({ allowlist: env.INPUT_URL_ALLOWLIST });
   const statements = statementPool(parts.orm, { logger: parts.logger });
   const deps = createCoreDeps({
@@ -71,6 +76,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     // Signed links point where the REST adapter serves their bytes.
     signer: createUrlSigner(parts.signingSecret, restLinks(env.PUBLIC_BASE_URL)),
     rateLimiter,
+    attempts,
     generations: parts.generations,
     clock: parts.clock,
     catalogTtlMs: parts.catalogTtlMs,
@@ -81,7 +87,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       signupOpen: env.SIGNUP === 'open',
     },
   });
-  return { ...deps, close: async () => void (await Promise.all([rateLimiter.close(), statements.close()])) };
+  return { ...deps, close: async () => void (await Promise.all([rateLimiter.close(), attempts.perEmail.close(), attempts.perIp.close(), statements.close()])) };
 }
 
 /** A process's connections and its wired core: what main.ts, worker.ts and the CLI start from. */

@@ -49,6 +49,8 @@ export interface CoreDeps {
   catalog: ModelCatalog;
   providers: ProviderRegistry;
   rateLimiter: RateLimiter;
+  /** Sign-in, sign-up and login-link attempts, counted per email and per client address. */
+  attempts: { perEmail: RateLimiter; perIp: RateLimiter };
   media: MediaProviderRegistry;
   storage: ResultStorage;
   urlGuard: UrlGuard;
@@ -80,6 +82,7 @@ export function createCoreDeps(
     logger: args.logger,
     providers: args.providers,
     rateLimiter: args.rateLimiter,
+    attempts: args.attempts,
     media: args.media,
     storage: args.storage,
     urlGuard: args.urlGuard,
@@ -106,6 +109,8 @@ export interface CoreContext {
   /** The caller's credential as the adapter received it; the base procedures check it. */
   credential: Credential;
   requestId: string | undefined;
+  /** The client's address as the transport saw it (behind a proxy, with TRUST_PROXY): attempt limits count by it. */
+  clientIp: string | undefined;
   /** Aborted when the client goes away: long calls (chat) stop their upstream work. */
   signal: AbortSignal;
   meta: CallMeta;
@@ -114,13 +119,14 @@ export interface CoreContext {
 export function createContext(
   deps: CoreDeps,
   credential: Credential,
-  opts: { requestId?: string | undefined; signal?: AbortSignal | undefined; meta?: CallMeta | undefined } = {},
+  opts: { requestId?: string | undefined; clientIp?: string | undefined; signal?: AbortSignal | undefined; meta?: CallMeta | undefined } = {},
 ): CoreContext {
   return {
     deps,
     em: deps.orm.em.fork(),
     credential,
     requestId: opts.requestId,
+    clientIp: opts.clientIp,
     signal: opts.signal ?? new AbortController().signal,
     meta: opts.meta ?? {},
   };

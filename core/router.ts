@@ -3,7 +3,7 @@ import { accountOverview } from './accounts/account-overview.ts';
 import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
 import { historyCsv } from './accounts/history-csv.ts';
 import { loginLinkFor, setPasswordInput, setPasswordFor } from './accounts/operator-access.ts';
-import { changePassword, changePasswordInput, cookieOf, loginTokenInput, redeemLoginLink, signIn, signInInput, signOut, signUp, signUpInput } from './accounts/sign-in.ts';
+import { changePassword, changePasswordInput, callerOf, loginTokenInput, redeemLoginLink, signIn, signInInput, signOut, signUp, signUpInput } from './accounts/sign-in.ts';
 import { adminTokenIdInput, createAdminToken, createAdminTokenInput, revokeAdminToken } from './auth/admin-tokens.ts';
 import { modelIdInput, modelTypeFilter, syncCatalog } from './catalog/catalog.ts';
 import { getModel, listModels } from './catalog/read-models.ts';
@@ -104,16 +104,16 @@ export const appRouter = router({
     /** Whether `signUp` is open (SIGNUP), for the pages to offer it or not. */
     signUpOpen: publicProcedure.query(({ ctx }) => ({ object: 'signup' as const, open: ctx.deps.config.signupOpen })),
     /** A new account with its password, signed in (SIGNUP=open). */
-    signUp: publicProcedure.input(signUpInput).mutation(({ ctx, input }) => signUp(ctx.deps, ctx.em, input, cookieOf(ctx.credential))),
+    signUp: publicProcedure.input(signUpInput).mutation(({ ctx, input }) => signUp(ctx.deps, ctx.em, input, callerOf(ctx))),
     /** Email and password to a new session; an unknown email and a wrong password get one answer. */
-    signIn: publicProcedure.input(signInInput).mutation(({ ctx, input }) => signIn(ctx.deps, ctx.em, input, cookieOf(ctx.credential))),
+    signIn: publicProcedure.input(signInInput).mutation(({ ctx, input }) => signIn(ctx.deps, ctx.em, input, callerOf(ctx))),
     signOut: sessionProcedure.mutation(({ ctx }) => signOut(ctx.em, ctx.principal)),
     /** Ends every session of the account and starts a new one for the caller. */
     changePassword: sessionProcedure.input(changePasswordInput).mutation(({ ctx, input }) => changePassword(ctx.deps, ctx.em, ctx.principal, input)),
     setPassword: operatorProcedure.input(setPasswordInput).mutation(({ ctx, input }) => setPasswordFor(ctx.em, input)),
     /** A one-time sign-in token for the account, valid 15 minutes. */
     loginLink: operatorProcedure.input(forAccount).mutation(({ ctx, input }) => loginLinkFor(ctx.deps, ctx.em, input.account)),
-    redeemLoginLink: publicProcedure.input(loginTokenInput).mutation(({ ctx, input }) => redeemLoginLink(ctx.deps, ctx.em, input.token, cookieOf(ctx.credential))),
+    redeemLoginLink: publicProcedure.input(loginTokenInput).mutation(({ ctx, input }) => redeemLoginLink(ctx.deps, ctx.em, input.token, callerOf(ctx))),
   }),
 
   /** The signed-in person's own things (the account pages): each use case takes the session's account, never an account from the input. */

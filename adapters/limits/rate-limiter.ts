@@ -7,24 +7,24 @@ import type { RateLimiter, RateLimitState } from '../../core/ports.ts';
  * by default, in Redis when REDIS_URL is set so that every instance shares one count.
  */
 export function createRateLimiter(opts: { perMinute: number; redisUrl?: string | undefined }): RateLimiter & { close(): Promise<void> } {
+  return createWindowLimiter({ points: opts.perMinute, durationSeconds: 60, prefix: 'mas:rl', redisUrl: opts.redisUrl });
+}
+
+/** `points` per `durationSeconds` per key, in fixed windows (sign-in attempts use longer ones). */
+export function createWindowLimiter(opts: { points: number; durationSeconds: number; prefix: string; redisUrl?: string | undefined }): RateLimiter & { close(): Promise<void> } {
   let redis: Redis | undefined;
   let limiter: RateLimiterAbstract;
+  const window = { keyPrefix: opts.prefix, points: opts.points, duration: opts.durationSeconds };
   if (opts.redisUrl) {
     redis = new Redis(opts.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-    limiter = new RateLimiterRedis({
-      storeClient: redis,
-      keyPrefix: 'mas:rl',
-      points: opts.perMinute,
-      duration: 60,
-      // While Redis is unreachable, count per process rather than refuse every request.
-      insuranceLimiter: new RateLimiterMemory({ keyPrefix: 'mas:rl', points: opts.perMinute, duration: 60 }),
-    });
+    // While Redis is unreachable, count per process rather than refuse every request.
+    limiter = new RateLimiterRedis({ storeClient: redis, ...window, insuranceLimiter: new RateLimiterMemory(window) });
   } else {
-    limiter = new RateLimiterMemory({ keyPrefix: 'mas:rl', points: opts.perMinute, duration: 60 });
+    limiter = new RateLimiterMemory(window);
   }
   const state = (res: RateLimiterRes, allowed: boolean): RateLimitState => ({
     allowed,
-    limit: opts.perMinute,
+    limit: opts.points,
     remaining: Math.max(0, res.remainingPoints),
     resetSeconds: Math.max(1, Math.ceil(res.msBeforeNext / 1000)),
   });

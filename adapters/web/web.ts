@@ -32,7 +32,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.use(kit.middleware);
   router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
 
-  const core = (req: Request) => createCaller(createContext(deps, { kind: 'session', token: kit.sessionToken(req) }, { requestId: String(req.id) }));
+  const core = (req: Request) => createCaller(createContext(deps, { kind: 'session', token: kit.sessionToken(req) }, { requestId: String(req.id), clientIp: req.ip }));
   const form = (req: Request, field: string) => {
     const value = (req.body as Record<string, unknown> | undefined)?.[field];
     return typeof value === 'string' ? value : '';

@@ -4,7 +4,8 @@ import { consumeLoginToken } from '../auth/login-links.ts';
 import type { Credential, SessionPrincipal } from '../auth/principals.ts';
 import { endAllSessions, endSession, endSessionByToken, startSession } from '../auth/sessions.ts';
 import { CoreError, notFound } from '../errors.ts';
-import type { Clock } from '../ports.ts';
+import type { Clock, RateLimiter } from '../ports.ts';
+import { countAttempt } from './attempts.ts';
 import { isoTimeSchema } from '../views.ts';
 import { Account } from './account.entity.ts';
 import { accountView, createAccount, createAccountInput } from './accounts.ts';
@@ -46,10 +47,21 @@ export const invalidCredentials = () =>
   new CoreError('unauthorized', 'Wrong email or password.', { reason: 'invalid_credentials' });
 
 /** The session token the caller sent (the pages' cookie), if any: signing in again ends that session. */
-export const cookieOf = (credential: Credential): string | null => (credential.kind === 'session' ? credential.token : null);
+/** The caller as the sign-in use cases see it: its old session cookie (ended at sign-in) and its address. */
+export const callerOf = (ctx: { credential: Credential; clientIp: string | undefined }): Caller => ({
+  previousToken: ctx.credential.kind === 'session' ? ctx.credential.token : null,
+  ip: ctx.clientIp,
+});
 
 interface Deps {
   clock: Clock;
+  attempts: { perEmail: RateLimiter; perIp: RateLimiter };
+}
+
+/** What the transport knows of the caller: the cookie it sent (if any) and its address. */
+export interface Caller {
+  previousToken: string | null;
+  ip: string | undefined;
 }
 
 /**
@@ -79,11 +91,12 @@ export async function signUp(
   deps: Deps & { config: { signupOpen: boolean } },
   em: EntityManager,
   input: z.output<typeof signUpInput>,
-  previousToken: string | null,
+  caller: Caller,
 ): Promise<SignedIn> {
   if (!deps.config.signupOpen) {
     throw new CoreError('forbidden', 'Sign-up is closed on this service. Ask its operator for an account.', { reason: 'signup_closed' });
   }
+  await countAttempt(deps, 'signup', { ip: caller.ip });
   checkNewPassword(input.password, { email: input.email });
   const passwordHash = await hashPassword(input.password);
   const accountId = await em.transactional(async (tx) => {
@@ -91,14 +104,15 @@ export async function signUp(
     await tx.execute('update accounts set password_hash = ? where id = ?', [passwordHash, account.id]);
     return account.id;
   });
-  return signInAs(em, accountId, deps.clock(), previousToken);
+  return signInAs(em, accountId, deps.clock(), caller.previousToken);
 }
 
 /**
  * Email and password to a new session. An unknown email, an account without a password and a
  * wrong password get the same answer, after the same work (one argon2 verification).
  */
-export async function signIn(deps: Deps, em: EntityManager, input: z.output<typeof signInInput>, previousToken: string | null): Promise<SignedIn> {
+export async function signIn(deps: Deps, em: EntityManager, input: z.output<typeof signInInput>, caller: Caller): Promise<SignedIn> {
+  await countAttempt(deps, 'signin', { email: input.email, ip: caller.ip });
   const [row] = await em.execute<{ id: string; password_hash: string | null }[]>(
     'select id, password_hash from accounts where lower(email) = lower(?)',
     [input.email],
@@ -108,14 +122,15 @@ export async function signIn(deps: Deps, em: EntityManager, input: z.output<type
   if (needsRehash(row.password_hash)) {
     await em.execute('update accounts set password_hash = ? where id = ? and password_hash = ?', [await hashPassword(input.password), row.id, row.password_hash]);
   }
-  return signInAs(em, row.id, deps.clock(), previousToken);
+  return signInAs(em, row.id, deps.clock(), caller.previousToken);
 }
 
 /** An operator's one-time login link to a new session; a used, expired or unknown token is refused alike. */
-export async function redeemLoginLink(deps: Deps, em: EntityManager, token: string, previousToken: string | null): Promise<SignedIn> {
+export async function redeemLoginLink(deps: Deps, em: EntityManager, token: string, caller: Caller): Promise<SignedIn> {
+  await countAttempt(deps, 'login_link', { ip: caller.ip });
   const now = deps.clock();
   const accountId = await consumeLoginToken(em, token, now);
-  return signInAs(em, accountId, now, previousToken);
+  return signInAs(em, accountId, now, caller.previousToken);
 }
 
 /** Ends the caller's session. */
