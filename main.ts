@@ -14,10 +14,11 @@ const baseUrl = `${env.PUBLIC_BASE_URL}/api/v1`;
 try {
   const service = await startService(env, logger, {
     // Shown once, on the very first start, outside the logs: logs never carry a key.
-    onDemoKey: (key) =>
+    onDemoKey: (key, loginUrl) =>
       process.stdout.write(
         `\nDemo account created (demo@example.com). Its API key, shown only this once:\n\n  ${key}\n\n` +
-          `Try it:\n\n  curl -H "Authorization: Bearer ${key}" ${baseUrl}/balance\n\n`,
+          `Try it:\n\n  curl -H "Authorization: Bearer ${key}" ${baseUrl}/balance\n\n` +
+          `Sign in to its account pages with this one-time link (valid 15 minutes; \`npm run mas -- account login-link --account demo@example.com\` makes another):\n\n  ${loginUrl}\n\n`,
       ),
     onTemporalUi: (url) => process.stdout.write(`Temporal Web UI (embedded dev server): ${url}\n`),
   });

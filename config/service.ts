@@ -24,7 +24,7 @@ export interface RunningService {
 }
 
 /** The API server: core wired by the composition root, the HTTP adapters mounted on one server. */
-export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string) => void; onTemporalUi?: (url: string) => void } = {}): Promise<RunningService> {
+export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string, loginUrl: string) => void; onTemporalUi?: (url: string) => void } = {}): Promise<RunningService> {
   const runtime = await openRuntime(env, logger, { temporal: true });
   const { deps } = runtime;
   const temporal = runtime.temporal!;
@@ -32,7 +32,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   const added = await seedModels(deps.orm.em.fork(), runtime.catalog);
   if (added.length > 0) logger.info({ models: added }, 'added catalog models to the database');
   const demo = await ensureDemoAccount(deps.orm.em.fork(), env.DEMO_COINS);
-  if (demo) hooks.onDemoKey?.(demo.key);
+  if (demo) hooks.onDemoKey?.(demo.key, `${env.PUBLIC_BASE_URL}/login/link?token=${encodeURIComponent(demo.loginToken)}`);
 
   // Releases reservations left open by a process that died mid-request.
   await ensureHoldSweepSchedule(temporal.client, env.HOLD_SWEEP_INTERVAL_SECONDS, { taskQueue: env.TEMPORAL_TASK_QUEUE });

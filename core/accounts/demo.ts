@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { isCoreError } from '../errors.ts';
+import { createLoginToken } from '../auth/login-links.ts';
 import { createKey } from '../keys/keys.ts';
 import { credit } from '../money/wallet.ts';
 import { createAccount } from './accounts.ts';
@@ -8,11 +9,12 @@ import type { Micro } from '../money/coins.ts';
 export const DEMO_EMAIL = 'demo@example.com';
 
 /**
- * On the very first start (no account at all) create a demo account with demo coins and one
- * key, and return the key so the caller can show it once. Several instances starting together
+ * On the very first start (no account at all) create a demo account with demo coins, one key
+ * and a one-time sign-in link, and return the key and the link's token so the caller can show
+ * them once. Several instances starting together
  * on an empty database race on the unique email: only the winner gets a key back.
  */
-export async function ensureDemoAccount(em: EntityManager, demoCoins: Micro): Promise<{ accountId: string; key: string } | null> {
+export async function ensureDemoAccount(em: EntityManager, demoCoins: Micro, now = new Date()): Promise<{ accountId: string; key: string; loginToken: string } | null> {
   const any = await em.execute('select 1 from accounts limit 1');
   if (any.length > 0) return null;
   let accountId: string;
@@ -33,5 +35,7 @@ export async function ensureDemoAccount(em: EntityManager, demoCoins: Micro): Pr
     });
   }
   const key = await createKey(em, accountId, { name: 'Demo key' });
-  return { accountId, key: key.key };
+  // The demo account has no password: a one-time link signs its owner in to the account pages.
+  const link = await createLoginToken(em, accountId, now);
+  return { accountId, key: key.key, loginToken: link.token };
 }

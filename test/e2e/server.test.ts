@@ -48,6 +48,28 @@ describe('the server process', () => {
     expect(await res.json()).toMatchObject({ object: 'balance', coins: 1000, paid_account: true });
   });
 
+  it('prints a one-time sign-in link for the demo account that opens its account pages', async () => {
+    const [, token] = await first.proc.waitFor(/\/login\/link\?token=([\w%-]+)/);
+    const page = await fetch(`${first.base}/login/link?token=${token}`);
+    const cookies = page.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+    const csrf = /name="_csrf" value="([^"]+)"/.exec(await page.text())![1]!;
+    const redeem = async () =>
+      fetch(`${first.base}/login/link`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: { cookie: cookies, 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ _csrf: csrf, token: decodeURIComponent(token!) }),
+      });
+    const signedIn = await redeem();
+    expect(signedIn.status).toBe(303);
+    expect(signedIn.headers.get('location')).toBe('/account');
+    const session = signedIn.headers.getSetCookie().find((c) => c.startsWith('mas_session='))!.split(';')[0]!;
+    const overview = await fetch(`${first.base}/account`, { headers: { cookie: session } });
+    expect(await overview.text()).toContain('demo@example.com');
+    // One use only.
+    expect((await redeem()).status).toBe(401);
+  });
+
   it('serves /healthz, /readyz and Prometheus /metrics publicly', async () => {
     expect(await (await fetch(`${first.base}/healthz`)).json()).toEqual({ status: 'ok' });
     expect(await (await fetch(`${first.base}/readyz`)).json()).toEqual({ status: 'ok', database: 'ok' });
