@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { appConnectionIdInput, listAppConnections, revokeAppConnection } from './apps/connections.ts';
 import { accountOverview } from './accounts/account-overview.ts';
 import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
 import { historyCsv } from './accounts/history-csv.ts';
@@ -126,6 +127,10 @@ export const appRouter = router({
     history: sessionProcedure.input(historyInput).query(({ ctx, input }) => listHistory(ctx.em, ctx.principal.accountId, input)),
     /** The whole history (at most 10,000 rows, the newest) as CSV text. */
     historyCsv: sessionProcedure.query(({ ctx }) => historyCsv(ctx.em, ctx.principal.accountId)),
+    apps: router({
+      list: sessionProcedure.query(({ ctx }) => listAppConnections(ctx.em, ctx.principal.accountId)),
+      revoke: sessionProcedure.input(appConnectionIdInput).mutation(({ ctx, input }) => revokeAppConnection(ctx.em, ctx.principal.accountId, input.id)),
+    }),
     generations: router({
       list: sessionProcedure.input(listGenerationsInput).query(({ ctx, input }) => listGenerations(ctx.deps, ctx.em, ctx.principal.accountId, input)),
       get: sessionProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),

@@ -133,8 +133,11 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     res.redirect(303, '/account/keys');
   }));
 
-  // App connections arrive with OAuth (issue 17); until then the list is empty.
-  router.get('/account/apps', label('/account/apps'), signedIn(async (_req, res, nav) => send(res, appsPage(nav, { apps: [] }))));
+  router.get('/account/apps', label('/account/apps'), signedIn(async (req, res, nav) => send(res, appsPage(nav, { apps: (await core(req).account.apps.list()).data }))));
+  router.post('/account/apps/:id/revoke', label('/account/apps/:id/revoke'), kit.requireCsrf, signedIn(async (req, res) => {
+    await core(req).account.apps.revoke({ id: String(req.params.id) });
+    res.redirect(303, '/account/apps');
+  }));
 
   router.get('/account/usage', label('/account/usage'), signedIn(async (req, res, nav) => {
     const cursor = typeof req.query.starting_after === 'string' ? req.query.starting_after : undefined;

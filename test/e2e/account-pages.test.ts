@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { artifactPath, launchChromium } from '../support/browser.ts';
+import { makeAppConnection } from '../support/apps.ts';
 import { makeAccount, makeKey, uniqueEmail } from '../support/db.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 
@@ -132,7 +133,16 @@ describe('the account pages', () => {
     await page.waitForURL(/\/account\/usage$/);
     await page.goto(`${h.base}/account/apps`);
     await expect(page.getByText('No connected apps.').isVisible()).resolves.toBe(true);
+    // An app connected through OAuth (issue 17 makes them) is listed and revoked here.
+    const accountId = (await createCaller(createContext(h.deps, { kind: 'internal' })).accounts.get({ account: email })).id;
+    const app = await makeAppConnection(h.orm, accountId, { name: 'Cursor' });
+    await page.goto(`${h.base}/account/apps`);
+    await expect(page.getByRole('cell', { name: 'Cursor', exact: true }).isVisible()).resolves.toBe(true);
     await shot('apps.png');
+    await page.getByRole('button', { name: 'Revoke Cursor' }).click();
+    await page.waitForURL(/\/account\/apps$/);
+    await expect(page.getByText(/revoked/).first().isVisible()).resolves.toBe(true);
+    expect((await api('/balance', app.key.key)).status).toBe(401);
     const missing = await page.goto(`${h.base}/no/such/page`);
     expect(missing?.status()).toBe(404);
   });

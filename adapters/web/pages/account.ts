@@ -1,3 +1,4 @@
+import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import type { GenerationView } from '../../../core/generations/views.ts';
 import type { WalletEntryView } from '../../../core/money/history.ts';
 import { html, notice, page } from '../html.ts';
@@ -69,17 +70,20 @@ export function revokeKeyPage(nav: Nav, key: Key) {
   );
 }
 
-export function appsPage(nav: Nav, v: { apps: { id: string; name: string; last_used_at: string | null; spent_coins: number }[] }) {
+export function appsPage(nav: Nav, v: { apps: AppConnectionView[] }) {
   return page(
     { title: 'Connected apps', nav: { ...nav, current: '/account/apps' } },
     html`<p>Apps you connect through sign-in (MCP clients such as Claude or Cursor) appear here, each with its own key. Revoke one to stop it at once.</p>
 <table>
-  <thead><tr><th>App</th><th>Last used</th><th>Spent</th><th></th></tr></thead>
+  <thead><tr><th>App</th><th>Signs in through</th><th>Connected</th><th>Last used</th><th class="num">Spent</th><th class="num">Cap</th><th>Expires</th><th></th></tr></thead>
   <tbody>${v.apps.length === 0
-    ? html`<tr><td colspan="4">No connected apps.</td></tr>`
+    ? html`<tr><td colspan="8">No connected apps.</td></tr>`
     : v.apps.map(
-        (a) => html`<tr><td>${a.name}</td><td>${day(a.last_used_at)}</td><td class="num">${a.spent_coins}</td>
-  <td><form method="post" action="/account/apps/${a.id}/revoke"><input type="hidden" name="_csrf" value="${nav.csrf}"><button type="submit" class="danger">Revoke</button></form></td></tr>`,
+        (a) => html`<tr><td>${a.name}</td><td>${a.redirect_host}</td><td>${day(a.created_at)}</td><td>${day(a.last_used_at)}</td><td class="num">${a.spent_coins}</td>
+  <td class="num">${a.spend_cap_coins ?? 'none'}</td><td>${day(a.expires_at)}</td>
+  <td>${a.revoked_at
+    ? html`revoked ${day(a.revoked_at)}`
+    : html`<form method="post" action="/account/apps/${a.id}/revoke"><input type="hidden" name="_csrf" value="${nav.csrf}"><button type="submit" class="danger" aria-label="Revoke ${a.name}">Revoke</button></form>`}</td></tr>`,
       )}</tbody>
 </table>`,
   );
