@@ -1,29 +1,15 @@
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
-import { publicError, type CoreError, type CoreErrorCode } from '../../core/errors.ts';
+import { publicError, type CoreError } from '../../core/errors.ts';
+import { HTTP_STATUS } from '../http/status.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { restMessage } from './phrasing.ts';
 
 /**
- * The one table that turns errors into HTTP answers for this adapter, documented in
- * docs/errors.md: the status of each core error (its type and code are core's
- * ERROR_VOCABULARY). Every answer has the shape {"error":{"message","type","code"}}.
+ * How this adapter answers errors, documented in docs/errors.md: the status of each core error
+ * (adapters/http/status.ts), its type and code (core's ERROR_VOCABULARY) and REST's own
+ * phrasing. Every answer has the shape {"error":{"message","type","code"}}.
  */
-const STATUS: Record<CoreErrorCode, number> = {
-  invalid_request: 400,
-  limit_reached: 400,
-  unauthorized: 401,
-  insufficient_balance: 402,
-  paid_account_required: 403,
-  forbidden: 403,
-  not_found: 404,
-  conflict: 409,
-  idempotency_conflict: 422,
-  rate_limited: 429,
-  upstream_failed: 502,
-  upstream_timeout: 504,
-  unavailable: 503,
-};
 
 /** Errors raised by the HTTP layer itself, before any use case runs. */
 const HTTP_ERRORS = {
@@ -47,7 +33,7 @@ export function sendHttpError(res: Response, code: HttpErrorCode, message?: stri
 
 /** The status and body of a core error, for a response or for an error event in a stream. */
 export function coreErrorBody(err: CoreError): { status: number; body: { error: { message: string; type: string; code: string } } } {
-  return { status: STATUS[err.code], body: { error: publicError(err, restMessage(err)) } };
+  return { status: HTTP_STATUS[err.code], body: { error: publicError(err, restMessage(err)) } };
 }
 
 export function sendCoreError(res: Response, err: CoreError): void {

@@ -1,26 +1,10 @@
 import type { Request, Response } from 'express';
 import type { CoreErrorCode } from '../../core/errors.ts';
 import { toCoreError } from '../../core/trpc.ts';
+import { HTTP_STATUS } from '../http/status.ts';
 import { html, page } from './html.ts';
 
-/** The one table of this adapter: the HTTP status of an error page, by core error code. */
-const STATUS: Record<CoreErrorCode, number> = {
-  invalid_request: 400,
-  limit_reached: 400,
-  unauthorized: 401,
-  insufficient_balance: 402,
-  paid_account_required: 403,
-  forbidden: 403,
-  not_found: 404,
-  conflict: 409,
-  idempotency_conflict: 422,
-  rate_limited: 429,
-  upstream_failed: 502,
-  upstream_timeout: 504,
-  unavailable: 503,
-};
-
-export const statusOf = (code: CoreErrorCode) => STATUS[code];
+export const statusOf = (code: CoreErrorCode) => HTTP_STATUS[code];
 
 /**
  * What a page does with an error: signed out (or the session ended) goes to the sign-in page
@@ -34,7 +18,7 @@ export function sendPageError(req: Request, res: Response, err: unknown): void {
     return;
   }
   if (core) {
-    res.status(STATUS[core.code]).type('html').send(page({ title: core.code === 'not_found' ? 'Not found' : 'Something is wrong' }, html`<p class="error" role="alert">${core.message}</p><p><a href="/account">Back to your account</a></p>`));
+    res.status(HTTP_STATUS[core.code]).type('html').send(page({ title: core.code === 'not_found' ? 'Not found' : 'Something is wrong' }, html`<p class="error" role="alert">${core.message}</p><p><a href="/account">Back to your account</a></p>`));
     return;
   }
   req.log?.error({ err }, 'page failed');

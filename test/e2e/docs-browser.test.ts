@@ -1,29 +1,25 @@
-import type { Server } from 'node:http';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { artifactPath, launchChromium } from '../support/browser.ts';
 import { openTestOrm, testDeps } from '../support/db.ts';
-import { createTestApp } from '../support/http.ts';
+import { createTestApp, serve } from '../support/http.ts';
 
 /** The API reference page in a real Chromium, under the service's security headers (a CSP with no inline script). */
 let orm: MikroORM;
-let server: Server;
+let served: Awaited<ReturnType<typeof serve>>;
 let base: string;
 let browser: Browser;
 beforeAll(async () => {
   orm = await openTestOrm();
   const app = createTestApp({ deps: testDeps(orm) });
-  server = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  served = await serve(app);
+  base = served.base;
   browser = await launchChromium();
 });
 afterAll(async () => {
   await browser?.close();
-  server?.closeAllConnections();
-  await new Promise((r) => server?.close(r));
+  await served?.close();
   await orm?.close();
 });
 

@@ -1,24 +1,20 @@
-import type { Server } from 'node:http';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
-import { createTestApp } from '../support/http.ts';
+import { createTestApp, serve } from '../support/http.ts';
 
 /** CSRF on the account pages' forms, over real HTTP: the token, its cookie and the Origin must all agree. */
 let orm: MikroORM;
-let server: Server;
+let served: Awaited<ReturnType<typeof serve>>;
 let base: string;
 beforeAll(async () => {
   orm = await openTestOrm();
   const app = createTestApp({ deps: testDeps(orm) });
-  server = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  served = await serve(app);
+  base = served.base;
 });
 afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((r) => server.close(r));
+  await served.close();
   await orm.close();
 });
 

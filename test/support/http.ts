@@ -55,3 +55,18 @@ export async function getJson(url: string, init: RequestInit = {}) {
 }
 
 export const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+
+/** Serves an app on a free port of this machine; `close` ends its connections too. */
+export async function serve(app: Express): Promise<{ base: string; close: () => Promise<void> }> {
+  const server = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return {
+    base: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
