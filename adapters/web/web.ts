@@ -28,6 +28,8 @@ export interface WebOptions {
 export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   const { kit } = opts;
   const router = Router();
+  // The APIs' paths are never pages: an unknown /api/… path gets the JSON 404, and no cookie.
+  router.use((req, _res, next) => next(req.path === '/api' || req.path.startsWith('/api/') ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
   router.use(kit.middleware);
   router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));

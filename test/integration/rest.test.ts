@@ -46,13 +46,17 @@ describe('REST errors', () => {
     expectErrorShape(await bad.json(), 'invalid_request_error', 'invalid_json');
   });
 
-  it('answers an unknown route with 404 and a wrong method with 405, never HTML', async () => {
-    for (const path of ['/api/v1/nope', '/nope', '/api/v2/balance', '/']) {
+  it('answers an unknown API route with 404 and a wrong method with 405, never HTML (other paths are the account pages)', async () => {
+    for (const path of ['/api/v1/nope', '/api/v2/balance', '/api', '/api/']) {
       const res = await fetch(`${api.url}${path}`, { headers: bearer(key) });
       expect(res.status).toBe(404);
       expect(res.headers.get('content-type')).toMatch(/application\/json/);
+      expect(res.headers.get('set-cookie')).toBeNull();
       expectErrorShape(await res.json(), 'not_found_error', 'unknown_route');
     }
+    const page = await fetch(`${api.url}/nope`);
+    expect(page.status).toBe(404);
+    expect(page.headers.get('content-type')).toMatch(/text\/html/);
     const wrong = await fetch(`${api.url}/api/v1/balance`, { method: 'DELETE', headers: bearer(key) });
     expect(wrong.status).toBe(405);
     expect(wrong.headers.get('allow')).toBe('GET, HEAD');
