@@ -105,7 +105,20 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     res.redirect(303, '/login');
   });
 
-  router.get('/account', label('/account'), signedIn(async (_req, res, nav, me) => send(res, overviewPage(nav, { balance: me.balance }))));
+  router.get('/account', label('/account'), signedIn(async (req, res, nav, me) => send(res, overviewPage(nav, { balance: me.balance, passwordChanged: req.query.password === 'changed' }))));
+  router.post('/account/password', label('/account/password'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    const current = form(req, 'current_password');
+    try {
+      // Every session of the account ends; this browser gets the new one.
+      const session = await core(req).accounts.changePassword({ new_password: form(req, 'new_password'), ...(current ? { current_password: current } : {}) });
+      kit.setSession(res, session.token, new Date(session.expires_at));
+      res.redirect(303, '/account?password=changed');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized') throw err;
+      send(res, overviewPage(nav, { balance: me.balance, passwordError: failure.message }), statusOf(failure.code));
+    }
+  }));
 
   const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string }; error?: string; status?: number } = {}) => {
     const keys = await core(req).account.keys.list();

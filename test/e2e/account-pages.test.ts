@@ -25,7 +25,8 @@ afterAll(async () => {
 });
 
 const email = uniqueEmail('pages');
-const password = 'correct horse battery staple 42';
+let password = 'correct horse battery staple 42';
+const newPassword = 'another long passphrase 2027';
 const api = (path: string, key: string) => fetch(`${h.base}/api/v1${path}`, { headers: { authorization: `Bearer ${key}` } });
 const shot = async (name: string) => page.screenshot({ path: await artifactPath(name), fullPage: true });
 
@@ -121,6 +122,27 @@ describe('the account pages', () => {
     expect((await api('/balance', theirs.key)).status).toBe(200);
     const confirm = await page.goto(`${h.base}/account/keys/${theirs.id}/revoke`);
     expect(confirm?.status()).toBe(404);
+  });
+
+  it('changes the password: other sessions end, this browser stays signed in', async () => {
+    const other = await browser.newContext();
+    const second = await other.newPage();
+    await second.goto(`${h.base}/login`);
+    await second.getByLabel('Email').fill(email);
+    await second.getByLabel('Password').fill(password);
+    await second.getByRole('button', { name: 'Sign in' }).click();
+    await second.waitForURL(/\/account$/);
+
+    await page.goto(`${h.base}/account`);
+    await page.getByLabel(/Current password/).fill(password);
+    await page.getByLabel(/New password/).fill(newPassword);
+    await page.getByRole('button', { name: 'Change password' }).click();
+    await page.waitForURL(/password=changed/);
+    await expect(page.getByText(/password is changed/).isVisible()).resolves.toBe(true);
+    await second.goto(`${h.base}/account/keys`);
+    await second.waitForURL(/\/login\?next=/);
+    await other.close();
+    password = newPassword;
   });
 
   it('signed out, an account page sends to sign-in and back', async () => {

@@ -9,7 +9,7 @@ type Key = { id: string; name: string; prefix: string; created_at: string; last_
 
 const day = (iso: string | null) => (iso ? iso.replace('T', ' ').slice(0, 16) : '—');
 
-export function overviewPage(nav: Nav, v: { balance: Balance }) {
+export function overviewPage(nav: Nav, v: { balance: Balance; passwordError?: string | undefined; passwordChanged?: boolean }) {
   const b = v.balance;
   return page(
     { title: 'Overview', nav: { ...nav, current: '/account' } },
@@ -22,7 +22,15 @@ export function overviewPage(nav: Nav, v: { balance: Balance }) {
 <p>${b.paid_account ? 'This is a paid account: every model is open to it.' : 'This account is not paid yet: models marked "paid accounts only" need a first top-up or a subscription.'}</p>
 <h2>Top up</h2>
 <p>1 USD buys 1000 coins. Top-ups are made by the service's operator for now: contact them with your account's email.</p>
-<p>Next: <a href="/account/keys">create an API key</a>, then see <a href="/api/v1/docs">the API reference</a>.</p>`,
+<p>Next: <a href="/account/keys">create an API key</a>, then see <a href="/api/v1/docs">the API reference</a>.</p>
+<h2>Password</h2>
+${notice('error', v.passwordError)}${v.passwordChanged ? notice('info', 'Your password is changed. Every other session of this account has been signed out.') : ''}
+<form method="post" action="/account/password" class="stack">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <label>Current password (leave empty if the account has none yet) <input type="password" name="current_password" autocomplete="current-password" maxlength="256"></label>
+  <label>New password (at least 12 characters) <input type="password" name="new_password" autocomplete="new-password" required minlength="12" maxlength="256"></label>
+  <button type="submit">Change password</button>
+</form>`,
   );
 }
 
