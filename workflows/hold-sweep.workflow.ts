@@ -1,4 +1,4 @@
-import { proxyActivities } from '@temporalio/workflow';
+import { patched, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
 const { releaseExpiredHolds, restartStaleGenerations } = proxyActivities<Activities>({
@@ -12,7 +12,13 @@ const { releaseExpiredHolds, restartStaleGenerations } = proxyActivities<Activit
  * are harmless; each hold still ends exactly once.
  */
 export async function holdSweepWorkflow(): Promise<number> {
-  // Jobs accepted but never started (a crash between the HTTP answer and the workflow start).
+  if (patched('release-holds-first')) {
+    // Money first: a failure to restart a job must never keep expired holds open.
+    const released = await releaseExpiredHolds();
+    // Jobs accepted but never started (a crash between the HTTP answer and the workflow start).
+    await restartStaleGenerations();
+    return released;
+  }
   await restartStaleGenerations();
   return releaseExpiredHolds();
 }

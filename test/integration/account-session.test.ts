@@ -1,5 +1,6 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { failJob } from '../../core/generations/end-job.ts';
 import { runCli, type CliConnection } from '../../adapters/cli/mas.ts';
 import { historyCsv } from '../../core/accounts/history-csv.ts';
 import { signedInSchema } from '../../core/accounts/sign-in.ts';
@@ -24,7 +25,12 @@ beforeAll(async () => {
   orm = await openTestOrm();
   deps = { ...testDeps(orm), clock: () => now };
 });
-afterAll(() => orm.close());
+/** The queued jobs this file makes by hand: ended (refunded) at the end, so no sweep elsewhere finds them stale. */
+const madeJobs: string[] = [];
+afterAll(async () => {
+  for (const id of madeJobs) await failJob(orm.em.fork(), id, { message: 'test fixture', code: 'fixture' });
+  await orm.close();
+});
 
 const as = (credential: Credential) => createCaller(createContext(deps, credential));
 const anonymous = () => as({ kind: 'none' });
@@ -279,6 +285,7 @@ async function makeJob(accountId: string, keyId: string, createdAt: Date) {
      values (?, ?, ?, 'mas/image', 'a cat', '{}', '{}', 1000000, ?, ?)`,
     [id, accountId, keyId, holdId, createdAt],
   );
+  madeJobs.push(id);
   return id;
 }
 
