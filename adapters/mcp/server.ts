@@ -26,6 +26,18 @@ function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): ToolDefinition['
   return rest as ToolDefinition['inputSchema'];
 }
 
+/** The tools as tools/list describes them: their JSON Schemas are made once, not per request. */
+const DEFINITIONS: ToolDefinition[] = TOOLS.map((t) => ({
+  name: t.name,
+  title: t.title,
+  description: t.description,
+  inputSchema: jsonSchema(t.input, 'input'),
+  outputSchema: jsonSchema(t.output, 'output'),
+  annotations: { title: t.title, ...t.annotations },
+}));
+const BY_NAME = new Map(TOOLS.map((t) => [t.name, t]));
+const KNOWN_ARGUMENTS = new Map(DEFINITIONS.map((d) => [d.name, new Set(Object.keys(d.inputSchema.properties ?? {}))]));
+
 /**
  * A JSON-RPC error. Not McpError: it writes "MCP error <code>:" into its own message, which
  * the client then prefixes again.
@@ -51,30 +63,22 @@ export interface McpServerOptions {
  */
 export function createMcpServer(opts: McpServerOptions): Server {
   const server = new Server({ name: 'model-access-service', title: 'Model Access Service', version: opts.version }, { capabilities: { tools: {} }, instructions: INSTRUCTIONS });
-  const definitions: ToolDefinition[] = TOOLS.map((t) => ({
-    name: t.name,
-    title: t.title,
-    description: t.description,
-    inputSchema: jsonSchema(t.input, 'input'),
-    outputSchema: jsonSchema(t.output, 'output'),
-    annotations: { title: t.title, ...t.annotations },
-  }));
-  const byName = new Map(TOOLS.map((t) => [t.name, t]));
-  const known = new Map(definitions.map((d) => [d.name, new Set(Object.keys(d.inputSchema.properties ?? {}))]));
-
-  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: definitions }));
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: DEFINITIONS }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const tool = byName.get(request.params.name);
+    const tool = BY_NAME.get(request.params.name);
     if (!tool) throw protocolError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}. tools/list names the tools.`);
     const token = extra._meta?.progressToken;
     const progress = async (message: string, done: number, total?: number) => {
       if (token === undefined) return;
-      await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: done, ...(total !== undefined ? { total } : {}), message } });
+      // A client that went away cannot be told: the call goes on (its job is billed as in REST).
+      await extra
+        .sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: done, ...(total !== undefined ? { total } : {}), message } })
+        .catch(() => undefined);
     };
     try {
       const args = request.params.arguments ?? {};
-      const unknown = Object.keys(args).find((k) => !known.get(tool.name)!.has(k));
-      if (unknown !== undefined) throw invalid(unknown, `Unknown argument '${unknown}' for ${tool.name}. Its arguments are: ${[...known.get(tool.name)!].join(', ') || 'none'}.`, 'unknown_argument');
+      const unknown = Object.keys(args).find((k) => !KNOWN_ARGUMENTS.get(tool.name)!.has(k));
+      if (unknown !== undefined) throw invalid(unknown, `Unknown argument '${unknown}' for ${tool.name}. Its arguments are: ${[...KNOWN_ARGUMENTS.get(tool.name)!].join(', ') || 'none'}.`, 'unknown_argument');
       const parsed = tool.input.safeParse(args);
       if (!parsed.success) throw parsed.error;
       const result = await tool.run(parsed.data, { core: opts.core(extra.signal), signal: extra.signal, progress, generateWaitSeconds: opts.generateWaitSeconds });

@@ -5,7 +5,6 @@ import path from 'node:path';
 import { z } from 'zod';
 import { invalid } from '../../../core/errors.ts';
 import { fileSchema } from '../../../core/files/file-row.ts';
-import { MAX_UPLOAD_BYTES } from '../../../core/files/files.ts';
 import { defineTool } from '../tool.ts';
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -16,7 +15,7 @@ export const uploadFile = defineTool({
   description:
     'Uploads a file to use as a generation input (its id goes in generate\'s `inputs`). Give either `url`, a public http(s) URL ' +
     'the service fetches (up to 50 MB; private and local addresses are refused), or `content`, the file base64-encoded, with a ' +
-    '`filename` (bounded by the request size limit: about 48 MB of file). The kind (image, video, audio, model) is read from the bytes. Free.',
+    '`filename` (bounded by the request size limit: about 12 MB of file; bigger files go by url). The kind (image, video, audio, model) is read from the bytes. Free.',
   input: z
     .object({
       url: z.string().min(1).max(2000).optional().describe('A public http(s) URL of the file, e.g. "https://example.com/photo.png".'),
@@ -39,10 +38,9 @@ export const uploadFile = defineTool({
 
 /** Decodes the base64 content into a temporary file (like REST's multipart spooling), and removes it after. */
 async function fromBase64<T>(content: string, filename: string, create: (upload: { path: string; filename: string; bytes: number; sha256: string }) => Promise<{ file: T }>): Promise<T> {
-  const text = content.replace(/\s+/g, '');
+  const text = /\s/.test(content) ? content.replace(/\s+/g, '') : content;
   if (!BASE64.test(text) || text.length % 4 === 1) throw invalid('content', "Invalid value for 'content': not base64.", 'invalid_base64');
   const bytes = Buffer.from(text, 'base64');
-  if (bytes.length > MAX_UPLOAD_BYTES) throw invalid('content', `Invalid value for 'content': the file is larger than ${MAX_UPLOAD_BYTES / 1024 / 1024} MB.`, 'file_too_large');
   const target = path.join(os.tmpdir(), `mcp-upload-${randomBytes(8).toString('hex')}`);
   await fs.writeFile(target, bytes, { mode: 0o600 });
   try {
