@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { SpendingPrincipal } from '../auth/principals.ts';
+import { CoreError } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { idempotent, requestHash } from '../idempotency.ts';
 import type { Clock, ResultStorage, UrlSigner } from '../ports.ts';
@@ -29,6 +30,10 @@ export async function createFile(
   upload: SpooledUpload,
   idempotencyKey?: string,
 ) {
+  // The transports stop reading at the limit; the rule itself is core's.
+  if (upload.bytes > MAX_UPLOAD_BYTES) {
+    throw new CoreError('invalid_request', `The file is larger than the ${MAX_UPLOAD_BYTES / 1024 / 1024} MB upload limit.`, { param: 'file', reason: 'file_too_large' });
+  }
   const work = async (tx: EntityManager) => {
     const { mimeType, type } = await detectKind(upload.path);
     const id = newId('file');

@@ -58,6 +58,10 @@ describe('output schemas', () => {
     expect(uploaded.type).toBe('image');
     fileSchema.parse(uploaded);
     fileSchema.parse(await core().files.get({ id: uploaded.id }));
+    // The upload limit is core's rule, whatever a transport let through.
+    await expect(core().files.create({ upload: { path: file, filename: 'huge.png', bytes: 50 * 1024 * 1024 + 1, sha256: 'x' } })).rejects.toMatchObject({
+      cause: { code: 'invalid_request', reason: 'file_too_large' },
+    });
     await fs.rm(dir, { recursive: true, force: true });
 
     const internal = createCaller(createContext(h.deps, { kind: 'internal' }));
