@@ -54,7 +54,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
       mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger }),
       // The account pages at the root, last: they answer every path no other adapter has.
-      webAdapter(deps, { kit: browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret }), logger, signupOpen: env.SIGNUP === 'open' }),
+      webAdapter(deps, { kit: browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret }), logger }),
     ],
   });
   const http = await listen(app, { port: env.PORT, host: env.HOST, shutdownTimeoutSeconds: env.SHUTDOWN_TIMEOUT_SECONDS, logger });

@@ -15,8 +15,6 @@ import { loginLinkPage, safeNext, signInPage, signUpPage } from './pages/auth.ts
 export interface WebOptions {
   kit: BrowserKit;
   logger: Logger;
-  /** SIGNUP=open|closed (core refuses a sign-up when closed; the page says so first). */
-  signupOpen: boolean;
 }
 
 /**
@@ -57,7 +55,10 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.get('/', (req, res) => res.redirect(303, kit.sessionToken(req) ? '/account' : '/login'));
   router.get('/favicon.ico', (_req, res) => void res.status(204).end());
 
-  router.get('/signup', label('/signup'), (req, res) => send(res, signUpPage({ csrf: kit.csrfToken(req, res), open: opts.signupOpen })));
+  router.get('/signup', label('/signup'), async (req, res) => {
+    const { open } = await core(req).accounts.signUpOpen();
+    send(res, signUpPage({ csrf: kit.csrfToken(req, res), open }));
+  });
   router.post('/signup', label('/signup'), kit.requireCsrf, async (req, res) => {
     const email = form(req, 'email');
     try {
@@ -67,7 +68,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure) return sendPageError(req, res, err);
-      send(res, signUpPage({ csrf: kit.csrfToken(req, res), email, error: failure.message, open: opts.signupOpen }), statusOf(failure.code));
+      const { open } = await core(req).accounts.signUpOpen();
+      send(res, signUpPage({ csrf: kit.csrfToken(req, res), email, error: failure.message, open }), statusOf(failure.code));
     }
   });
 
@@ -171,8 +173,13 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
 
   router.use((req, res) => send(res, page({ title: 'Not found' }, html`<p>There is no page at ${req.path}. <a href="/account">Your account</a></p>`), 404));
   router.use(((err, req, res, _next) => {
-    if ((err as { code?: string }).code === 'EBADCSRFTOKEN' || err === kit.invalidCsrfError) {
+    if (err === kit.invalidCsrfError) {
       return send(res, page({ title: 'Form expired' }, html`<p class="error" role="alert">This form has expired or did not come from this site. Go back, reload the page and try again.</p>`), 403);
+    }
+    // A form the body parser refused (too large, too many fields, an unknown charset): the client's fault, a 4xx page.
+    const status = (err as { status?: unknown }).status;
+    if (typeof status === 'number' && status >= 400 && status < 500) {
+      return send(res, page({ title: 'This form could not be read' }, html`<p class="error" role="alert">The form was too large or not readable. Go back and try again.</p>`), status);
     }
     sendPageError(req, res, err);
   }) as express.ErrorRequestHandler);

@@ -50,4 +50,14 @@ describe('CSRF on forms', () => {
     expect((await signUp(mine.cookies, { _csrf: mine.token }, { origin: 'https://evil.example' })).status).toBe(403);
     expect((await signUp('', { _csrf: mine.token })).status).toBe(403);
   });
+
+  it('a form too large, or with too many fields, is a 4xx page, never a 500', async () => {
+    const { cookies, token } = await visit();
+    const big = await signUp(cookies, { _csrf: token, email: 'x'.repeat(64 * 1024) });
+    expect(big.status).toBe(413);
+    expect(big.headers.get('content-type')).toMatch(/text\/html/);
+    const many = Object.fromEntries(Array.from({ length: 50 }, (_, i) => [`f${i}`, 'x']));
+    expect((await signUp(cookies, { _csrf: token, ...many })).status).toBe(413);
+    expect((await fetch(`${base}/login`)).status).toBe(200);
+  });
 });

@@ -20,7 +20,7 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
     adapters: [
       mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100 }),
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
-      webAdapter(opts.deps, { kit: browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' }), logger, signupOpen: opts.deps.config.signupOpen }),
+      webAdapter(opts.deps, { kit: browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' }), logger }),
     ],
   });
 }
