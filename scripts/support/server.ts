@@ -1,9 +1,9 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createWriteStream, readdirSync, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../../adapters/embedded/postgres.ts';
 
 /**
  * The real server for the scripts that test it from outside (schema-fuzz.ts, mcp-conformance.ts):
@@ -32,17 +32,6 @@ export function positiveInt(say: Say, name: string, fallback?: number): number |
     process.exit(2);
   }
   return Number(raw);
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Whether any process of the group led by `pgid` is still alive. */

@@ -16,6 +16,7 @@ import { randomBase62 } from '../../core/ids.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { refusal } from '../support/refusal.ts';
 
 /** The account pages' use cases, called with a session: sign-up, sign-in and out, passwords, login links, and the account's own things. */
 let orm: MikroORM;
@@ -38,14 +39,6 @@ const session = (token: string | null) => as({ kind: 'session', token });
 const internal = () => as({ kind: 'internal' });
 const PASSWORD = 'correct horse battery staple';
 
-async function refusal(call: Promise<unknown>) {
-  const err = await call.then(
-    () => undefined,
-    (e: unknown) => toCoreError(e),
-  );
-  if (!err) throw new Error('the call was not refused');
-  return { code: err.code, reason: err.reason, message: err.message, param: err.param };
-}
 
 /** True when the session token still works. */
 async function alive(token: string): Promise<boolean> {

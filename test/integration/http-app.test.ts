@@ -1,15 +1,14 @@
-import type { Server } from 'node:http';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { Router } from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHttpApp } from '../../adapters/http/app.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
 import { openTestOrm, silentLogger, testDeps } from '../support/db.ts';
-import { getJson } from '../support/http.ts';
+import { getJson, serve } from '../support/http.ts';
 
 /** The shared HTTP pieces, and adapters mounted side by side, each with its own error mapping. */
 let orm: MikroORM;
-let server: Server;
+let served: Awaited<ReturnType<typeof serve>>;
 let base: string;
 beforeAll(async () => {
   orm = await openTestOrm();
@@ -24,14 +23,11 @@ beforeAll(async () => {
     publicBaseUrl: 'http://localhost',
     adapters: [{ path: '/api/v1/other', router: other }, restAdapter(deps, { publicBaseUrl: 'http://localhost', logger: silentLogger })],
   });
-  server = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
-  base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  served = await serve(app);
+  base = served.base;
 });
 afterAll(async () => {
-  server.closeAllConnections();
-  await new Promise((r) => server.close(r));
+  await served.close();
   await orm.close();
 });
 

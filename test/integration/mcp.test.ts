@@ -1,4 +1,3 @@
-import type { Server } from 'node:http';
 import { Writable } from 'node:stream';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -8,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { makeAccount, makeKey, testDeps } from '../support/db.ts';
-import { createTestApp } from '../support/http.ts';
+import { createTestApp, serve } from '../support/http.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 
 /** The MCP server through the official SDK client over Streamable HTTP, on real PostgreSQL and Temporal. */
@@ -198,6 +197,14 @@ describe('MCP server', () => {
     expect((await call(client, 'upload_file', { url })).structuredContent).toMatchObject({ type: 'image', filename: 'dot.png', bytes: PNG.length });
     source.close();
     expect(errorOf(await call(client, 'upload_file', { content: '%%%', filename: 'x' }))).toMatchObject({ code: 'invalid_base64' });
+    // Over the 16 MiB body limit: 413 before any parsing, and the server goes on.
+    const tooBig = await fetch(`${h.base}/api/v1/mcp`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 9, method: 'tools/call', params: { name: 'upload_file', arguments: { content: 'A'.repeat(17 * 1024 * 1024), filename: 'x' } } }),
+    });
+    expect(tooBig.status).toBe(413);
+    expect((await call(client, 'get_balance')).isError).toBeFalsy();
     await client.close();
   });
 
@@ -263,21 +270,18 @@ describe('MCP server', () => {
 });
 
 describe('MCP rate limit and logs', () => {
-  let server: Server;
+  let served: Awaited<ReturnType<typeof serve>>;
   let base: string;
   const lines: string[] = [];
   beforeAll(async () => {
     const logger = pino({ level: 'info' }, new Writable({ write: (chunk: Buffer, _enc, done) => void (lines.push(chunk.toString()), done()) }));
     const deps = testDeps(h.orm, { perMinute: 3 });
     const app = createTestApp({ deps, logger });
-    server = await new Promise<Server>((resolve) => {
-      const s = app.listen(0, '127.0.0.1', () => resolve(s));
-    });
-    base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    served = await serve(app);
+    base = served.base;
   });
   afterAll(async () => {
-    server.closeAllConnections();
-    await new Promise((r) => server.close(r));
+    await served.close();
   });
 
   it('past the per-key request limit, a tool call is an isError result with the rate-limit code', async () => {

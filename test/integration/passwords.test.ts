@@ -16,8 +16,8 @@ import type { Credential } from '../../core/auth/principals.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { CoreError } from '../../core/errors.ts';
 import { createCaller } from '../../core/router.ts';
-import { toCoreError } from '../../core/trpc.ts';
 import { makeAccount, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { refusal } from '../support/refusal.ts';
 
 /** Passwords: argon2id hashes, the rules for a new one, and the operator's `setPassword`. */
 let orm: MikroORM;
@@ -32,14 +32,6 @@ const as = (credential: Credential) => createCaller(createContext(deps, credenti
 const internal = () => as({ kind: 'internal' });
 const GOOD = 'correct horse battery staple';
 
-async function refusal(call: Promise<unknown>) {
-  const err = await call.then(
-    () => undefined,
-    (e: unknown) => toCoreError(e),
-  );
-  if (!err) throw new Error('the call was not refused');
-  return err;
-}
 
 function ruleBroken(password: string, opts: { email?: string } = {}) {
   try {

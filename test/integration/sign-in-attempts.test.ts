@@ -2,8 +2,8 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
-import { toCoreError } from '../../core/trpc.ts';
 import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { refusal } from '../support/refusal.ts';
 
 /** Guessing passwords is slowed down per email and per client address (rate-limiter-flexible, in core's rules). */
 let orm: MikroORM;
@@ -15,11 +15,6 @@ beforeAll(async () => {
 afterAll(() => orm.close());
 
 const from = (ip: string) => createCaller(createContext(deps, { kind: 'none' }, { clientIp: ip }));
-const refusal = (call: Promise<unknown>) =>
-  call.then(
-    () => undefined,
-    (e: unknown) => toCoreError(e),
-  );
 const password = 'a sound password for tests';
 
 describe('sign-in attempts', () => {
