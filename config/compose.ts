@@ -7,6 +7,7 @@ import { statementPool } from '../adapters/db/statement-pool.ts';
 import { createRateLimiter, createWindowLimiter } from '../adapters/limits/rate-limiter.ts';
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
+import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
 import { restLinks } from '../adapters/rest/links.ts';
 import { localDiskStorage } from '../adapters/storage/local-disk.ts';
 import { s3Storage } from '../adapters/storage/s3.ts';
@@ -85,6 +86,8 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       demoCoins: env.DEMO_COINS,
       apiPricePercent: BigInt(env.API_PRICE_PERCENT),
       signupOpen: env.SIGNUP === 'open',
+      // The issuer is the service; its tokens are for the MCP server, where the MCP adapter is mounted.
+      oauth: { issuer: env.PUBLIC_BASE_URL, resource: mcpResourceUrl(env.PUBLIC_BASE_URL), httpClientIdHosts: env.INPUT_URL_ALLOWLIST },
     },
   });
   return { ...deps, close: async () => void (await Promise.all([rateLimiter.close(), attempts.perEmail.close(), attempts.perIp.close(), statements.close()])) };

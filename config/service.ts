@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { createHttpApp } from '../adapters/http/app.ts';
 import { listen } from '../adapters/http/server.ts';
 import { mcpAdapter } from '../adapters/mcp/mcp.ts';
+import { oauthAdapter } from '../adapters/mcp/oauth.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
 import { browserKit } from '../adapters/http/browser.ts';
 import { webAdapter } from '../adapters/web/web.ts';
@@ -53,6 +54,8 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
     adapters: [
       mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger }),
+      // The OAuth authorization server and metadata for MCP clients (its consent page is one of the account pages).
+      oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL }),
       // The account pages at the root, last: they answer every path no other adapter has.
       webAdapter(deps, { kit: browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret }), logger }),
     ],

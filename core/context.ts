@@ -7,6 +7,8 @@ import type { Execute } from './db/batch.ts';
 import { CoreError } from './errors.ts';
 import type { Micro } from './money/coins.ts';
 import { HoldBatcher } from './money/hold-batcher.ts';
+import type { OAuthConfig } from './oauth/authorize.ts';
+import { ClientDocuments } from './oauth/clients.ts';
 import type {
   Clock,
   GenerationStarter,
@@ -30,6 +32,8 @@ export interface CoreConfig {
   apiPricePercent: bigint;
   /** SIGNUP=open|closed: whether anyone may create an account on the account pages (`accounts.signUp`). */
   signupOpen: boolean;
+  /** The OAuth authorization server for MCP clients: its issuer and the resource its tokens are for. */
+  oauth: OAuthConfig;
 }
 
 /**
@@ -47,6 +51,8 @@ export interface CoreDeps {
   /** Reserve and settle outside a transaction (chat), batched across concurrent requests. */
   holds: HoldBatcher;
   catalog: ModelCatalog;
+  /** OAuth clients described by a metadata document at their client id URL, fetched and cached. */
+  clientDocuments: ClientDocuments;
   providers: ProviderRegistry;
   rateLimiter: RateLimiter;
   /** Sign-in, sign-up and login-link attempts, counted per email and per client address. */
@@ -67,7 +73,7 @@ const noJobRunner: GenerationStarter = {
 };
 
 export function createCoreDeps(
-  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations'> & {
+  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations' | 'clientDocuments'> & {
     /** Runs the hot path's batched statements (adapters/db/statement-pool.ts). */
     execute: Execute;
     generations?: GenerationStarter | undefined;
@@ -94,6 +100,7 @@ export function createCoreDeps(
     keys: new KeyLookup(execute),
     holds: new HoldBatcher(execute),
     catalog: new ModelCatalog(args.logger, args.catalogTtlMs),
+    clientDocuments: new ClientDocuments(args.urlGuard, args.config.oauth.httpClientIdHosts),
   };
 }
 

@@ -8,6 +8,7 @@ export type CoreErrorCode =
   | 'invalid_request' // a value the client sent is wrong; `param` names it
   | 'unauthorized' // missing, malformed, unknown or revoked key: one answer for all four
   | 'insufficient_balance'
+  | 'spend_cap_reached' // an app connection has spent the cap its person set
   | 'paid_account_required'
   | 'forbidden' // a signed link that is expired or tampered with
   | 'not_found'
@@ -28,6 +29,7 @@ export const ERROR_VOCABULARY: Record<CoreErrorCode, { type: string; code: strin
   limit_reached: { type: 'invalid_request_error', code: 'limit_reached' },
   unauthorized: { type: 'authentication_error', code: 'invalid_api_key' },
   insufficient_balance: { type: 'billing_error', code: 'insufficient_balance' },
+  spend_cap_reached: { type: 'billing_error', code: 'spend_cap_reached' },
   paid_account_required: { type: 'permission_error', code: 'paid_account_required' },
   forbidden: { type: 'permission_error', code: 'forbidden' },
   not_found: { type: 'not_found_error', code: 'not_found' },
@@ -85,6 +87,7 @@ const UNAUTHORIZED = {
   api_key: { message: 'Invalid or missing API key.', reason: 'invalid_api_key' },
   session: { message: 'You are not signed in, or your session has ended.', reason: 'invalid_session' },
   admin: { message: 'Invalid or missing admin token.', reason: 'invalid_admin_token' },
+  app_token: { message: 'The access token is invalid, expired or revoked, or is for another resource. Sign in again.', reason: 'invalid_token' },
 } as const;
 
 /** The one answer for every failure of a credential, so a caller learns nothing about which it was. */

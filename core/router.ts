@@ -25,6 +25,9 @@ import { createKeyFor, listKeysOf } from './operators/account-keys.ts';
 import { balanceOfAccount } from './operators/account-balance.ts';
 import { creditCoins, creditCoinsInput } from './operators/credit-account.ts';
 import { historyInput, listHistory } from './money/history.ts';
+import { approveAuthorization, approveInput, authorizationRequestInput, checkAuthorization, denyAuthorization } from './oauth/authorize.ts';
+import { clientIdSchema, registerClient, registerClientInput, resolveClient } from './oauth/clients.ts';
+import { exchangeCode, exchangeCodeInput, refreshInput, refreshTokens, revokeToken, revokeTokenInput } from './oauth/tokens.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
@@ -135,6 +138,23 @@ export const appRouter = router({
       list: sessionProcedure.input(listGenerationsInput).query(({ ctx, input }) => listGenerations(ctx.deps, ctx.em, ctx.principal.accountId, input)),
       get: sessionProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
     }),
+  }),
+
+  /**
+   * The OAuth authorization server for MCP clients (docs/oauth.md): an app registers, a
+   * signed-in person allows or denies it, and the app trades its code for tokens that spend
+   * through its own key. The checks (PKCE, binding, rotation, caps) are all here.
+   */
+  oauth: router({
+    registerClient: publicProcedure.input(registerClientInput).mutation(({ ctx, input }) => registerClient(ctx.em, input, ctx.deps.clock())),
+    client: publicProcedure.input(z.object({ client_id: clientIdSchema })).query(({ ctx, input }) => resolveClient(ctx.deps, ctx.em, input.client_id)),
+    /** An authorization request, checked: what the consent page shows, or the error to send back to the app. */
+    authorization: publicProcedure.input(authorizationRequestInput).query(({ ctx, input }) => checkAuthorization(ctx.deps, ctx.em, input)),
+    approve: sessionProcedure.input(approveInput).mutation(({ ctx, input }) => approveAuthorization(ctx.deps, ctx.em, ctx.principal, input)),
+    deny: sessionProcedure.input(authorizationRequestInput).mutation(({ ctx, input }) => denyAuthorization(ctx.deps, ctx.em, input)),
+    exchangeCode: publicProcedure.input(exchangeCodeInput).mutation(({ ctx, input }) => exchangeCode(ctx.deps, ctx.em, input)),
+    refresh: publicProcedure.input(refreshInput).mutation(({ ctx, input }) => refreshTokens(ctx.deps, ctx.em, input)),
+    revoke: publicProcedure.input(revokeTokenInput).mutation(({ ctx, input }) => revokeToken(ctx.em, input)),
   }),
 
   admins: router({

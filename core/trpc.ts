@@ -7,6 +7,7 @@ import { authenticate } from './auth/api-keys.ts';
 import { authenticateAdmin } from './auth/admin-tokens.ts';
 import type { AdminPrincipal, InternalPrincipal, SessionPrincipal, SpendingPrincipal } from './auth/principals.ts';
 import { authenticateSession } from './auth/sessions.ts';
+import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
 
@@ -26,7 +27,7 @@ export const publicProcedure = t.procedure;
  * counted against its per-minute limit; its account is `ctx.principal`.
  */
 export const spendingProcedure = t.procedure.use(async ({ ctx, next }) => {
-  const principal: SpendingPrincipal = await authenticate(ctx.deps.keys, bearerOf(ctx), ctx.deps.lastUsed);
+  const principal = await spenderOf(ctx);
   await consumeRateLimit(ctx, principal);
   return next({ ctx: { ...ctx, principal } });
 });
@@ -37,7 +38,7 @@ export const spendingProcedure = t.procedure.use(async ({ ctx, next }) => {
  * counts each call of a use case instead.
  */
 export const spenderCheckProcedure = t.procedure.use(async ({ ctx, next }) => {
-  const principal: SpendingPrincipal = await authenticate(ctx.deps.keys, bearerOf(ctx), ctx.deps.lastUsed);
+  const principal = await spenderOf(ctx);
   return next({ ctx: { ...ctx, principal } });
 });
 
@@ -50,7 +51,7 @@ export const spenderCheckProcedure = t.procedure.use(async ({ ctx, next }) => {
  */
 export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
   const bearer = bearerOf(ctx);
-  const principal: SpendingPrincipal = await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true });
+  const principal: SpendingPrincipal = isAppToken(bearer) ? await spenderOf(ctx) : await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true });
   // Throws `unauthorized` when the cached key has been revoked since.
   const recheck = async () => {
     if (principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
@@ -98,6 +99,22 @@ export const internalProcedure = t.procedure.use(({ ctx, next }) => {
   const principal: InternalPrincipal = { kind: 'internal' };
   return next({ ctx: { ...ctx, principal } });
 });
+
+/**
+ * The spender behind a bearer credential: an API key, or an app's OAuth access token for the
+ * resource the adapter serves (core/oauth/tokens.ts). Both spend through a key, counted and
+ * limited alike; the app's key is the one its connection owns.
+ */
+async function spenderOf(ctx: CoreContext): Promise<SpendingPrincipal> {
+  const bearer = bearerOf(ctx);
+  if (!isAppToken(bearer)) return authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
+  const resource = ctx.credential.kind === 'bearer' ? ctx.credential.resource : undefined;
+  const principal = await authenticateAppToken(ctx.em, bearer!, resource, ctx.deps.clock());
+  ctx.deps.lastUsed.touch(principal.keyId);
+  return principal;
+}
+
+const isAppToken = (bearer: string | null) => bearer !== null && bearer.startsWith(ACCESS_TOKEN_PREFIX);
 
 function bearerOf(ctx: CoreContext): string | null {
   if (ctx.credential.kind !== 'bearer') throw unauthorized();

@@ -8,6 +8,8 @@ import { publicError } from '../../core/errors.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import type { HttpAdapter } from '../http/app.ts';
+import { protectedResourceMetadataUrl } from './oauth.ts';
+import { mcpResourceUrl } from './resource.ts';
 import { createMcpServer } from './server.ts';
 
 export interface McpOptions {
@@ -45,12 +47,16 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
     res.status(403).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Forbidden: this Origin may not use the MCP server.' }, id: null });
   });
 
+  const resource = mcpResourceUrl(opts.publicBaseUrl);
+  const resourceMetadata = protectedResourceMetadataUrl(opts.publicBaseUrl);
   // A fixed route label for metrics: the connector link's key must never become a label.
-  const handle = (label: string, tokenOf: (req: Request) => string | null) => async (req: Request, res: Response) => {
+  // With `Authorization: Bearer`, the token may be a key or an app's OAuth access token for this
+  // resource; the connector link carries a key only.
+  const handle = (label: string, credentialOf: (req: Request) => Credential & { kind: 'bearer' }) => async (req: Request, res: Response) => {
     res.locals.route = label;
-    await serve(req, res, { kind: 'bearer', token: tokenOf(req) });
+    await serve(req, res, credentialOf(req));
   };
-  const serve = async (req: Request, res: Response, credential: Credential) => {
+  const serve = async (req: Request, res: Response, credential: Credential & { kind: 'bearer' }) => {
     const core = (signal?: AbortSignal) => createCaller(createContext(deps, credential, { requestId: String(req.id), signal, meta: {} }));
     try {
       await core().keys.verify();
@@ -58,8 +64,9 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
       const failure = toCoreError(err);
       if (!failure) throw err;
       const status = failure.code === 'unauthorized' ? 401 : 503;
-      if (status === 401) res.setHeader('WWW-Authenticate', 'Bearer realm="mas", error="invalid_token"');
-      const hint = status === 401 ? ' Send it as "Authorization: Bearer <key>", or use your connector link.' : '';
+      // RFC 9728, section 5.1: a client that has no token yet finds the authorization server from here.
+      if (status === 401) res.setHeader('WWW-Authenticate', challenge(credential, resourceMetadata));
+      const hint = status === 401 ? ' Send a key as "Authorization: Bearer <key>", use your connector link, or connect with OAuth.' : '';
       res.status(status).json({ error: publicError(failure, `${failure.message}${hint}`) });
       return;
     }
@@ -73,14 +80,26 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
     await transport.handleRequest(req, res);
   };
 
-  router.post('/', handle('/api/v1/mcp', (req) => bearer(req)));
-  router.post('/:key', handle('/api/v1/mcp/:key', (req) => String(req.params.key)));
+  router.post('/', handle('/api/v1/mcp', (req) => ({ kind: 'bearer', token: bearer(req), resource })));
+  router.post('/:key', handle('/api/v1/mcp/:key', (req) => ({ kind: 'bearer', token: String(req.params.key) })));
   // Without sessions there is no stream to open (GET) or session to end (DELETE): 405, as the spec says.
   router.all(['/', '/:key'], (_req, res) => {
     res.setHeader('Allow', 'POST');
     res.status(405).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Method not allowed: this server has no sessions; send requests with POST.' }, id: null });
   });
   return { path: '/api/v1/mcp', router };
+}
+
+/**
+ * The 401 challenge. At /api/v1/mcp it points to the protected resource metadata (RFC 9728),
+ * and says `invalid_token` only when a token was sent (RFC 6750, section 3.1); the connector
+ * link has its key in the path, so there is nothing to discover.
+ */
+function challenge(credential: Credential & { kind: 'bearer' }, resourceMetadata: string): string {
+  if (credential.resource === undefined) return 'Bearer realm="mas", error="invalid_token"';
+  const parts = ['Bearer realm="mas"', `resource_metadata="${resourceMetadata}"`];
+  if (credential.token !== null) parts.push('error="invalid_token"', 'error_description="The token is invalid, expired or revoked."');
+  return parts.join(', ');
 }
 
 function bearer(req: Request): string | null {

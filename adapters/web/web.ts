@@ -11,6 +11,7 @@ import { sendPageError, statusOf } from './errors.ts';
 import { html, page } from './html.ts';
 import { appsPage, keysPage, overviewPage, revokeKeyPage, usagePage } from './pages/account.ts';
 import { loginLinkPage, safeNext, signInPage, signUpPage } from './pages/auth.ts';
+import { authorizationErrorPage, consentPage } from './pages/consent.ts';
 
 export interface WebOptions {
   kit: BrowserKit;
@@ -169,6 +170,85 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     res.setHeader('Content-Type', csv.content_type);
     res.setHeader('Content-Disposition', `attachment; filename="${csv.filename}"`);
     res.send(csv.csv);
+  }));
+
+  // OAuth (docs/oauth.md): an app sends a person here; they sign in, then allow or deny it.
+  const authorizationFields = ['client_id', 'redirect_uri', 'response_type', 'code_challenge', 'code_challenge_method', 'state', 'resource', 'scope'] as const;
+  const fieldsOf = (source: Record<string, unknown>) => {
+    const out: Record<string, string> = {};
+    for (const f of authorizationFields) if (typeof source[f] === 'string') out[f] = source[f];
+    return out as { client_id: string } & Partial<Record<(typeof authorizationFields)[number], string>>;
+  };
+  const toApp = (res: Response, to: string, csp?: string) => {
+    if (csp) res.setHeader('Content-Security-Policy', csp);
+    res.redirect(303, to);
+  };
+  /** The consent form posts here and is redirected to the app: the page's form-action must allow the app's redirect URI. */
+  const allowFormTo = (res: Response, redirectUri: string) => {
+    const url = new URL(redirectUri);
+    const source = url.protocol === 'http:' || url.protocol === 'https:' ? url.origin : url.protocol;
+    const csp = String(res.getHeader('Content-Security-Policy') ?? '');
+    if (/^[\w.:/[\]-]+$/.test(source)) res.setHeader('Content-Security-Policy', csp.replace("form-action 'self'", `form-action 'self' ${source}`));
+  };
+  const authorizationError = (req: Request, res: Response, err: unknown) => {
+    const failure = toCoreError(err);
+    if (failure?.code === 'invalid_request' || failure?.code === 'not_found') return send(res, authorizationErrorPage(failure.message), 400);
+    sendPageError(req, res, err);
+  };
+
+  router.get('/authorize', label('/authorize'), async (req, res) => {
+    res.setHeader('Cache-Control', 'no-store');
+    const fields = fieldsOf(req.query);
+    let checked;
+    try {
+      checked = await core(req).oauth.authorization(fields);
+    } catch (err) {
+      return authorizationError(req, res, err);
+    }
+    if (checked.object === 'authorization_redirect') return toApp(res, checked.redirect_to);
+    // Signed out: sign in, then back to this very request.
+    const back = `/authorize?${new URLSearchParams(fields).toString()}`;
+    let me: Me;
+    try {
+      me = await core(req).accounts.me();
+    } catch (err) {
+      if (toCoreError(err)?.code === 'unauthorized') return res.redirect(303, `/login?${new URLSearchParams({ next: back }).toString()}`);
+      return sendPageError(req, res, err);
+    }
+    allowFormTo(res, checked.request.redirect_uri);
+    send(res, consentPage({ email: me.email, csrf: kit.csrfToken(req, res) }, { authorization: checked, balance: String(me.balance.coins) }));
+  });
+
+  router.post('/authorize', label('/authorize'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    res.setHeader('Cache-Control', 'no-store');
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    const fields = { ...fieldsOf(body), response_type: 'code', code_challenge_method: 'S256' };
+    try {
+      if (form(req, 'decision') !== 'allow') return toApp(res, (await core(req).oauth.deny(fields)).redirect_to);
+      const lifetime = form(req, 'lifetime');
+      const answer = await core(req).oauth.approve({
+        ...fields,
+        spend_cap_coins: form(req, 'spend_cap_coins'),
+        ...(lifetime ? { lifetime: lifetime as '7' } : {}),
+      });
+      toApp(res, answer.redirect_to);
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized') throw err;
+      // The person's own choices (cap, lifetime) or the app limit: the page again, with the message.
+      if (failure.param === 'spend_cap_coins' || failure.param === 'lifetime' || failure.code === 'limit_reached') {
+        const checked = await core(req).oauth.authorization(fields);
+        if (checked.object === 'authorization_request') {
+          allowFormTo(res, checked.request.redirect_uri);
+          return send(
+            res,
+            consentPage(nav, { authorization: checked, balance: String(me.balance.coins), values: { spend_cap_coins: form(req, 'spend_cap_coins'), lifetime: form(req, 'lifetime') }, error: failure.message }),
+            statusOf(failure.code),
+          );
+        }
+      }
+      authorizationError(req, res, err);
+    }
   }));
 
   router.use((req, res) => send(res, page({ title: 'Not found' }, html`<p>There is no page at ${req.path}. <a href="/account">Your account</a></p>`), 404));

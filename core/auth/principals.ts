@@ -19,8 +19,8 @@ export interface KeyPrincipal {
 }
 
 /**
- * An app connected through OAuth (issue 17): spends like a key, through the app's own key,
- * with its own spend cap and expiry.
+ * An app connected through OAuth (docs/oauth.md): its access token maps to an app connection,
+ * which spends like a key, through the app's own key, within its own spend cap and expiry.
  */
 export interface AppConnectionPrincipal {
   kind: 'app_connection';
@@ -59,13 +59,16 @@ export type Principal = SpendingPrincipal | SessionPrincipal | AdminPrincipal | 
 
 /**
  * What an adapter hands core about the caller, unchecked. Core decides what it proves.
- * - `bearer`: `Authorization: Bearer …` (an API key; later also an app's OAuth access token)
+ * - `bearer`: `Authorization: Bearer …`: an API key, or an app's OAuth access token. `resource`
+ *   is the URL of the protected resource the adapter serves (the MCP server): an access token
+ *   is accepted only by the resource it was issued for (its audience, RFC 8707); an adapter
+ *   that names none (REST) accepts keys only.
  * - `session`: the account pages' session cookie
  * - `admin`: an admin API token
  * - `internal`: an in-process caller with no network in between (workflow activities, CLI)
  */
 export type Credential =
-  | { kind: 'bearer'; token: string | null }
+  | { kind: 'bearer'; token: string | null; resource?: string | undefined }
   | { kind: 'session'; token: string | null }
   | { kind: 'admin'; token: string | null }
   | { kind: 'internal' }

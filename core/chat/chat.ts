@@ -70,6 +70,8 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
       kind: 'chat',
       model: model.id,
       key_id: principal.keyId,
+      // An app's reservation counts against its spend cap (mas_reserve_many) and names it in the ledger.
+      ...(principal.kind === 'app_connection' ? { app_connection_id: principal.connectionId } : {}),
       input_tokens: inputTokens,
       max_tokens: maxTokens,
       prices: { input_per_million: formatCoins(prices.inputPerMillion), output_per_million: formatCoins(prices.outputPerMillion) },

@@ -113,7 +113,8 @@ async function acceptJob(
     reference: id,
     holdId: `hold_${id}`,
     expiresAt: new Date(deps.clock().getTime() + (job.model.deadline_seconds + HOLD_MARGIN_SECONDS) * 1000),
-    metadata: { kind: 'generation', model: job.model.id, key_id: principal.keyId },
+    // An app's reservation counts against its spend cap (mas_reserve) and names it in the ledger.
+    metadata: { kind: 'generation', model: job.model.id, key_id: principal.keyId, ...(principal.kind === 'app_connection' ? { app_connection_id: principal.connectionId } : {}) },
   });
   await tx.execute(
     `insert into generations (id, account_id, key_id, model_id, prompt, settings, inputs, price_micro, hold_id, webhook_url)

@@ -11,6 +11,8 @@ export class ApiKey {
   declare createdAt: Date;
   declare lastUsedAt: Date | null;
   declare revokedAt: Date | null;
+  /** `standard`: made by a person or an operator; `app`: an OAuth app connection's own key, managed with the connection. */
+  declare kind: 'standard' | 'app';
 }
 
 export const ApiKeySchema = new EntitySchema<ApiKey>({
@@ -25,5 +27,6 @@ export const ApiKeySchema = new EntitySchema<ApiKey>({
     createdAt: { type: 'Date', defaultRaw: 'now()', onCreate: () => new Date() },
     lastUsedAt: { type: 'Date', nullable: true },
     revokedAt: { type: 'Date', nullable: true },
+    kind: { type: 'string', default: 'standard', onCreate: () => 'standard' },
   },
 });

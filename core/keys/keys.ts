@@ -6,7 +6,10 @@ import { isoTimeSchema } from '../views.ts';
 import { ApiKey } from './api-key.entity.ts';
 import { displayPrefix, generateKeySecret, hashKey } from './key-secret.ts';
 
-/** SPEC part 8: at most 10 keys exist per account (revoked ones do not count). */
+/**
+ * SPEC part 8: at most 10 keys exist per account (revoked ones do not count). The keys of
+ * connected apps are not among them: apps have their own limit (core/oauth/authorize.ts).
+ */
 export const MAX_ACTIVE_KEYS = 10;
 
 export const createKeyInput = z.object({
@@ -51,7 +54,7 @@ export async function createKey(em: EntityManager, accountId: string, input: z.o
   return em.transactional(async (tx) => {
     const locked = await tx.execute('select id from accounts where id = ? for update', [accountId]);
     if (locked.length === 0) throw notFound('account_not_found', `No account ${accountId}.`);
-    const active = await tx.count(ApiKey, { accountId, revokedAt: null });
+    const active = await tx.count(ApiKey, { accountId, revokedAt: null, kind: 'standard' });
     if (active >= MAX_ACTIVE_KEYS) {
       throw new CoreError(
         'limit_reached',
@@ -69,24 +72,29 @@ export async function createKey(em: EntityManager, accountId: string, input: z.o
       createdAt: new Date(),
       lastUsedAt: null,
       revokedAt: null,
+      kind: 'standard',
     });
     await tx.flush();
     return { ...keyView(key), key: secret };
   });
 }
 
+/** The account's keys; an app's key is listed with its app connection, not here. */
 export async function listKeys(em: EntityManager, accountId: string) {
-  const keys = await em.find(ApiKey, { accountId }, { orderBy: { createdAt: 'asc', id: 'asc' } });
+  const keys = await em.find(ApiKey, { accountId, kind: 'standard' }, { orderBy: { createdAt: 'asc', id: 'asc' } });
   return { object: 'list' as const, data: keys.map(keyView) };
 }
 
-/** Revokes a key; it stops working on the very next request, on every instance. Idempotent. */
+/**
+ * Revokes a key; it stops working on the very next request, on every instance. Idempotent.
+ * An account revokes its own keys (an app's key goes with its connection); an operator any.
+ */
 export async function revokeKey(em: EntityManager, keyId: string, accountId?: string) {
   await em.execute(
-    'update api_keys set revoked_at = now() where id = ? and revoked_at is null and (?::text is null or account_id = ?)',
+    `update api_keys set revoked_at = now() where id = ? and revoked_at is null and (?::text is null or (account_id = ? and kind = 'standard'))`,
     [keyId, accountId ?? null, accountId ?? null],
   );
-  const key = await em.findOne(ApiKey, accountId ? { id: keyId, accountId } : { id: keyId }, { refresh: true });
+  const key = await em.findOne(ApiKey, accountId ? { id: keyId, accountId, kind: 'standard' } : { id: keyId }, { refresh: true });
   if (!key) throw notFound('key_not_found', `No API key ${keyId}.`);
   return keyView(key);
 }

@@ -68,6 +68,11 @@ export function reserveOutcome(row: { status: string; available: string | null }
       return { holdId };
     case 'key_revoked':
       throw unauthorized();
+    case 'spend_cap_reached':
+      throw new CoreError(
+        'spend_cap_reached',
+        `This app's spend cap is reached: this request needs ${formatCoins(input.amount)} coins and ${formatCoins(BigInt(row.available ?? '0'))} are left under the cap. The account owner can connect the app again with a higher cap.`,
+      );
     case 'insufficient':
       throw new CoreError(
         'insufficient_balance',

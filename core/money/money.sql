@@ -19,6 +19,22 @@ AS $function$
       end $function$
 ;
 
+-- mas_app_spend_room: What an app connection may still reserve under its spend cap: the cap minus what it
+-- captured and what it holds open; null when it has no cap. The caller locks the connection row.
+CREATE OR REPLACE FUNCTION public.mas_app_spend_room(p_connection_id text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+        select c.spend_cap_micro - coalesce((
+          select sum(case h.status when 'open' then h.amount_micro when 'settled' then h.captured_micro else 0 end)
+          from holds h
+          where h.metadata ? 'app_connection_id' and h.metadata->>'app_connection_id' = p_connection_id
+        ), 0)::bigint
+        from app_connections c where c.id = p_connection_id
+      $function$
+;
+
 -- mas_credit: A top-up (purchased pocket) or a subscription grant (subscription pocket): adds to the pocket,
 -- marks the account paid, writes one ledger entry. Idempotent on p_idempotency_key: a repeat
 -- returns 'duplicate' and the first entry, moving nothing. 'no_wallet' for an unknown account.
@@ -239,9 +255,19 @@ AS $function$
         w wallets%rowtype;
         from_sub bigint;
         from_pur bigint;
+        room bigint;
       begin
         if p_amount < 0 then
           raise exception 'reserve amount must not be negative';
+        end if;
+        -- An app connection's spend cap: its row is locked before the wallet (lock order: connection, wallet).
+        if p_metadata ? 'app_connection_id' then
+          perform 1 from app_connections c where c.id = p_metadata->>'app_connection_id' and c.spend_cap_micro is not null for update;
+          room := mas_app_spend_room(p_metadata->>'app_connection_id');
+          if room < p_amount and not exists (select 1 from holds where id = p_hold_id) then
+            return query select 'spend_cap_reached'::text, greatest(room, 0);
+            return;
+          end if;
         end if;
         select * into w from wallets where account_id = p_account for update;
         if not found then
@@ -300,9 +326,15 @@ AS $function$
         l_after bigint[] := '{}';
         l_reference text[] := '{}';
         l_hold text[] := '{}';
+        room bigint;
       begin
         -- See migration reserve_commits_async: the settle's synchronous commit makes this durable.
         perform set_config('synchronous_commit', 'off', true);
+        -- The capped app connections of the batch are locked first, in id order, before any wallet.
+        perform 1 from app_connections c
+          where c.spend_cap_micro is not null
+            and c.id in (select e->'metadata'->>'app_connection_id' from jsonb_array_elements(p_items) e)
+          order by c.id for update;
         for x in
           select * from jsonb_to_recordset(p_items)
             as t (i int, hold_id text, account_id text, amount bigint, reference text, expires_at timestamptz, metadata jsonb, key_id text)
@@ -318,6 +350,14 @@ AS $function$
               continue;
             end if;
             key_ok := x.key_id || '/' || x.account_id;
+          end if;
+          if x.metadata ? 'app_connection_id' then
+            room := mas_app_spend_room(x.metadata->>'app_connection_id');
+            if room < x.amount then
+              status := 'spend_cap_reached'; available := greatest(room, 0);
+              return next;
+              continue;
+            end if;
           end if;
           if x.amount < 0 then
             raise exception 'reserve amount must not be negative';

@@ -39,11 +39,13 @@ export function testDeps(
     generations?: GenerationStarter;
     storageDir?: string;
     mediaProviders?: Record<string, ProviderConfig>;
+    /** PUBLIC_BASE_URL: the OAuth issuer and the MCP resource derive from it. */
+    publicBaseUrl?: string;
   } = {},
 ): CoreDeps {
   const env = loadEnv({
     DATA_DIR: path.join(os.tmpdir(), 'mas-test-data'),
-    PUBLIC_BASE_URL: 'http://localhost',
+    PUBLIC_BASE_URL: opts.publicBaseUrl ?? 'http://localhost',
     // Test servers for input URLs listen on 127.0.0.1; everything else stays refused.
     INPUT_URL_ALLOWLIST: '127.0.0.1',
     RATE_LIMIT_PER_MINUTE: String(opts.perMinute ?? 100_000),

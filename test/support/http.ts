@@ -4,6 +4,7 @@ import type { Express } from 'express';
 import type { Logger } from 'pino';
 import { createHttpApp } from '../../adapters/http/app.ts';
 import { mcpAdapter } from '../../adapters/mcp/mcp.ts';
+import { oauthAdapter } from '../../adapters/mcp/oauth.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
 import { browserKit } from '../../adapters/http/browser.ts';
 import { webAdapter } from '../../adapters/web/web.ts';
@@ -20,6 +21,7 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
     adapters: [
       mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100 }),
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
+      oauthAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost' }),
       webAdapter(opts.deps, { kit: browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' }), logger }),
     ],
   });

@@ -1,7 +1,7 @@
 import { html, notice, page } from '../html.ts';
 
 /** Where to go after signing in: only a path of this site, never another site. */
-export const safeNext = (next: unknown) => (typeof next === 'string' && /^\/(?!\/)[\w\-./?=&%]*$/.test(next) ? next : '/account');
+export const safeNext = (next: unknown) => (typeof next === 'string' && next.length <= 4000 && /^\/(?![/\\])[\w\-./?=&%+*~:@,;!()]*$/.test(next) ? next : '/account');
 
 export function signUpPage(v: { csrf: string; email?: string; error?: string; open: boolean }) {
   if (!v.open) return page({ title: 'Create an account' }, html`<p class="info">Sign-up is closed on this service. Ask its operator for an account.</p><p><a href="/login">Sign in</a></p>`);

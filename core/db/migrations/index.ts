@@ -14,6 +14,7 @@ import { Migration20261123010000_idempotency_results } from './Migration20261123
 import { Migration20261123020000_sessions_and_admin_tokens } from './Migration20261123020000_sessions_and_admin_tokens.ts';
 import { Migration20261124000000_passwords_and_login_links } from './Migration20261124000000_passwords_and_login_links.ts';
 import { Migration20261124010000_app_connections } from './Migration20261124010000_app_connections.ts';
+import { Migration20261125000000_oauth } from './Migration20261125000000_oauth.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -33,4 +34,5 @@ export const migrations = [
   { name: 'Migration20261123020000_sessions_and_admin_tokens', class: Migration20261123020000_sessions_and_admin_tokens },
   { name: 'Migration20261124000000_passwords_and_login_links', class: Migration20261124000000_passwords_and_login_links },
   { name: 'Migration20261124010000_app_connections', class: Migration20261124010000_app_connections },
+  { name: 'Migration20261125000000_oauth', class: Migration20261125000000_oauth },
 ];

@@ -1,0 +1,152 @@
+import { CustomOAuthError, InvalidClientError, ServerError } from '@modelcontextprotocol/sdk/server/auth/errors.js';
+import { clientRegistrationHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/register.js';
+import { revocationHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/revoke.js';
+import { tokenHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/token.js';
+import type { OAuthServerProvider } from '@modelcontextprotocol/sdk/server/auth/provider.js';
+import type { OAuthClientInformationFull } from '@modelcontextprotocol/sdk/shared/auth.js';
+import { Router, type Request, type Response } from 'express';
+import { createContext, type CoreDeps } from '../../core/context.ts';
+import { createCaller } from '../../core/router.ts';
+import { toCoreError } from '../../core/trpc.ts';
+import type { HttpAdapter } from '../http/app.ts';
+import { MCP_PATH, mcpResourceUrl } from './resource.ts';
+
+/**
+ * The OAuth authorization server that MCP clients (Claude, ChatGPT, Cursor, VS Code) use to
+ * connect without a copied key (docs/oauth.md), and the metadata that lets them find it:
+ * - RFC 9728 protected resource metadata for the MCP server, at its well-known path and at the
+ *   root path;
+ * - RFC 8414 authorization server metadata;
+ * - `/register` (RFC 7591), `/token` and `/revoke` (RFC 7009): the SDK's handlers (method
+ *   checks, CORS, per-address rate limits, error shapes) over a provider whose every method is
+ *   one core use case; PKCE is checked by core, with the code, in one transaction.
+ * `/authorize` is a page for people, with sign-in and consent: it lives with the account pages
+ * (adapters/web). Access tokens are checked where MCP requests arrive (adapters/mcp/mcp.ts).
+ */
+export interface OAuthOptions {
+  publicBaseUrl: string;
+}
+
+/** The metadata documents' paths (RFC 9728, section 3.1): the MCP server's, then the root fallback. */
+export const PROTECTED_RESOURCE_PATHS = [`/.well-known/oauth-protected-resource${MCP_PATH}`, '/.well-known/oauth-protected-resource'];
+
+export function protectedResourceMetadataUrl(publicBaseUrl: string): string {
+  return `${publicBaseUrl.replace(/\/+$/, '')}${PROTECTED_RESOURCE_PATHS[0]}`;
+}
+
+/** OAuth error codes core uses as a `reason`; anything else it refuses is `invalid_request`. */
+const OAUTH_CODES = new Set(['invalid_request', 'invalid_client', 'invalid_grant', 'invalid_target', 'invalid_redirect_uri', 'invalid_client_metadata', 'unsupported_grant_type']);
+
+/** A core refusal as the OAuth error the SDK's handlers answer with (400, `{error, error_description}`). */
+function oauthError(err: unknown): Error {
+  const failure = toCoreError(err);
+  if (!failure || failure.code === 'unavailable') return new ServerError(failure?.message ?? 'Internal Server Error');
+  const code = failure.reason && OAUTH_CODES.has(failure.reason) ? failure.reason : 'invalid_request';
+  return code === 'invalid_client' ? new InvalidClientError(failure.message) : new CustomOAuthError(code, failure.message);
+}
+
+export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
+  const base = opts.publicBaseUrl.replace(/\/+$/, '');
+  const core = (req?: Request) => createCaller(createContext(deps, { kind: 'none' }, { requestId: req ? String(req.id) : undefined, clientIp: req?.ip }));
+  const call = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      throw oauthError(err);
+    }
+  };
+
+  const provider: OAuthServerProvider = {
+    clientsStore: {
+      async getClient(clientId) {
+        try {
+          const client = await core().oauth.client({ client_id: clientId });
+          return { client_id: client.client_id, client_name: client.client_name, redirect_uris: client.redirect_uris, token_endpoint_auth_method: 'none' };
+        } catch (err) {
+          if (toCoreError(err)?.reason === 'invalid_client') return undefined;
+          throw oauthError(err);
+        }
+      },
+      async registerClient(client) {
+        // Every client is public (PKCE, no secret): a secret the SDK made for the request is dropped, never stored.
+        const registered = await call(() =>
+          core().oauth.registerClient({
+            redirect_uris: client.redirect_uris,
+            client_name: client.client_name,
+            client_uri: client.client_uri,
+            grant_types: client.grant_types,
+            response_types: client.response_types,
+            token_endpoint_auth_method: client.token_endpoint_auth_method,
+            scope: client.scope,
+            software_id: client.software_id,
+            software_version: client.software_version,
+          }),
+        );
+        return registered as OAuthClientInformationFull;
+      },
+    },
+    // Core checks the verifier against the code's challenge, in the exchange's transaction.
+    skipLocalPkceValidation: true,
+    authorize: () => Promise.reject(new Error('/authorize is served by the account pages')),
+    challengeForAuthorizationCode: () => Promise.reject(new Error('PKCE is checked by core')),
+    verifyAccessToken: () => Promise.reject(new Error('access tokens are checked by core at the MCP door')),
+    exchangeAuthorizationCode: (client, code, codeVerifier, redirectUri, resource) =>
+      call(() =>
+        core().oauth.exchangeCode({
+          client_id: client.client_id,
+          code,
+          code_verifier: codeVerifier ?? '',
+          ...(redirectUri !== undefined ? { redirect_uri: redirectUri } : {}),
+          ...(resource ? { resource: resource.href } : {}),
+        }),
+      ),
+    exchangeRefreshToken: (client, refreshToken, _scopes, resource) =>
+      call(() => core().oauth.refresh({ client_id: client.client_id, refresh_token: refreshToken, ...(resource ? { resource: resource.href } : {}) })),
+    revokeToken: async (client, request) => {
+      await call(() => core().oauth.revoke({ client_id: client.client_id, token: request.token }));
+    },
+  };
+
+  const resourceMetadata = {
+    resource: mcpResourceUrl(base),
+    authorization_servers: [base],
+    bearer_methods_supported: ['header'],
+    resource_name: 'Model Access Service (MCP)',
+    resource_documentation: `${base}/api/v1/docs`,
+  };
+  const serverMetadata = {
+    issuer: base,
+    authorization_endpoint: `${base}/authorize`,
+    token_endpoint: `${base}/token`,
+    registration_endpoint: `${base}/register`,
+    revocation_endpoint: `${base}/revoke`,
+    response_types_supported: ['code'],
+    response_modes_supported: ['query'],
+    grant_types_supported: ['authorization_code', 'refresh_token'],
+    code_challenge_methods_supported: ['S256'],
+    token_endpoint_auth_methods_supported: ['none'],
+    revocation_endpoint_auth_methods_supported: ['none'],
+    // RFC 9207: the authorization response names its issuer.
+    authorization_response_iss_parameter_supported: true,
+    // The MCP authorization spec of 2025-11-25: an https client_id may be a metadata document's URL.
+    client_id_metadata_document_supported: true,
+    service_documentation: `${base}/api/v1/docs`,
+  };
+  const metadata = (doc: object) => (_req: Request, res: Response) => {
+    res.setHeader('Access-Control-Allow-Origin', '*');
+    res.setHeader('Cache-Control', 'public, max-age=3600');
+    res.json(doc);
+  };
+
+  const router = Router();
+  const label = (route: string) => (_req: Request, res: Response, next: () => void) => {
+    res.locals.route = route;
+    next();
+  };
+  router.get(PROTECTED_RESOURCE_PATHS, label('/.well-known/oauth-protected-resource'), metadata(resourceMetadata));
+  router.get('/.well-known/oauth-authorization-server', label('/.well-known/oauth-authorization-server'), metadata(serverMetadata));
+  router.use('/token', label('/token'), tokenHandler({ provider, rateLimit: { windowMs: 60_000, limit: 60 } }));
+  router.use('/register', label('/register'), clientRegistrationHandler({ clientsStore: provider.clientsStore, rateLimit: { windowMs: 3_600_000, limit: 60 } }));
+  router.use('/revoke', label('/revoke'), revocationHandler({ provider, rateLimit: { windowMs: 60_000, limit: 60 } }));
+  return { path: '/', router };
+}

@@ -1,0 +1,66 @@
+import type { AuthorizationView } from '../../../core/oauth/authorize.ts';
+import { html, notice, page } from '../html.ts';
+
+/** What the tools of the MCP server let an app do (docs/mcp.md), in the words of the consent page. */
+const ABILITIES = [
+  'list the models and their prices (list_models, get_model)',
+  'chat with text models (chat)',
+  'generate images, video, audio and 3D models, and follow those jobs (generate, get_generation)',
+  'upload files as inputs (upload_file)',
+  "read this account's balance (get_balance)",
+];
+
+export interface ConsentValues {
+  spend_cap_coins?: string;
+  lifetime?: string;
+}
+
+/**
+ * The consent page (docs/oauth.md, "Consent"): which app asks, where it signs in (its redirect
+ * host, since a name can lie), what it will be able to do, and the person's limits on it.
+ * Allow and Deny post back with the CSRF token; the page cannot be framed (frame-ancestors).
+ */
+export function consentPage(
+  nav: { email: string; csrf: string },
+  v: { authorization: AuthorizationView; balance: string; values?: ConsentValues; error?: string },
+) {
+  const { client, request } = v.authorization;
+  const lifetime = v.values?.lifetime ?? '30';
+  const option = (value: string, label: string) => html`<option value="${value}"${lifetime === value ? html` selected` : ''}>${label}</option>`;
+  return page(
+    { title: `Connect ${client.name}?`, nav: { ...nav, current: '' } },
+    html`${notice('error', v.error)}
+<section class="consent">
+  <p><strong>${client.name}</strong> wants to use your account <strong>${nav.email}</strong> through this service's MCP server.</p>
+  <p class="warning">It signs in through <strong class="redirect-host">${client.redirect_host}</strong>. Allow it only if you started this from that app.${client.kind === 'metadata_document' ? html` The app is described at <code>${client.id}</code>.` : ''}</p>
+  <h2>It will be able to</h2>
+  <ul>${ABILITIES.map((a) => html`<li>${a}</li>`)}</ul>
+  <p>and <strong>spend this account's coins</strong> on them, as an API key does (your balance: ${v.balance} coins). It will not see your password or your API keys, and cannot change your account.</p>
+  <form method="post" action="/authorize" class="stack">
+    <input type="hidden" name="_csrf" value="${nav.csrf}">
+    <input type="hidden" name="client_id" value="${request.client_id}">
+    <input type="hidden" name="redirect_uri" value="${request.redirect_uri}">
+    <input type="hidden" name="code_challenge" value="${request.code_challenge}">
+    <input type="hidden" name="resource" value="${request.resource}">
+    ${request.state !== undefined ? html`<input type="hidden" name="state" value="${request.state}">` : ''}
+    <label>Spend cap in coins (optional) <input type="text" name="spend_cap_coins" inputmode="decimal" maxlength="20" placeholder="No cap" value="${v.values?.spend_cap_coins ?? ''}"></label>
+    <label>Access ends after
+      <select name="lifetime">${option('7', '7 days')}${option('30', '30 days')}${option('90', '90 days')}${option('none', 'Never: until I disconnect it')}</select>
+    </label>
+    <p class="hint">You can disconnect it at any time on the <a href="/account/apps">Connected apps</a> page.</p>
+    <div class="actions">
+      <button type="submit" name="decision" value="allow">Allow</button>
+      <button type="submit" name="decision" value="deny" class="secondary">Deny</button>
+    </div>
+  </form>
+</section>`,
+  );
+}
+
+/** A request that cannot go back to its app (unknown client, unregistered redirect URI): an error page, never a redirect. */
+export function authorizationErrorPage(message: string) {
+  return page(
+    { title: 'This app cannot connect' },
+    html`<p class="error" role="alert">${message}</p><p>Nothing was shared with the app. Go back to it and try to connect again; if this persists, tell its developer.</p><p><a href="/account">Your account</a></p>`,
+  );
+}
