@@ -38,23 +38,24 @@ export function protectedResourceMetadataUrl(publicBaseUrl: string): string {
 const OAUTH_CODES = new Set(['invalid_request', 'invalid_client', 'invalid_grant', 'invalid_target', 'invalid_redirect_uri', 'invalid_client_metadata', 'unsupported_grant_type']);
 
 /** A core refusal as the OAuth error the SDK's handlers answer with (400, `{error, error_description}`). */
-function oauthError(err: unknown): Error {
+function oauthError(err: unknown, fallback = 'invalid_request'): Error {
   const failure = toCoreError(err);
   if (!failure || failure.code === 'unavailable') return new ServerError(failure?.message ?? 'Internal Server Error');
-  const code = failure.reason && OAUTH_CODES.has(failure.reason) ? failure.reason : 'invalid_request';
+  const code = failure.reason && OAUTH_CODES.has(failure.reason) && failure.reason !== 'invalid_request' ? failure.reason : fallback;
   return code === 'invalid_client' ? new InvalidClientError(failure.message) : new CustomOAuthError(code, failure.message);
 }
 
 export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
   const base = opts.publicBaseUrl.replace(/\/+$/, '');
   const core = (req?: Request) => createCaller(createContext(deps, { kind: 'none' }, { requestId: req ? String(req.id) : undefined, clientIp: req?.ip }));
-  const call = async <T>(fn: () => Promise<T>): Promise<T> => {
+  const callAs = async <T>(fallback: string, fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
     } catch (err) {
-      throw oauthError(err);
+      throw oauthError(err, fallback);
     }
   };
+  const call = <T>(fn: () => Promise<T>) => callAs('invalid_request', fn);
 
   const provider: OAuthServerProvider = {
     clientsStore: {
@@ -69,7 +70,8 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
       },
       async registerClient(client) {
         // Every client is public (PKCE, no secret): a secret the SDK made for the request is dropped, never stored.
-        const registered = await call(() =>
+        // Metadata that does not fit is `invalid_client_metadata` (RFC 7591, section 3.2.2).
+        const registered = await callAs('invalid_client_metadata', () =>
           core().oauth.registerClient({
             redirect_uris: client.redirect_uris,
             client_name: client.client_name,
@@ -143,6 +145,14 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
     res.locals.route = route;
     next();
   };
+  // Browser-based clients read the metadata cross-origin: a preflight gets its answer too.
+  router.options([...PROTECTED_RESOURCE_PATHS, '/.well-known/oauth-authorization-server'], (_req, res) => {
+    res.setHeader('Access-Control-Allow-Origin', '*');
+    res.setHeader('Access-Control-Allow-Methods', 'GET, OPTIONS');
+    res.setHeader('Access-Control-Allow-Headers', 'mcp-protocol-version, content-type');
+    res.setHeader('Access-Control-Max-Age', '86400');
+    res.status(204).end();
+  });
   router.get(PROTECTED_RESOURCE_PATHS, label('/.well-known/oauth-protected-resource'), metadata(resourceMetadata));
   router.get('/.well-known/oauth-authorization-server', label('/.well-known/oauth-authorization-server'), metadata(serverMetadata));
   router.use('/token', label('/token'), tokenHandler({ provider, rateLimit: { windowMs: 60_000, limit: 60 } }));

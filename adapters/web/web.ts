@@ -58,19 +58,20 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
 
   router.get('/signup', label('/signup'), async (req, res) => {
     const { open } = await core(req).accounts.signUpOpen();
-    send(res, signUpPage({ csrf: kit.csrfToken(req, res), open }));
+    send(res, signUpPage({ csrf: kit.csrfToken(req, res), open, next: safeNext(req.query.next) }));
   });
   router.post('/signup', label('/signup'), kit.requireCsrf, async (req, res) => {
     const email = form(req, 'email');
+    const next = safeNext(form(req, 'next'));
     try {
       const session = await core(req).accounts.signUp({ email, password: form(req, 'password') });
       kit.setSession(res, session.token, new Date(session.expires_at));
-      res.redirect(303, '/account');
+      res.redirect(303, next);
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure) return sendPageError(req, res, err);
       const { open } = await core(req).accounts.signUpOpen();
-      send(res, signUpPage({ csrf: kit.csrfToken(req, res), email, error: failure.message, open }), statusOf(failure.code));
+      send(res, signUpPage({ csrf: kit.csrfToken(req, res), email, error: failure.message, open, next }), statusOf(failure.code));
     }
   });
 
