@@ -54,6 +54,14 @@ export const revokeTokenInput = z.object({
   token: z.string().max(200),
 });
 
+/**
+ * Timestamps of rows read with `em.execute` come from the driver as strings (the ORM converts
+ * only entities' dates): every one is read through these.
+ */
+type Timestamp = Date | string;
+const time = (t: Timestamp) => new Date(t).getTime();
+const dateOrNull = (t: Timestamp | null) => (t === null ? null : new Date(t));
+
 interface CodeRow {
   client_id: string;
   client_name: string;
@@ -63,8 +71,8 @@ interface CodeRow {
   account_id: string;
   spend_cap_micro: string | null;
   lifetime_days: number | null;
-  expires_at: Date;
-  used_at: Date | null;
+  expires_at: Timestamp;
+  used_at: Timestamp | null;
   connection_id: string | null;
 }
 
@@ -104,7 +112,7 @@ export async function exchangeCode(deps: Deps, em: EntityManager, input: z.outpu
       if (code.connection_id) await revokeConnection(tx, code.connection_id);
       return { error: grant('The authorization code was already used; the connection it made has been revoked.') };
     }
-    if (code.expires_at.getTime() <= now.getTime()) return { error: grant('The authorization code has expired; start the authorization again.') };
+    if (time(code.expires_at) <= now.getTime()) return { error: grant('The authorization code has expired; start the authorization again.') };
     if (input.redirect_uri !== undefined && input.redirect_uri !== code.redirect_uri) return { error: grant('redirect_uri does not match the one of the authorization request.') };
     if (!pkceMatches(input.code_verifier, code.code_challenge)) return { error: grant('code_verifier does not match the code challenge.') };
     if (input.resource !== undefined && canonicalResource(input.resource) !== code.resource) return { error: target('The resource does not match the one that was authorized.') };
@@ -140,10 +148,10 @@ interface TokenRow {
   connection_id: string;
   client_id: string;
   resource: string;
-  expires_at: Date;
-  rotated_at: Date | null;
-  connection_expires_at: Date | null;
-  revoked_at: Date | null;
+  expires_at: Timestamp;
+  rotated_at: Timestamp | null;
+  connection_expires_at: Timestamp | null;
+  revoked_at: Timestamp | null;
 }
 
 const TOKEN_SQL = `select t.kind, t.connection_id, t.client_id, t.resource, t.expires_at, t.rotated_at, c.expires_at as connection_expires_at, c.revoked_at
@@ -160,13 +168,13 @@ export async function refreshTokens(deps: Deps, em: EntityManager, input: z.outp
       return { error: grant('The refresh token was already used; for safety the connection has been revoked. Sign in again.') };
     }
     if (token.revoked_at) return { error: grant('This app connection has been revoked. Sign in again.') };
-    if (token.expires_at.getTime() <= now.getTime() || (token.connection_expires_at && token.connection_expires_at.getTime() <= now.getTime())) {
+    if (time(token.expires_at) <= now.getTime() || (token.connection_expires_at && time(token.connection_expires_at) <= now.getTime())) {
       return { error: grant('The refresh token has expired. Sign in again.') };
     }
     if (input.resource !== undefined && canonicalResource(input.resource) !== token.resource) return { error: target('The resource does not match the one that was authorized.') };
     await tx.execute('update oauth_tokens set rotated_at = ? where token_hash = ?', [now, hashSecret(input.refresh_token)]);
     return {
-      tokens: await issueTokens(tx, now, { connectionId: token.connection_id, clientId: token.client_id, resource: token.resource, expiresAt: token.connection_expires_at }),
+      tokens: await issueTokens(tx, now, { connectionId: token.connection_id, clientId: token.client_id, resource: token.resource, expiresAt: dateOrNull(token.connection_expires_at) }),
     };
   });
   if ('error' in outcome) throw outcome.error;
@@ -195,7 +203,7 @@ export const ACCESS_TOKEN_PREFIX = 'mas_at_';
 export async function authenticateAppToken(em: EntityManager, token: string, resource: string | undefined, now: Date): Promise<AppConnectionPrincipal> {
   if (!/^mas_at_[A-Za-z0-9_-]{43}$/.test(token)) throw unauthorized('app_token');
   const [row] = await em.execute<
-    { expires_at: Date; resource: string; connection_id: string; account_id: string; key_id: string; spend_cap_micro: string | null; connection_expires_at: Date | null; revoked_at: Date | null; key_revoked_at: Date | null; paid: boolean }[]
+    { expires_at: Timestamp; resource: string; connection_id: string; account_id: string; key_id: string; spend_cap_micro: string | null; connection_expires_at: Timestamp | null; revoked_at: Timestamp | null; key_revoked_at: Timestamp | null; paid: boolean }[]
   >(
     `select t.expires_at, t.resource, c.id as connection_id, c.account_id, c.key_id, c.spend_cap_micro::text, c.expires_at as connection_expires_at,
         c.revoked_at, k.revoked_at as key_revoked_at, a.paid
@@ -204,8 +212,8 @@ export async function authenticateAppToken(em: EntityManager, token: string, res
     [hashSecret(token)],
   );
   if (!row || row.revoked_at || row.key_revoked_at) throw unauthorized('app_token');
-  if (row.expires_at.getTime() <= now.getTime()) throw unauthorized('app_token');
-  if (row.connection_expires_at && row.connection_expires_at.getTime() <= now.getTime()) throw unauthorized('app_token');
+  if (time(row.expires_at) <= now.getTime()) throw unauthorized('app_token');
+  if (row.connection_expires_at && time(row.connection_expires_at) <= now.getTime()) throw unauthorized('app_token');
   if (resource === undefined || canonicalResource(resource) !== row.resource) throw unauthorized('app_token');
   return {
     kind: 'app_connection',
@@ -215,6 +223,6 @@ export async function authenticateAppToken(em: EntityManager, token: string, res
     paid: row.paid,
     fromCache: false,
     spendCapMicro: row.spend_cap_micro === null ? null : BigInt(row.spend_cap_micro),
-    expiresAt: row.connection_expires_at,
+    expiresAt: dateOrNull(row.connection_expires_at),
   };
 }
