@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { Client, Connection, type HistoryAndWorkflowId } from '@temporalio/client';
 import { createRequire } from 'node:module';
 import { Worker } from '@temporalio/worker';
@@ -35,7 +35,22 @@ export interface JobHarness {
   close(): Promise<void>;
 }
 
-export async function startJobHarness(opts: { retentionSeconds?: number; mediaProviders?: Record<string, ProviderConfig>; worker?: boolean } = {}): Promise<JobHarness> {
+export async function startJobHarness(
+  opts: {
+    retentionSeconds?: number;
+    mediaProviders?: Record<string, ProviderConfig>;
+    worker?: boolean;
+    /** PUBLIC_BASE_URL is the served URL itself (OAuth: the issuer and the MCP resource must be reachable); else http://localhost. */
+    publicBaseUrlIsServed?: boolean;
+  } = {},
+): Promise<JobHarness> {
+  // The port is taken first, so that PUBLIC_BASE_URL can name it; the app answers once it exists.
+  const server = await new Promise<Server>((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  const publicBaseUrl = opts.publicBaseUrlIsServed ? base : 'http://localhost';
   const orm = await openTestOrm();
   await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
   await seedModels(orm.em.fork(), validateCatalog(TEST_CATALOG, 50n));
@@ -47,21 +62,19 @@ export async function startJobHarness(opts: { retentionSeconds?: number; mediaPr
     generations: temporalGenerationStarter(new Client({ connection }), { taskQueue, ...(opts.retentionSeconds ? { retentionSeconds: opts.retentionSeconds } : {}) }),
     ...(opts.mediaProviders ? { mediaProviders: opts.mediaProviders } : {}),
     providers: createProviderRegistry({ local: { kind: 'local' } }),
+    publicBaseUrl,
   });
   const worker =
     opts.worker === false
       ? { done: Promise.resolve(), shutdown: async () => undefined }
       : await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
-  const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
-  const server = await new Promise<Server>((resolve) => {
-    const s = app.listen(0, '127.0.0.1', () => resolve(s));
-  });
+  server.on('request', createTestApp({ deps, logger: silentLogger, publicBaseUrl }));
   return {
     orm,
     deps,
     connection,
     worker,
-    base: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    base,
     storageDir,
     taskQueue,
     async close() {
