@@ -9,7 +9,7 @@ import { listHistory, type WalletEntryView } from '../money/history.ts';
 export const MAX_CSV_ROWS = 10_000;
 const PAGE = 100;
 
-const COLUMNS = ['id', 'created_at', 'type', 'description', 'amount_coins', 'balance_after_coins', 'reference'] as const;
+const COLUMNS = ['id', 'created_at', 'type', 'description', 'amount_coins', 'balance_after_coins', 'reference', 'app_connection_id'] as const;
 
 export async function historyCsv(em: EntityManager, accountId: string, opts: { maxRows?: number } = {}) {
   const max = opts.maxRows ?? MAX_CSV_ROWS;
@@ -40,7 +40,7 @@ export async function historyCsv(em: EntityManager, accountId: string, opts: { m
 }
 
 function csvLine(e: WalletEntryView): string {
-  return [e.id, e.created_at, e.type, text(e.description), String(e.amount_coins), String(e.balance_after_coins), text(e.reference)].map(quote).join(',');
+  return [e.id, e.created_at, e.type, text(e.description), String(e.amount_coins), String(e.balance_after_coins), text(e.reference), e.app_connection_id ?? ''].map(quote).join(',');
 }
 
 /**

@@ -45,6 +45,7 @@ export const walletEntrySchema = z
     amount_coins: z.number().describe('signed: what the event added to (+) or took from (−) the spendable coins'),
     balance_after_coins: coinsSchema.describe('spendable coins (subscription + purchased) right after the event'),
     reference: z.string().describe('the chat completion id or job id (`api_usage`, `refund`), or the payment reference (credits)'),
+    app_connection_id: z.string().nullable().describe('`app_…`: the connected app (OAuth) that made this request, or null for an API key or a credit'),
     created_at: isoTimeSchema,
   })
   .strict();
@@ -95,6 +96,7 @@ interface EntryRow {
   created_at: Date | string;
   hold_kind: string | null;
   job_status: string | null;
+  app_connection_id: string | null;
   /** How many entries of the index the batch read, and the lowest id among them. */
   batch_size: number;
   batch_end: string;
@@ -103,7 +105,7 @@ interface EntryRow {
 /** The entries of one event, with what its row needs of its hold (none for a credit). */
 interface Group {
   entries: Entry[];
-  hold: { kind: string | null; jobStatus: string | null } | null;
+  hold: { kind: string | null; jobStatus: string | null; app: string | null } | null;
 }
 
 /** A row before its balance is known. */
@@ -113,6 +115,7 @@ interface PendingRow {
   description: string;
   amount: Micro;
   reference: string;
+  app: string | null;
   createdAt: Date;
 }
 
@@ -154,11 +157,11 @@ const BATCH = `
     order by -e.id limit ?
   ),
   x as (
-    select ${ENTRY_COLUMNS}, null::text as hold_kind, null::text as job_status
+    select ${ENTRY_COLUMNS}, null::text as hold_kind, null::text as job_status, null::text as app_connection_id
     from c join ledger_entries e on e.id = c.id
     where c.hold_id is null
     union all
-    select ${ENTRY_COLUMNS}, h.metadata->>'kind', g.status
+    select ${ENTRY_COLUMNS}, h.metadata->>'kind', g.status, h.metadata->>'app_connection_id'
     from (select distinct c.hold_id, c.r from c where c.hold_id is not null) k
     join holds h on h.id = k.hold_id
     join ledger_entries e on e.hold_id = k.hold_id and (e.kind = 'reservation') = k.r
@@ -199,7 +202,7 @@ export async function listHistory(em: EntityManager, accountId: string, input: z
       const key = groupKey(entry);
       if (met.has(key)) continue; // an event cut by the previous batch's end, already taken
       let group = groups.get(key);
-      if (!group) groups.set(key, (group = { entries: [], hold: entry.holdId === null ? null : { kind: row.hold_kind, jobStatus: row.job_status } }));
+      if (!group) groups.set(key, (group = { entries: [], hold: entry.holdId === null ? null : { kind: row.hold_kind, jobStatus: row.job_status, app: row.app_connection_id } }));
       group.entries.push(entry);
     }
     const events = [...groups].map(([key, group]) => ({ key, group, anchor: lastEntry(group.entries).id })).sort(byAnchorDesc);
@@ -235,6 +238,7 @@ export async function listHistory(em: EntityManager, accountId: string, input: z
         amount_coins: coinsToJson(r.amount),
         balance_after_coins: coinsToJson(balances.get(r.anchor)!),
         reference: r.reference,
+        app_connection_id: r.app,
         created_at: r.createdAt.toISOString(),
       }),
     ),
@@ -244,7 +248,7 @@ export async function listHistory(em: EntityManager, accountId: string, input: z
 
 /** What one event shows the customer: one row, or nothing. */
 function customerRow({ entries: event, hold }: Group, anchor: Entry): PendingRow | null {
-  const base = { anchor: anchor.id, reference: anchor.reference, createdAt: anchor.createdAt };
+  const base = { anchor: anchor.id, reference: anchor.reference, createdAt: anchor.createdAt, app: hold?.app ?? null };
   if (!hold) {
     // A credit: one entry, on a spendable pocket.
     return { ...base, type: anchor.kind === 'subscription_grant' ? 'subscription_grant' : 'topup', description: anchor.description, amount: anchor.amount };

@@ -180,6 +180,7 @@ describe('wallet history', () => {
       amount_coins: -1.25,
       balance_after_coins: 23.75,
       reference: 'req_history',
+      app_connection_id: null,
       created_at: expect.any(String),
     });
     expect(all[1]).toMatchObject({ amount_coins: 5, balance_after_coins: 25 });

@@ -212,6 +212,7 @@ describe('wallet history rows', () => {
       amount_coins: -4,
       balance_after_coins: 9,
       reference: ref,
+      app_connection_id: null,
       created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT.*Z$/),
     });
     expect(Object.keys(res.data[0]!)).not.toContain('pocket');
