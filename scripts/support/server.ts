@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { freePort } from '../../adapters/embedded/postgres.ts';
 
 /**
- * The real server for the scripts that test it from outside (schema-fuzz.ts, mcp-conformance.ts):
+ * The real server for the scripts that test it from outside (schema-fuzz.ts, mcp-conformance.ts,
+ * mcp-auth-conformance.ts):
  * `node --import tsx main.ts` on a free port with a fresh temporary DATA_DIR, so that the
  * embedded PostgreSQL and Temporal dev server start too and the first start prints the demo key
  * of a funded account; and the means to stop it and everything it started, leaving nothing behind.
@@ -90,13 +91,16 @@ export interface Server {
   child: ChildProcess;
   base: string;
   key: string;
+  /** The demo account's one-time sign-in link (`<base>/login/link?token=…`, valid 15 minutes): a secret, like the key. */
+  loginUrl: string;
   exited: Promise<number | null>;
   hasExited: () => boolean;
 }
 
 /**
  * Starts the server in `dataDir` (which must not exist yet or be empty, so that it prints the demo
- * key) with its stderr, and its stdout with the key masked, in `logFile`. Resolves once it listens.
+ * key and sign-in link) with its stderr, and its stdout with the key and link masked, in `logFile`.
+ * Resolves once it listens.
  */
 export async function startServer(say: Say, work: string, dataDir: string, logFile: string): Promise<Server> {
   const port = await freePort();
@@ -134,17 +138,19 @@ export async function startServer(say: Say, work: string, dataDir: string, logFi
   child.stdout!.on('error', () => undefined);
   child.stderr!.on('error', () => undefined);
 
-  const ready = new Promise<{ key: string }>((resolve, reject) => {
+  const ready = new Promise<{ key: string; loginUrl: string }>((resolve, reject) => {
     let out = '';
     let key: string | undefined;
+    let loginUrl: string | undefined;
     child.stdout!.on('data', (c: Buffer) => {
       const text = c.toString();
       out += text;
       // The demo key is printed once, outside the logs: keep it out of the log file too.
       log.write(text.replace(/mas_[A-Za-z0-9_-]+/g, 'mas_…'));
       key ??= /Bearer (mas_[A-Za-z0-9_-]+)/.exec(out)?.[1];
+      loginUrl ??= /(http\S+\/login\/link\?token=\S+)/.exec(out)?.[1];
       if (/listening on/.test(out)) {
-        if (key) resolve({ key });
+        if (key && loginUrl) resolve({ key, loginUrl });
         else reject(new Error('the server started without printing a demo key (was DATA_DIR not empty?)'));
       }
     });
@@ -154,9 +160,9 @@ export async function startServer(say: Say, work: string, dataDir: string, logFi
   const timeout = new Promise<never>((_resolve, reject) => {
     timer = setTimeout(() => reject(new Error('the server did not start within 5 minutes')), 300_000);
   });
-  const server = { child, base: `http://127.0.0.1:${port}`, key: '', exited, hasExited: () => exitedFlag };
+  const server = { child, base: `http://127.0.0.1:${port}`, key: '', loginUrl: '', exited, hasExited: () => exitedFlag };
   try {
-    server.key = (await Promise.race([ready, timeout])).key;
+    Object.assign(server, await Promise.race([ready, timeout]));
     return server;
   } catch (err) {
     await stopServer(say, server, work);
