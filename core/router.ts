@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { adminRouter } from './admin/router.ts';
 import { appConnectionIdInput, listAppConnections, revokeAppConnection } from './apps/connections.ts';
 import { accountOverview } from './accounts/account-overview.ts';
 import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
@@ -156,6 +157,9 @@ export const appRouter = router({
     refresh: publicProcedure.input(refreshInput).mutation(({ ctx, input }) => refreshTokens(ctx.deps, ctx.em, input)),
     revoke: publicProcedure.input(revokeTokenInput).mutation(({ ctx, input }) => revokeToken(ctx.em, input)),
   }),
+
+  /** The admin API's use cases (core/admin/router.ts). */
+  admin: adminRouter,
 
   admins: router({
     createToken: operatorProcedure.input(createAdminTokenInput).mutation(({ ctx, input }) => createAdminToken(ctx.em, input)),

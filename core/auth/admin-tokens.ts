@@ -67,5 +67,5 @@ export async function authenticateAdmin(em: EntityManager, token: string | null)
     [hashSecret(token)],
   );
   if (!row) throw unauthorized('admin');
-  return { kind: 'admin', adminId: row.id, role: row.role };
+  return { kind: 'admin', adminId: row.id, role: row.role, via: 'token' };
 }

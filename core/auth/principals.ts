@@ -43,8 +43,11 @@ export interface SessionPrincipal {
 /** An operator of the admin API: `viewer` reads, `operator` also acts (and is audited). */
 export interface AdminPrincipal {
   kind: 'admin';
+  /** `adm_…` for an admin token, `adu_…` for an admin user signed in to the admin pages. */
   adminId: string;
   role: 'viewer' | 'operator';
+  /** An admin token (scripts, dashboards), or an admin user's session (the admin pages). */
+  via: 'token' | 'session';
 }
 
 /** The service itself: Temporal activities and the CLI on the server's machine. */

@@ -15,6 +15,7 @@ import { Migration20261123020000_sessions_and_admin_tokens } from './Migration20
 import { Migration20261124000000_passwords_and_login_links } from './Migration20261124000000_passwords_and_login_links.ts';
 import { Migration20261124010000_app_connections } from './Migration20261124010000_app_connections.ts';
 import { Migration20261125000000_oauth } from './Migration20261125000000_oauth.ts';
+import { Migration20261126000000_admin } from './Migration20261126000000_admin.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -35,4 +36,5 @@ export const migrations = [
   { name: 'Migration20261124000000_passwords_and_login_links', class: Migration20261124000000_passwords_and_login_links },
   { name: 'Migration20261124010000_app_connections', class: Migration20261124010000_app_connections },
   { name: 'Migration20261125000000_oauth', class: Migration20261125000000_oauth },
+  { name: 'Migration20261126000000_admin', class: Migration20261126000000_admin },
 ];

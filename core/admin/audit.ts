@@ -1,0 +1,134 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { z } from 'zod';
+import type { AdminPrincipal, InternalPrincipal } from '../auth/principals.ts';
+import { isoTimeSchema } from '../views.ts';
+
+/**
+ * The admin audit log (docs/admin.md, "Audit log"): every admin mutation appends one entry, in
+ * the same transaction as its change: who (an admin token, an admin user, or the service itself:
+ * the CLI on the server's machine), what, on which target, why, and the values before and after
+ * that matter. The table is append-only (a trigger refuses UPDATE, DELETE and TRUNCATE) and
+ * apart from the customers' ledger.
+ */
+export type Operator = AdminPrincipal | InternalPrincipal;
+
+export interface AuditInput {
+  /** `wallet.top_up`, `account.disable`, `key.revoke`, …: a stable dotted name. */
+  action: string;
+  targetType: 'account' | 'wallet' | 'api_key' | 'app_connection' | 'model' | 'generation' | 'admin_token' | 'admin_user' | 'catalog';
+  targetId: string;
+  reason?: string | null | undefined;
+  before?: unknown;
+  after?: unknown;
+}
+
+export function actorOf(operator: Operator): { type: 'admin_token' | 'admin_user' | 'internal'; id: string | null } {
+  if (operator.kind === 'internal') return { type: 'internal', id: null };
+  return { type: operator.via === 'session' ? 'admin_user' : 'admin_token', id: operator.adminId };
+}
+
+/** Appends one entry; call it with the transaction that makes the change. */
+export async function recordAudit(tx: EntityManager, operator: Operator, entry: AuditInput, requestId?: string): Promise<void> {
+  const actor = actorOf(operator);
+  await tx.execute(
+    `insert into admin_audit_log (actor_type, actor_id, action, target_type, target_id, reason, before, after, request_id)
+     values (?, ?, ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?)`,
+    [
+      actor.type,
+      actor.id,
+      entry.action,
+      entry.targetType,
+      entry.targetId,
+      entry.reason ?? null,
+      entry.before === undefined ? null : JSON.stringify(entry.before),
+      entry.after === undefined ? null : JSON.stringify(entry.after),
+      requestId ?? null,
+    ],
+  );
+}
+
+/** A reason an operator must give: shown in the audit log, never to the customer. */
+export const reasonSchema = z.string().trim().min(3, 'must say why, in a few words').max(500);
+
+export const auditEntrySchema = z
+  .object({
+    id: z.string().describe('`aud_<n>`'),
+    object: z.literal('audit_entry'),
+    actor_type: z.enum(['admin_token', 'admin_user', 'internal']),
+    actor_id: z.string().nullable(),
+    action: z.string(),
+    target_type: z.string(),
+    target_id: z.string(),
+    reason: z.string().nullable(),
+    before: z.unknown(),
+    after: z.unknown(),
+    request_id: z.string().nullable(),
+    created_at: isoTimeSchema,
+  })
+  .strict();
+export type AuditEntryView = z.infer<typeof auditEntrySchema>;
+
+export const auditFilterInput = z.object({
+  action: z.string().max(100).optional(),
+  target_type: z.string().max(50).optional(),
+  target_id: z.string().max(200).optional(),
+  actor_id: z.string().max(200).optional(),
+  since: z.iso.datetime({ offset: true }).optional(),
+  until: z.iso.datetime({ offset: true }).optional(),
+  first: z.number().int().min(1).max(100).default(20),
+  /** `aud_<n>` of the last entry of the previous page: entries come newest first. */
+  after: z.string().regex(/^aud_\d{1,19}$/).optional(),
+});
+
+interface AuditRow {
+  id: string;
+  actor_type: AuditEntryView['actor_type'];
+  actor_id: string | null;
+  action: string;
+  target_type: string;
+  target_id: string;
+  reason: string | null;
+  before: unknown;
+  after: unknown;
+  request_id: string | null;
+  created_at: Date | string;
+}
+
+/** The log, newest first, filtered; a page and whether there is more. */
+export async function listAudit(em: EntityManager, input: z.output<typeof auditFilterInput>) {
+  const where: string[] = [];
+  const params: unknown[] = [];
+  const add = (sql: string, value: unknown) => {
+    where.push(sql);
+    params.push(value);
+  };
+  if (input.action) add('action = ?', input.action);
+  if (input.target_type) add('target_type = ?', input.target_type);
+  if (input.target_id) add('target_id = ?', input.target_id);
+  if (input.actor_id) add('actor_id = ?', input.actor_id);
+  if (input.since) add('created_at >= ?', new Date(input.since));
+  if (input.until) add('created_at < ?', new Date(input.until));
+  if (input.after) add('id < ?', input.after.slice(4));
+  const rows = await em.execute<AuditRow[]>(
+    `select id::text, actor_type, actor_id, action, target_type, target_id, reason, before, after, request_id, created_at
+     from admin_audit_log ${where.length ? `where ${where.join(' and ')}` : ''} order by id desc limit ?`,
+    [...params, input.first + 1],
+  );
+  const data = rows.slice(0, input.first).map(
+    (r): AuditEntryView => ({
+      id: `aud_${r.id}`,
+      object: 'audit_entry',
+      actor_type: r.actor_type,
+      actor_id: r.actor_id,
+      action: r.action,
+      target_type: r.target_type,
+      target_id: r.target_id,
+      reason: r.reason,
+      before: r.before,
+      after: r.after,
+      request_id: r.request_id,
+      created_at: new Date(r.created_at).toISOString(),
+    }),
+  );
+  return { object: 'list' as const, data, has_more: rows.length > input.first };
+}
