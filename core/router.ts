@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { revokeAnyKey, revokeKeyInput } from './admin/actions/actions.ts';
+import { audited } from './admin/audit.ts';
 import { adminRouter } from './admin/router.ts';
 import { appConnectionIdInput, listAppConnections, revokeAppConnection } from './apps/connections.ts';
 import { accountOverview } from './accounts/account-overview.ts';
@@ -7,7 +9,8 @@ import { historyCsv } from './accounts/history-csv.ts';
 import { loginLinkFor, setPasswordInput, setPasswordFor } from './accounts/operator-access.ts';
 import { changePassword, changePasswordInput, callerOf, loginTokenInput, redeemLoginLink, signIn, signInInput, signOut, signUp, signUpInput } from './accounts/sign-in.ts';
 import { adminTokenIdInput, createAdminToken, createAdminTokenInput, revokeAdminToken } from './auth/admin-tokens.ts';
-import { modelIdInput, modelTypeFilter, syncCatalog } from './catalog/catalog.ts';
+import { syncCatalog } from './admin/models/sync-catalog.ts';
+import { modelIdInput, modelTypeFilter } from './catalog/catalog.ts';
 import { getModel, listModels } from './catalog/read-models.ts';
 import { chatCompletion } from './chat/complete.ts';
 import { chatRequestSchema } from './chat/schema.ts';
@@ -87,14 +90,20 @@ export const appRouter = router({
     balance: spendingProcedure.query(async ({ ctx }) => balanceView(await getBalance(ctx.em, ctx.principal.accountId))),
     history: spendingProcedure.input(historyInput).query(({ ctx, input }) => listHistory(ctx.em, ctx.principal.accountId, input)),
     balanceOf: adminProcedure.input(forAccount).query(({ ctx, input }) => balanceOfAccount(ctx.em, input.account)),
-    topUp: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) => creditCoins(ctx.em, 'topup', input)),
-    grantSubscription: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) => creditCoins(ctx.em, 'subscription_grant', input)),
+    topUp: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => creditCoins(tx, 'topup', input), (r) => r.applied ? { action: 'wallet.top_up', targetType: 'wallet', targetId: r.account, after: { coins: r.coins, entry_id: r.entry_id } } : null),
+    ),
+    grantSubscription: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => creditCoins(tx, 'subscription_grant', input), (r) => r.applied ? { action: 'wallet.grant_subscription', targetType: 'wallet', targetId: r.account, after: { coins: r.coins, entry_id: r.entry_id } } : null),
+    ),
   }),
 
   keys: router({
-    create: operatorProcedure.input(forAccount.extend(createKeyInput.shape)).mutation(({ ctx, input }) => createKeyFor(ctx.em, input.account, input)),
+    create: operatorProcedure.input(forAccount.extend(createKeyInput.shape)).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => createKeyFor(tx, input.account, input), (k) => ({ action: 'key.create', targetType: 'api_key', targetId: k.id, after: { account: k.account, name: k.name } })),
+    ),
     list: adminProcedure.input(forAccount).query(({ ctx, input }) => listKeysOf(ctx.em, input.account)),
-    revoke: operatorProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id)),
+    revoke: operatorProcedure.input(revokeKeyInput).mutation(({ ctx, input }) => revokeAnyKey({ em: ctx.em, operator: ctx.principal, requestId: ctx.requestId }, input)),
     /** Checks the caller's key (and counts the request): transports call it before costly work such as reading an upload. */
     whoami: spendingProcedure.query(({ ctx }) => ({ account: ctx.principal.accountId, key: ctx.principal.keyId })),
     /** The same check without counting a request: transports that refuse a bad key at their door (MCP). */
@@ -102,7 +111,9 @@ export const appRouter = router({
   }),
 
   accounts: router({
-    create: operatorProcedure.input(createAccountInput).mutation(async ({ ctx, input }) => accountView(await createAccount(ctx.em, input))),
+    create: operatorProcedure.input(createAccountInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, async (tx) => accountView(await createAccount(tx, input)), (a) => ({ action: 'account.create', targetType: 'account', targetId: a.id, after: { email: a.email } })),
+    ),
     get: adminProcedure.input(forAccount).query(({ ctx, input }) => getAccount(ctx.em, input.account)),
     /** The signed-in person's own account and balance (the account pages). */
     me: sessionProcedure.query(({ ctx }) => accountOverview(ctx.em, ctx.principal.accountId)),
@@ -115,9 +126,13 @@ export const appRouter = router({
     signOut: sessionProcedure.mutation(({ ctx }) => signOut(ctx.em, ctx.principal)),
     /** Ends every session of the account and starts a new one for the caller. */
     changePassword: sessionProcedure.input(changePasswordInput).mutation(({ ctx, input }) => changePassword(ctx.deps, ctx.em, ctx.principal, input)),
-    setPassword: operatorProcedure.input(setPasswordInput).mutation(({ ctx, input }) => setPasswordFor(ctx.em, input)),
+    setPassword: operatorProcedure.input(setPasswordInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => setPasswordFor(tx, input), (a) => ({ action: 'account.set_password', targetType: 'account', targetId: a.id, after: { sessions_ended: a.sessions_ended } })),
+    ),
     /** A one-time sign-in token for the account, valid 15 minutes. */
-    loginLink: operatorProcedure.input(forAccount).mutation(({ ctx, input }) => loginLinkFor(ctx.deps, ctx.em, input.account)),
+    loginLink: operatorProcedure.input(forAccount).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => loginLinkFor(ctx.deps, tx, input.account), (l) => ({ action: 'account.login_link', targetType: 'account', targetId: l.account })),
+    ),
     redeemLoginLink: publicProcedure.input(loginTokenInput).mutation(({ ctx, input }) => redeemLoginLink(ctx.deps, ctx.em, input.token, callerOf(ctx))),
   }),
 
@@ -162,13 +177,17 @@ export const appRouter = router({
   admin: adminRouter,
 
   admins: router({
-    createToken: operatorProcedure.input(createAdminTokenInput).mutation(({ ctx, input }) => createAdminToken(ctx.em, input)),
-    revokeToken: operatorProcedure.input(adminTokenIdInput).mutation(({ ctx, input }) => revokeAdminToken(ctx.em, input.id)),
+    createToken: operatorProcedure.input(createAdminTokenInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => createAdminToken(tx, input), (t) => ({ action: 'admin_token.create', targetType: 'admin_token', targetId: t.id, after: { name: t.name, role: t.role } })),
+    ),
+    revokeToken: operatorProcedure.input(adminTokenIdInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => revokeAdminToken(tx, input.id), (t) => ({ action: 'admin_token.revoke', targetType: 'admin_token', targetId: t.id, after: { revoked_at: t.revoked_at } })),
+    ),
   }),
 
   catalog: router({
     /** Makes the models table match a catalog file (parsed, not yet validated). */
-    sync: operatorProcedure.input(z.object({ catalog: z.unknown() })).mutation(({ ctx, input }) => syncCatalog(ctx.deps, ctx.em, input.catalog)),
+    sync: operatorProcedure.input(z.object({ catalog: z.unknown() })).mutation(({ ctx, input }) => syncCatalog(ctx.deps, ctx.em, input.catalog, ctx.principal, ctx.requestId)),
   }),
 });
 

@@ -5,6 +5,7 @@ import type { CoreContext } from './context.ts';
 import { CoreError, isCoreError, unauthorized } from './errors.ts';
 import { authenticate } from './auth/api-keys.ts';
 import { authenticateAdmin } from './auth/admin-tokens.ts';
+import { authenticateAdminSession, isAdminSessionToken } from './admin/users.ts';
 import type { AdminPrincipal, InternalPrincipal, SessionPrincipal, SpendingPrincipal } from './auth/principals.ts';
 import { authenticateSession } from './auth/sessions.ts';
 import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
@@ -89,7 +90,12 @@ export const operatorProcedure = t.procedure.use(async ({ ctx, next }) => {
 
 async function operatorOf(ctx: CoreContext): Promise<AdminPrincipal | InternalPrincipal> {
   if (ctx.credential.kind === 'internal') return { kind: 'internal' };
-  if (ctx.credential.kind === 'admin') return authenticateAdmin(ctx.em, ctx.credential.token);
+  if (ctx.credential.kind === 'admin') {
+    // An admin user's session (the admin pages) or an admin token (scripts, dashboards).
+    return isAdminSessionToken(ctx.credential.token)
+      ? authenticateAdminSession(ctx.em, ctx.credential.token, ctx.deps.clock())
+      : authenticateAdmin(ctx.em, ctx.credential.token);
+  }
   throw unauthorized('admin');
 }
 

@@ -76,6 +76,8 @@ async function signInAs(
   /** Writes that must happen with the session's start, in its transaction. */
   before?: (tx: EntityManager) => Promise<void>,
 ): Promise<SignedIn> {
+  const [state] = await em.execute<{ disabled_at: string | null }[]>('select disabled_at from accounts where id = ?', [accountId]);
+  if (state?.disabled_at) throw new CoreError('forbidden', 'This account is disabled. Contact the operator of this service.', { reason: 'account_disabled' });
   const session = await em.transactional(async (tx) => {
     await before?.(tx);
     await endSessionByToken(tx, previousToken);

@@ -132,3 +132,22 @@ export async function listAudit(em: EntityManager, input: z.output<typeof auditF
   );
   return { object: 'list' as const, data, has_more: rows.length > input.first };
 }
+
+/**
+ * Runs an operator's use case and its audit entry in one transaction: `entry` describes the
+ * change from the result, or returns null when nothing changed (an idempotent repeat).
+ */
+export async function audited<T>(
+  em: EntityManager,
+  operator: Operator,
+  requestId: string | undefined,
+  run: (tx: EntityManager) => Promise<T>,
+  entry: (result: T) => AuditInput | null,
+): Promise<T> {
+  return em.transactional(async (tx) => {
+    const result = await run(tx);
+    const described = entry(result);
+    if (described) await recordAudit(tx, operator, described, requestId);
+    return result;
+  });
+}

@@ -1,9 +1,24 @@
-import { adminProcedure, router } from '../trpc.ts';
+import { adminProcedure, operatorProcedure, publicProcedure, router } from '../trpc.ts';
 import { adminActionsRouter } from './actions/router.ts';
 import { analyticsRouter } from './analytics/router.ts';
 import { auditFilterInput, listAudit } from './audit.ts';
 import { modelAdminRouter } from './models/router.ts';
 import { adminReadRouter } from './reads/router.ts';
+import {
+  adminLoginLinkFor,
+  adminRedeemInput,
+  adminSignInInput,
+  adminUserRefInput,
+  createAdminUser,
+  createAdminUserInput,
+  listAdminUsers,
+  redeemAdminLink,
+  signInAdmin,
+  signOutAdmin,
+} from './users.ts';
+
+/** The admin session token the caller sent (the admin pages' cookie), if any. */
+const adminToken = (ctx: { credential: { kind: string; token?: string | null } }) => (ctx.credential.kind === 'admin' ? (ctx.credential.token ?? null) : null);
 
 /**
  * The use cases of the admin API (GraphQL at /admin/graphql, the admin pages, the CLI):
@@ -19,6 +34,18 @@ export const adminRouter = router({
     via: ctx.principal.kind === 'admin' ? ctx.principal.via : ('internal' as const),
   })),
   audit: adminProcedure.input(auditFilterInput).query(({ ctx, input }) => listAudit(ctx.em, input)),
+  users: router({
+    list: adminProcedure.query(({ ctx }) => listAdminUsers(ctx.em)),
+    /** A new admin user and a one-time sign-in link (`mas admin create`). */
+    create: operatorProcedure.input(createAdminUserInput).mutation(({ ctx, input }) => createAdminUser(ctx.deps, ctx.em, ctx.principal, input, ctx.requestId)),
+    loginLink: operatorProcedure.input(adminUserRefInput).mutation(({ ctx, input }) => adminLoginLinkFor(ctx.deps, ctx.em, ctx.principal, input.id, ctx.requestId)),
+  }),
+  /** The admin pages' ways in and out. */
+  session: router({
+    signIn: publicProcedure.input(adminSignInInput).mutation(({ ctx, input }) => signInAdmin(ctx.deps, ctx.em, input, { ip: ctx.clientIp, previousToken: adminToken(ctx) })),
+    redeemLink: publicProcedure.input(adminRedeemInput).mutation(({ ctx, input }) => redeemAdminLink(ctx.deps, ctx.em, input, { ip: ctx.clientIp, previousToken: adminToken(ctx) })),
+    signOut: adminProcedure.mutation(({ ctx }) => signOutAdmin(ctx.em, adminToken(ctx))),
+  }),
   read: adminReadRouter,
   analytics: analyticsRouter,
   models: modelAdminRouter,

@@ -6,10 +6,10 @@ import { unauthorized } from '../errors.ts';
 import { hashKey, isWellFormedKey } from '../keys/key-secret.ts';
 import type { KeyPrincipal } from './principals.ts';
 
-/** Active keys by secret hash, for a batch of hashes given as a text[] literal. */
+/** Active keys of accounts that are not disabled, by secret hash, for a batch of hashes given as a text[] literal. */
 export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid
   from api_keys k join accounts a on a.id = k.account_id
-  where k.key_hash = any($1::text[]) and k.revoked_at is null`;
+  where k.key_hash = any($1::text[]) and k.revoked_at is null and a.disabled_at is null`;
 
 type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
 

@@ -40,8 +40,8 @@ export const walletEntrySchema = z
   .object({
     id: z.string().describe("`le_…`: the id of the event's last ledger entry; pass it as `starting_after` for the rows after it"),
     object: z.literal('wallet_entry'),
-    type: z.enum(['topup', 'subscription_grant', 'api_usage', 'refund']),
-    description: z.string().describe('`Top-up`, `Subscription coins`, `API usage`, or `Refund` (`Refund: generation failed`, …)'),
+    type: z.enum(['topup', 'subscription_grant', 'api_usage', 'refund', 'adjustment']),
+    description: z.string().describe('`Top-up`, `Subscription coins`, `API usage`, `Refund` (`Refund: generation failed`, …) or `Balance adjustment` (an operator\'s correction)'),
     amount_coins: z.number().describe('signed: what the event added to (+) or took from (−) the spendable coins'),
     balance_after_coins: coinsSchema.describe('spendable coins (subscription + purchased) right after the event'),
     reference: z.string().describe('the chat completion id or job id (`api_usage`, `refund`), or the payment reference (credits)'),
@@ -77,7 +77,7 @@ const MAY_SHOW = `(hold_id is null or kind = 'capture' or reference not like 'ch
 interface Entry {
   id: bigint;
   pocket: 'subscription' | 'purchased' | 'held';
-  kind: 'topup' | 'subscription_grant' | 'reservation' | 'capture' | 'release';
+  kind: 'topup' | 'subscription_grant' | 'reservation' | 'capture' | 'release' | 'adjustment' | 'refund';
   amount: Micro;
   reference: string;
   holdId: string | null;
@@ -134,7 +134,13 @@ function toEntry(row: EntryRow): Entry {
 
 /** A credit is an event of its own; a hold has two: its reservation and its end. */
 const isReservation = (entry: Entry) => entry.kind === 'reservation';
-const groupKey = (entry: Entry) => (entry.holdId === null ? `entry:${entry.id}` : `${entry.holdId}:${isReservation(entry) ? 'reserve' : 'end'}`);
+/** A correction down may take from both pockets: its two entries (one reference) are one event. */
+const groupKey = (entry: Entry) =>
+  entry.holdId === null
+    ? entry.kind === 'adjustment'
+      ? `adjustment:${entry.reference}`
+      : `entry:${entry.id}`
+    : `${entry.holdId}:${isReservation(entry) ? 'reserve' : 'end'}`;
 const spendable = (entry: Entry) => entry.pocket !== 'held';
 const sum = (xs: Micro[]) => xs.reduce((a, b) => a + b, 0n);
 const lastEntry = (entries: Entry[]) => entries.reduce((a, e) => (e.id > a.id ? e : a));
@@ -250,8 +256,10 @@ export async function listHistory(em: EntityManager, accountId: string, input: z
 function customerRow({ entries: event, hold }: Group, anchor: Entry): PendingRow | null {
   const base = { anchor: anchor.id, reference: anchor.reference, createdAt: anchor.createdAt, app: hold?.app ?? null };
   if (!hold) {
-    // A credit: one entry, on a spendable pocket.
-    return { ...base, type: anchor.kind === 'subscription_grant' ? 'subscription_grant' : 'topup', description: anchor.description, amount: anchor.amount };
+    // A credit, or an operator's correction or refund: its entries are on spendable pockets.
+    const amount = sum(event.map((e) => e.amount));
+    const type = anchor.kind === 'subscription_grant' || anchor.kind === 'adjustment' || anchor.kind === 'refund' ? anchor.kind : 'topup';
+    return { ...base, type, description: anchor.description, amount };
   }
   const job = hold.kind === 'generation';
   if (isReservation(anchor)) {

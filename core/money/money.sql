@@ -19,6 +19,67 @@ AS $function$
       end $function$
 ;
 
+-- mas_adjust: An operator's correction (kind adjustment, either sign) or a refund of a settled job (kind refund,
+-- positive): up into the purchased pocket; down out of the purchased pocket first, then the subscription
+-- pocket, never more than they hold ('insufficient'; held coins are never taken). Idempotent on
+-- p_idempotency_key. Does not change whether the account is paid.
+CREATE OR REPLACE FUNCTION public.mas_adjust(p_account text, p_kind text, p_amount bigint, p_reference text, p_idempotency_key text, p_description text)
+ RETURNS TABLE(status text, entry_id bigint, available bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        w wallets%rowtype;
+        e ledger_entries%rowtype;
+        from_pur bigint;
+        from_sub bigint;
+      begin
+        if p_kind not in ('adjustment', 'refund') then
+          raise exception 'mas_adjust moves adjustments and refunds only';
+        end if;
+        if p_amount = 0 or (p_kind = 'refund' and p_amount < 0) then
+          raise exception 'an adjustment must not be 0, and a refund must be positive';
+        end if;
+        select * into w from wallets where account_id = p_account for update;
+        if not found then
+          return query select 'no_wallet'::text, null::bigint, null::bigint;
+          return;
+        end if;
+        select * into e from ledger_entries where idempotency_key in (p_idempotency_key, p_idempotency_key || ':subscription') order by id desc limit 1;
+        if found then
+          return query select 'duplicate'::text, e.id, w.subscription_micro + w.purchased_micro;
+          return;
+        end if;
+        if p_amount > 0 then
+          update wallets set purchased_micro = purchased_micro + p_amount, updated_at = now()
+            where account_id = p_account returning * into w;
+          insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description)
+            values (p_account, 'purchased', p_kind, p_amount, w.purchased_micro, p_reference, p_idempotency_key, p_description)
+            returning * into e;
+          return query select 'applied'::text, e.id, w.subscription_micro + w.purchased_micro;
+          return;
+        end if;
+        if w.subscription_micro + w.purchased_micro < -p_amount then
+          return query select 'insufficient'::text, null::bigint, w.subscription_micro + w.purchased_micro;
+          return;
+        end if;
+        from_pur := least(w.purchased_micro, -p_amount);
+        from_sub := -p_amount - from_pur;
+        update wallets set purchased_micro = purchased_micro - from_pur, subscription_micro = subscription_micro - from_sub, updated_at = now()
+          where account_id = p_account returning * into w;
+        if from_sub <> 0 then
+          insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description)
+            values (p_account, 'subscription', p_kind, -from_sub, w.subscription_micro, p_reference, p_idempotency_key || ':subscription', p_description)
+            returning * into e;
+        end if;
+        if from_pur <> 0 then
+          insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description)
+            values (p_account, 'purchased', p_kind, -from_pur, w.purchased_micro, p_reference, p_idempotency_key, p_description)
+            returning * into e;
+        end if;
+        return query select 'applied'::text, e.id, w.subscription_micro + w.purchased_micro;
+      end $function$
+;
+
 -- mas_app_spend_room: What an app connection may still reserve under its spend cap: the cap minus what it
 -- captured and what it holds open; null when it has no cap. The caller locks the connection row.
 CREATE OR REPLACE FUNCTION public.mas_app_spend_room(p_connection_id text)
@@ -306,7 +367,7 @@ AS $function$
 ;
 
 -- mas_reserve_many: mas_reserve for a JSON list of items, in one statement, with the same outcomes; an item with a
--- key id reserves only while that key is active (else 'key_revoked', nothing held). Reservations
+-- key id reserves only while that key is active and its account not disabled (else 'key_revoked', nothing held). Reservations
 -- commit without waiting for the disk: the settle's synchronous commit makes them durable.
 CREATE OR REPLACE FUNCTION public.mas_reserve_many(p_items jsonb)
  RETURNS TABLE(i integer, status text, available bigint)
@@ -343,7 +404,8 @@ AS $function$
           i := x.i;
           if x.key_id is not null and key_ok is distinct from x.key_id || '/' || x.account_id then
             if not exists (
-              select 1 from api_keys k where k.id = x.key_id and k.account_id = x.account_id and k.revoked_at is null
+              select 1 from api_keys k join accounts a on a.id = k.account_id
+              where k.id = x.key_id and k.account_id = x.account_id and k.revoked_at is null and a.disabled_at is null
             ) then
               status := 'key_revoked'; available := null;
               return next;

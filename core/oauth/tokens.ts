@@ -203,15 +203,15 @@ export const ACCESS_TOKEN_PREFIX = 'mas_at_';
 export async function authenticateAppToken(em: EntityManager, token: string, resource: string | undefined, now: Date): Promise<AppConnectionPrincipal> {
   if (!/^mas_at_[A-Za-z0-9_-]{43}$/.test(token)) throw unauthorized('app_token');
   const [row] = await em.execute<
-    { expires_at: Timestamp; resource: string; connection_id: string; account_id: string; key_id: string; spend_cap_micro: string | null; connection_expires_at: Timestamp | null; revoked_at: Timestamp | null; key_revoked_at: Timestamp | null; paid: boolean }[]
+    { expires_at: Timestamp; resource: string; connection_id: string; account_id: string; key_id: string; spend_cap_micro: string | null; connection_expires_at: Timestamp | null; revoked_at: Timestamp | null; key_revoked_at: Timestamp | null; paid: boolean; disabled_at: Timestamp | null }[]
   >(
     `select t.expires_at, t.resource, c.id as connection_id, c.account_id, c.key_id, c.spend_cap_micro::text, c.expires_at as connection_expires_at,
-        c.revoked_at, k.revoked_at as key_revoked_at, a.paid
+        c.revoked_at, k.revoked_at as key_revoked_at, a.paid, a.disabled_at
       from oauth_tokens t join app_connections c on c.id = t.connection_id join api_keys k on k.id = c.key_id join accounts a on a.id = c.account_id
       where t.token_hash = ? and t.kind = 'access'`,
     [hashSecret(token)],
   );
-  if (!row || row.revoked_at || row.key_revoked_at) throw unauthorized('app_token');
+  if (!row || row.revoked_at || row.key_revoked_at || row.disabled_at) throw unauthorized('app_token');
   if (time(row.expires_at) <= now.getTime()) throw unauthorized('app_token');
   if (row.connection_expires_at && time(row.connection_expires_at) <= now.getTime()) throw unauthorized('app_token');
   if (resource === undefined || canonicalResource(resource) !== row.resource) throw unauthorized('app_token');
