@@ -92,18 +92,34 @@ const COMMANDS: Record<string, Command> = {
     usage: 'key revoke --id KEYID',
     run: (core, f) => core.keys.revoke({ id: f.id! }),
   },
+  'admin create': {
+    usage: 'admin create --email E --role viewer|operator   (an admin user for the admin pages; prints a one-time sign-in link, valid 24 hours)',
+    run: async (core, f, { publicBaseUrl }) => {
+      const made = await core.admin.users.create({ email: f.email!, role: f.role as 'viewer' });
+      const url = `${publicBaseUrl}/admin/login/link?token=${encodeURIComponent(made.login_token)}`;
+      return { id: made.id, email: made.email, role: made.role, url, expires_at: made.login_expires_at };
+    },
+    show: (a: { id: string; email: string; role: string; url: string; expires_at: string }) =>
+      `Created admin ${a.email} (${a.id}, ${a.role}). Their one-time sign-in link, valid until ${a.expires_at}; it lets them choose a password:\n\n  ${a.url}\n`,
+  },
+  'admin login-link': {
+    usage: 'admin login-link --id ADMINUSERID   (a new one-time sign-in link for an admin user)',
+    run: async (core, f, { publicBaseUrl }) => {
+      const made = await core.admin.users.loginLink({ id: f.id! });
+      return { id: made.id, email: made.email, url: `${publicBaseUrl}/admin/login/link?token=${encodeURIComponent(made.login_token)}`, expires_at: made.login_expires_at };
+    },
+  },
+  'admin token create': {
+    usage: 'admin token create --name N --role viewer|operator   (a token for the admin API, shown once)',
+    run: (core, f) => core.admins.createToken({ name: f.name!, role: f.role as 'viewer' }),
+  },
+  'admin token revoke': {
+    usage: 'admin token revoke --id ADMINTOKENID',
+    run: (core, f) => core.admins.revokeToken({ id: f.id! }),
+  },
   'catalog sync': {
     usage: 'catalog sync   (makes the database\'s models match CATALOG_FILE)',
     run: async (core, _f, { readCatalogFile }) => core.catalog.sync({ catalog: await readCatalogFile() }),
-  },
-  'admin-token create': {
-    usage: 'admin-token create --name N --role viewer|operator   (a token for the admin API, shown once)',
-    run: (core, f) => core.admins.createToken({ name: f.name!, role: f.role as 'viewer' }),
-    show: (t: { id: string; token: string; role: string }) => `Created ${t.id} (${t.role}). The token, shown only this once:\n\n  ${t.token}\n`,
-  },
-  'admin-token revoke': {
-    usage: 'admin-token revoke --id ADMINTOKENID',
-    run: (core, f) => core.admins.revokeToken({ id: f.id! }),
   },
   balance: {
     usage: 'balance --account ID|EMAIL',
@@ -195,9 +211,10 @@ async function main(argv: string[], connect: Connect): Promise<void> {
     process.stdout.write(HELP);
     return;
   }
-  const name = positionals.length === 1 ? positionals[0]! : positionals.slice(0, 2).join(' ');
+  // A command is one to three words (`balance`, `key create`, `admin token create`): the longest that exists.
+  const name = [3, 2, 1].map((n) => positionals.slice(0, n).join(' ')).find((words) => COMMANDS[words] !== undefined) ?? positionals.join(' ');
   const command = COMMANDS[name];
-  if (!command || positionals.length > (name.includes(' ') ? 2 : 1)) {
+  if (!command || positionals.length > name.split(' ').length) {
     fail(json, { message: `Unknown command "${positionals.join(' ')}".\n${HELP}`, type: 'invalid_request_error', code: 'usage' }, 2);
   }
 

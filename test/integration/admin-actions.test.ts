@@ -1,5 +1,6 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { runCli, type CliConnection } from '../../adapters/cli/mas.ts';
 import { createProviderRegistry } from '../../adapters/providers/registry.ts';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { startSession } from '../../core/auth/sessions.ts';
@@ -201,5 +202,34 @@ describe('admin users', () => {
     expect((await auditOf(made.id)).map((a) => a.action)).toEqual(['admin_user.create']);
     const [stored] = await orm.em.fork().execute<{ password_hash: string }[]>('select password_hash from admin_users where id = ?', [made.id]);
     expect(stored!.password_hash).toMatch(/^\$argon2id\$/);
+  });
+});
+
+describe('the CLI', () => {
+  /** Runs `mas … --json` in-process with the internal caller, as mas.ts does; returns its one JSON object. */
+  async function cli(args: string[]): Promise<Record<string, unknown>> {
+    const connection: CliConnection = { core: internal(), readCatalogFile: () => Promise.resolve({}), publicBaseUrl: 'https://mas.example.com/', close: () => Promise.resolve() };
+    let out = '';
+    const write = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      out += String(chunk);
+      return true;
+    });
+    try {
+      await runCli([...args, '--json'], () => Promise.resolve(connection));
+    } finally {
+      write.mockRestore();
+    }
+    return JSON.parse(out) as Record<string, unknown>;
+  }
+
+  it('`admin create` prints a one-time link to the admin pages; `admin token create` prints the token once', async () => {
+    const email = uniqueEmail('cli-admin');
+    const made = await cli(['admin', 'create', '--email', email, '--role', 'operator']);
+    expect(made).toMatchObject({ email, role: 'operator', url: expect.stringMatching(/^https:\/\/mas\.example\.com\/admin\/login\/link\?token=mas_alink_/) });
+    const token = await cli(['admin', 'token', 'create', '--name', 'grafana', '--role', 'viewer']);
+    expect(token).toMatchObject({ object: 'admin_token', name: 'grafana', role: 'viewer', token: expect.stringMatching(/^mas_admin_/) });
+    expect(await as({ kind: 'admin', token: token.token as string }).admin.whoami()).toMatchObject({ role: 'viewer' });
+    expect(await cli(['admin', 'token', 'revoke', '--id', token.id as string])).toMatchObject({ revoked_at: expect.any(String) });
+    expect((await auditOf(made.id as string)).map((a) => [a.action, a.actor_type])).toEqual([['admin_user.create', 'internal']]);
   });
 });
