@@ -32,7 +32,8 @@ export interface PreparedChat {
 }
 
 export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' | 'config' | 'holds' | 'clock'>, em: EntityManager, principal: Principal, request: ChatRequest): Promise<PreparedChat> {
-  const model = await deps.catalog.get(em, request.model);
+  // The price in force at the request's time: a scheduled change applies to requests from its date on.
+  const model = await deps.catalog.get(em, request.model, { at: deps.clock() });
   requireTextModel(model);
   if (model.paid_only && !principal.paid) {
     throw new CoreError('paid_account_required', `The model '${model.id}' needs a paid account: make a first top-up or subscribe.`);

@@ -49,7 +49,8 @@ export async function createGeneration(
   input: CreateGenerationInput,
 ): Promise<{ generation: GenerationView; replayed: boolean }> {
   const { idempotency_key: idempotencyKey, wait_seconds: waitSeconds, ...request } = input;
-  const model = await deps.catalog.get(em, request.model);
+  // The price in force at the request's time; the job keeps it (price_micro) whatever changes later.
+  const model = await deps.catalog.get(em, request.model, { at: deps.clock() });
   requireMediaModel(model);
   if (model.paid_only && !principal.paid) {
     throw new CoreError('paid_account_required', `The model '${model.id}' needs a paid account: make a first top-up or subscribe.`, { param: 'model' });

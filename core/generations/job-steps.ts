@@ -15,7 +15,8 @@ export async function beginJob(deps: { catalog: ModelCatalog }, em: EntityManage
   await em.execute(`update generations set status = 'running', started_at = now() where id = ? and status = 'queued'`, [id]);
   const job = await loadJob(em, id);
   if (job.status !== 'running') return { ended: true as const };
-  const model = await deps.catalog.get(em, job.model_id).catch(() => undefined);
+  // A model disabled since the job was accepted still runs it.
+  const model = await deps.catalog.get(em, job.model_id, { includeDisabled: true }).catch(() => undefined);
   const webhook = job.webhook_url !== null;
   if (!model || model.type === 'text') return { ended: false as const, missingModel: true as const, deadlineSeconds: 0, webhook };
   return { ended: false as const, missingModel: false as const, deadlineSeconds: model.deadline_seconds, webhook };
@@ -23,7 +24,7 @@ export async function beginJob(deps: { catalog: ModelCatalog }, em: EntityManage
 
 async function jobSpec(deps: { catalog: ModelCatalog }, em: EntityManager, id: string): Promise<{ spec: MediaJobSpec; provider: string }> {
   const job = await loadJob(em, id);
-  const model = await deps.catalog.get(em, job.model_id);
+  const model = await deps.catalog.get(em, job.model_id, { includeDisabled: true });
   if (model.type === 'text') throw new CoreError('invalid_request', `The model '${model.id}' is not a media model.`, { reason: 'wrong_model_type' });
   return {
     provider: model.provider.name,

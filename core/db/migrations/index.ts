@@ -17,6 +17,7 @@ import { Migration20261124010000_app_connections } from './Migration202611240100
 import { Migration20261125000000_oauth } from './Migration20261125000000_oauth.ts';
 import { Migration20261126000000_admin } from './Migration20261126000000_admin.ts';
 import { Migration20261126010000_model_prices } from './Migration20261126010000_model_prices.ts';
+import { Migration20261126020000_analytics } from './Migration20261126020000_analytics.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -39,4 +40,5 @@ export const migrations = [
   { name: 'Migration20261125000000_oauth', class: Migration20261125000000_oauth },
   { name: 'Migration20261126000000_admin', class: Migration20261126000000_admin },
   { name: 'Migration20261126010000_model_prices', class: Migration20261126010000_model_prices },
+  { name: 'Migration20261126020000_analytics', class: Migration20261126020000_analytics },
 ];
