@@ -1,0 +1,38 @@
+import { entryProblem, type EntryProblem } from '../../catalog/price-schedule.ts';
+import { modelSchema, type ModelDefinition } from '../../catalog/schema.ts';
+import { invalid } from '../../errors.ts';
+import type { MediaProviderRegistry, ProviderRegistry } from '../../ports.ts';
+
+/**
+ * Operators' entries are checked exactly as the catalog file's are (core/catalog/schema.ts and
+ * the exact-API-price rule); a problem is refused naming the input field it is in, phrased as
+ * input errors are.
+ */
+export function refuse(param: string, problem: EntryProblem): never {
+  const at = [param, ...problem.path.map(String)].join('.');
+  const message = problem.message.replace(/^Invalid input: /, '');
+  if (/received undefined$/.test(problem.message)) throw invalid(at, `Missing required parameter: '${at}'.`, 'missing_field');
+  throw invalid(at, `Invalid value for '${at}': ${message}.`);
+}
+
+/** The entry as a model, or refused under `param`. */
+export function checkEntry(entry: unknown, param: string, apiPricePercent: bigint): ModelDefinition {
+  const problem = entryProblem(entry, apiPricePercent);
+  if (problem) refuse(param, problem);
+  return modelSchema.parse(entry);
+}
+
+/**
+ * Providers are the catalog file's, wired at start: a model created at run time names one of
+ * them, of the kind its type needs (a chat provider for text, a media provider otherwise).
+ */
+export function requireProvider(deps: { providers: ProviderRegistry; media: MediaProviderRegistry }, model: ModelDefinition, param: string): void {
+  const found = model.type === 'text' ? deps.providers.get(model.provider.name) : deps.media.get(model.provider.name);
+  if (!found) {
+    throw invalid(
+      `${param}.provider.name`,
+      `Invalid value for '${param}.provider.name': no ${model.type === 'text' ? 'chat' : 'media'} provider '${model.provider.name}' is configured on this server (the catalog file's providers).`,
+      'unknown_provider',
+    );
+  }
+}
