@@ -13,7 +13,7 @@ import { seedModels } from '../core/catalog/catalog.ts';
 import { startWorker } from '../workflows/worker.ts';
 import { openRuntime } from './compose.ts';
 import type { Env } from './env.ts';
-import { ensureHoldSweepSchedule } from './temporal.ts';
+import { ensureAnalyticsRefreshSchedule, ensureHoldSweepSchedule } from './temporal.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
@@ -37,6 +37,8 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
 
   // Releases reservations left open by a process that died mid-request.
   await ensureHoldSweepSchedule(temporal.client, env.HOLD_SWEEP_INTERVAL_SECONDS, { taskQueue: env.TEMPORAL_TASK_QUEUE });
+  // Rebuilds the admin analytics' daily rollups of the days that changed (about a minute behind the ledger).
+  await ensureAnalyticsRefreshSchedule(temporal.client, 60, { taskQueue: env.TEMPORAL_TASK_QUEUE });
   const worker = env.RUN_WORKER
     ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE })
     : undefined;

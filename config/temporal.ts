@@ -2,7 +2,7 @@ import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, Work
 import type { GenerationStarter } from '../core/ports.ts';
 import type { Logger } from 'pino';
 import { startEmbeddedTemporal } from '../adapters/embedded/temporal.ts';
-import { HOLD_SWEEP_SCHEDULE_ID, TASK_QUEUE, GENERATION_WORKFLOW } from '../workflows/shared.ts';
+import { ANALYTICS_REFRESH_SCHEDULE_ID, HOLD_SWEEP_SCHEDULE_ID, TASK_QUEUE, GENERATION_WORKFLOW } from '../workflows/shared.ts';
 import type { Env } from './env.ts';
 
 export interface TemporalHandle {
@@ -48,6 +48,32 @@ export async function ensureHoldSweepSchedule(
       scheduleId,
       spec,
       action: { type: 'startWorkflow', workflowType: 'holdSweepWorkflow', taskQueue, args: [] },
+      policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute' },
+    });
+  } catch (err) {
+    if (!(err instanceof ScheduleAlreadyRunning)) throw err;
+    await client.schedule.getHandle(scheduleId).update((previous) => ({ ...previous, spec }));
+  }
+}
+
+/**
+ * The usage analytics' rollups are rebuilt by a Temporal Schedule (`analyticsRefreshWorkflow`),
+ * like the hold sweep: one for the whole cluster, a run skipped while the last one still goes.
+ * The admin analytics lag the ledger by about this interval (core/admin/analytics/days.ts).
+ */
+export async function ensureAnalyticsRefreshSchedule(
+  client: Client,
+  everySeconds: number,
+  opts: { taskQueue?: string; scheduleId?: string } = {},
+): Promise<void> {
+  const taskQueue = opts.taskQueue ?? TASK_QUEUE;
+  const scheduleId = opts.scheduleId ?? (taskQueue === TASK_QUEUE ? ANALYTICS_REFRESH_SCHEDULE_ID : `${taskQueue}-analytics-refresh`);
+  const spec = { intervals: [{ every: `${everySeconds}s` }] };
+  try {
+    await client.schedule.create({
+      scheduleId,
+      spec,
+      action: { type: 'startWorkflow', workflowType: 'analyticsRefreshWorkflow', taskQueue, args: [] },
       policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute' },
     });
   } catch (err) {

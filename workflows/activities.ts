@@ -16,6 +16,10 @@ export function createActivities(deps: CoreDeps) {
     async restartStaleGenerations(): Promise<number> {
       return (await core().jobs.restartStale()).started;
     },
+    async refreshAnalytics(): Promise<number> {
+      const done = await core().analytics.refresh();
+      return done.usage_days + done.job_days;
+    },
     beginGeneration: (id: string) => core().jobs.begin({ id }),
     submitGeneration: (id: string) => core().jobs.submit({ id }),
     pollGeneration: (provider: string, handle: string) => core().jobs.poll({ provider, handle }),

@@ -1,4 +1,5 @@
 // Every workflow, for the worker's bundle. Workflow files import only @temporalio/workflow,
 // ./shared.ts and types (ESLint enforces it).
 export { holdSweepWorkflow } from './hold-sweep.workflow.ts';
+export { analyticsRefreshWorkflow } from './analytics-refresh.workflow.ts';
 export { generationWorkflow } from './generation.workflow.ts';

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { refreshAnalytics } from '../admin/analytics/refresh.ts';
 import { completeJob, failJob } from '../generations/end-job.ts';
 import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, storeJobResult, submitJob } from '../generations/job-steps.ts';
 import { sweep } from '../money/sweep.ts';
@@ -35,6 +36,8 @@ export const internalRouter = router({
     /** Releases reservations past their expiry; run by the hold-sweep Temporal Schedule. */
     releaseExpired: internalProcedure.mutation(({ ctx }) => sweep(ctx.deps, ctx.em)),
   }),
+  /** Rebuilds the usage analytics' daily rollups for the days that changed; run by the mas-analytics-refresh Schedule. */
+  analytics: router({ refresh: internalProcedure.mutation(({ ctx }) => refreshAnalytics(ctx.em)) }),
 });
 
 export const createInternalCaller = createCallerFactory(internalRouter);
