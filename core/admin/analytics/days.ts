@@ -79,6 +79,10 @@ export interface MeasureRow {
 export const MEASURE_SUMS = `sum(spent_micro)::text as spent, sum(refunded_micro)::text as refunded,
   sum(job_released_micro)::text as job_released, sum(adjusted_micro)::text as adjusted, sum(requests)::int as requests`;
 
+/** The rollup columns of one row, named as MeasureRow reads them. */
+export const MEASURE_COLUMNS = `spent_micro::text as spent, refunded_micro::text as refunded,
+  job_released_micro::text as job_released, adjusted_micro::text as adjusted, requests`;
+
 export function measures(r: MeasureRow) {
   const spent = BigInt(r.spent ?? 0);
   const refunded = BigInt(r.refunded ?? 0);

@@ -82,7 +82,7 @@ export const jobDurationsSchema = z
   .strict();
 
 /** Durations are whole milliseconds; an interpolated percentile is rounded to one. */
-const wholeMs = (v: number | undefined) => (v === undefined ? null : Math.round(v));
+const wholeMs = (v: number | null | undefined) => (v === undefined || v === null ? null : Math.round(v));
 
 /**
  * p50 and p95 per model of two durations of the jobs that ended with `status`: run (completed
@@ -91,17 +91,15 @@ const wholeMs = (v: number | undefined) => (v === undefined ? null : Math.round(
  */
 export async function jobDurations(em: EntityManager, input: z.output<typeof jobDurationsInput>): Promise<z.infer<typeof jobDurationsSchema>> {
   const byModel = input.model_id !== undefined;
+  // One pass: the two sorted arrays of each row side by side (unnest pads the shorter with
+  // nulls, which percentiles skip); every job that ended has a total, so they count the jobs.
   const rows = await em.execute<{ model_id: string; jobs: number; run: number[] | null; total: number[] | null }[]>(
-    `with d as (
-       select model_id, jobs, run_ms, total_ms from jobs_daily
-       where day >= ?::date and day <= ?::date and status = ?${byModel ? ' and model_id = ?' : ''}
-     ),
-     n as (select model_id, sum(jobs)::int as jobs from d group by model_id),
-     r as (select model_id, percentile_cont(array[0.5, 0.95]) within group (order by ms) as run from d, unnest(run_ms) ms group by model_id),
-     t as (select model_id, percentile_cont(array[0.5, 0.95]) within group (order by ms) as total from d, unnest(total_ms) ms group by model_id)
-     select n.model_id, n.jobs, r.run, t.total
-     from n left join r using (model_id) left join t using (model_id)
-     order by n.model_id`,
+    `select d.model_id, count(x.total)::int as jobs,
+            percentile_cont(array[0.5, 0.95]) within group (order by x.run) as run,
+            percentile_cont(array[0.5, 0.95]) within group (order by x.total) as total
+     from jobs_daily d, unnest(d.run_ms, d.total_ms) as x (run, total)
+     where d.day >= ?::date and d.day <= ?::date and d.status = ?${byModel ? ' and d.model_id = ?' : ''}
+     group by d.model_id order by d.model_id`,
     [input.from, input.to, input.status, ...(byModel ? [input.model_id] : [])],
   );
   return {

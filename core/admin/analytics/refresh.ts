@@ -29,6 +29,7 @@ import { addDays, dayRanges, type DayRange } from './days.ts';
  * Model and key come from the hold's metadata (`model`, `key_id`: chat and jobs alike).
  */
 export const BATCH_DAYS = 7;
+const ANALYZE_AFTER_RANGES = 4;
 const LOCK = 'mas:analytics-refresh';
 /** How far before the last run's start a job's change is still looked for (a transaction in flight then). */
 const JOB_MARGIN = '10 minutes';
@@ -70,6 +71,9 @@ export async function refreshAnalytics(em: EntityManager): Promise<z.infer<typeo
   for (const range of usageRanges) await inTurn(em, (tx) => rebuildUsage(tx, range));
   for (const range of jobRanges) await inTurn(em, (tx) => rebuildJobs(tx, range));
 
+  // After a large rebuild (the first run on an existing ledger), the planner learns the rollups'
+  // sizes now rather than at autovacuum's next pass: planned as empty, a read can take 10 times longer.
+  if (usageRanges.length + jobRanges.length > ANALYZE_AFTER_RANGES) await em.execute('analyze usage_daily, usage_daily_models, usage_daily_accounts, jobs_daily');
   await inTurn(em, (tx) =>
     tx.execute(`update analytics_refresh_state set ledger_id = greatest(ledger_id, ?::bigint), refreshed_at = greatest(refreshed_at, ?::timestamptz)`, [
       hi,

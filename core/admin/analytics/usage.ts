@@ -1,12 +1,12 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
-import { asOfSchema, checkRange, daySchema, idFilter, MEASURE_SUMS, measures, measuresSchema, noneToNull, rangeShape, readAsOf, type MeasureRow } from './days.ts';
+import { asOfSchema, checkRange, daySchema, idFilter, MEASURE_COLUMNS, MEASURE_SUMS, measures, measuresSchema, noneToNull, rangeShape, readAsOf, type MeasureRow } from './days.ts';
 
 /**
  * Coins per day over a range, optionally for one account, model or key, and grouped by any of
  * them: spend, refunds, job releases and adjustments apart (definitions in refresh.ts). Reads
  * the smallest rollup that has the columns asked for: per model (totals, models), per account,
- * or the full grain (keys, or accounts with models). The grand total comes from the same scan.
+ * or the full grain (keys, or accounts with models); the totals are one more sum over it.
  */
 const DIMENSIONS = ['account', 'model', 'key'] as const;
 type Dimension = (typeof DIMENSIONS)[number];
@@ -46,13 +46,17 @@ export const usageSchema = z
   })
   .strict();
 
-type UsageRow = MeasureRow & { total: number; day: string | null; account_id?: string; model_id?: string; key_id?: string };
+type UsageRow = MeasureRow & { day: string; account_id?: string; model_id?: string; key_id?: string };
 
-/** The rollup to read: the smallest that holds every column filtered or grouped on. */
-function rollupFor(used: Set<Dimension>): string {
-  if (used.has('key') || (used.has('account') && used.has('model'))) return 'usage_daily';
-  if (used.has('account')) return 'usage_daily_accounts';
-  return 'usage_daily_models';
+/**
+ * The rollup to read, the smallest that holds every column filtered or grouped on, and its
+ * grain: when the grouping is the grain, rows are read as stored (in day order from the
+ * primary key, sorted by spend within each day, reading no further than the limit needs).
+ */
+function rollupFor(used: Set<Dimension>): { table: string; grain: Dimension[] } {
+  if (used.has('key') || (used.has('account') && used.has('model'))) return { table: 'usage_daily', grain: ['account', 'model', 'key'] };
+  if (used.has('account')) return { table: 'usage_daily_accounts', grain: ['account'] };
+  return { table: 'usage_daily_models', grain: ['model'] };
 }
 
 export async function usagePerDay(em: EntityManager, input: z.output<typeof usageInput>): Promise<z.infer<typeof usageSchema>> {
@@ -61,18 +65,18 @@ export async function usagePerDay(em: EntityManager, input: z.output<typeof usag
     const value = input[COLUMN[d]];
     return value === undefined ? [] : [{ column: COLUMN[d], dimension: d, value }];
   });
-  const table = rollupFor(new Set([...groupBy, ...filters.map((f) => f.dimension)]));
-  const columns = groupBy.map((d) => COLUMN[d]);
-  const rows = await em.execute<UsageRow[]>(
-    `select grouping(day) as total, day::text as day${columns.map((c) => `, ${c}`).join('')}, ${MEASURE_SUMS}
-     from ${table}
-     where day >= ?::date and day <= ?::date${filters.map((f) => ` and ${f.column} = ?`).join('')}
-     group by grouping sets ((day${columns.map((c) => `, ${c}`).join('')}), ())
-     order by grouping(day) desc, day, sum(spent_micro) desc${columns.map((c) => `, ${c}`).join('')}
-     limit ?`,
-    [input.from, input.to, ...filters.map((f) => f.value), input.limit + 2],
+  const { table, grain } = rollupFor(new Set([...groupBy, ...filters.map((f) => f.dimension)]));
+  const columns = groupBy.map((d) => `, ${COLUMN[d]}`).join('');
+  const where = `where day >= ?::date and day <= ?::date${filters.map((f) => ` and ${f.column} = ?`).join('')}`;
+  const params = [input.from, input.to, ...filters.map((f) => f.value)];
+  const stored = grain.length === groupBy.length;
+  const days = await em.execute<UsageRow[]>(
+    stored
+      ? `select day::text as day${columns}, ${MEASURE_COLUMNS} from ${table} ${where} order by day, spent_micro desc${columns} limit ?`
+      : `select day::text as day${columns}, ${MEASURE_SUMS} from ${table} ${where} group by day${columns} order by day, sum(spent_micro) desc${columns} limit ?`,
+    [...params, input.limit + 1],
   );
-  const [totals, ...days] = rows;
+  const [totals] = await em.execute<MeasureRow[]>(`select ${MEASURE_SUMS} from ${table} ${where}`, params);
   return {
     object: 'usage_per_day',
     from: input.from,
@@ -80,7 +84,7 @@ export async function usagePerDay(em: EntityManager, input: z.output<typeof usag
     group_by: groupBy,
     totals: measures(totals!),
     data: days.slice(0, input.limit).map((r) => ({
-      day: r.day!,
+      day: r.day,
       account_id: groupBy.includes('account') ? noneToNull(r.account_id) : null,
       model_id: groupBy.includes('model') ? noneToNull(r.model_id) : null,
       key_id: groupBy.includes('key') ? noneToNull(r.key_id) : null,
