@@ -8,6 +8,7 @@ import { oauthAdapter } from '../adapters/mcp/oauth.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
 import { browserKit } from '../adapters/http/browser.ts';
 import { webAdapter } from '../adapters/web/web.ts';
+import { graphqlAdapter } from '../adapters/graphql/graphql.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
 import { startWorker } from '../workflows/worker.ts';
@@ -58,6 +59,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger }),
       // The OAuth authorization server and metadata for MCP clients (its consent page is one of the account pages).
       oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL }),
+      graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace }),
       // The account pages at the root, last: they answer every path no other adapter has.
       webAdapter(deps, { kit: browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret }), logger }),
     ],

@@ -8,6 +8,7 @@ import { oauthAdapter } from '../../adapters/mcp/oauth.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
 import { browserKit } from '../../adapters/http/browser.ts';
 import { webAdapter } from '../../adapters/web/web.ts';
+import { graphqlAdapter } from '../../adapters/graphql/graphql.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { silentLogger, testDeps } from './db.ts';
 
@@ -22,6 +23,7 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
       mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100 }),
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
       oauthAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost' }),
+      graphqlAdapter(opts.deps, { logger, uiUrl: 'http://temporal-ui.test', namespace: 'default' }),
       webAdapter(opts.deps, { kit: browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' }), logger }),
     ],
   });

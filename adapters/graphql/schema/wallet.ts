@@ -1,0 +1,96 @@
+import { builder } from '../builder.ts';
+import type { GraphQLContext } from '../context.ts';
+import { Account } from './account.ts';
+import { present } from './paging.ts';
+
+interface WalletShape {
+  account: string;
+  coins: number;
+  subscription_coins: number;
+  purchased_coins: number;
+  held_coins: number;
+  paid_account: boolean;
+}
+
+/** An account's wallet, loaded in batches by account id (core: admin.read.wallets.byAccountIds). */
+export const Wallet = builder.loadableObject('Wallet', {
+  description: 'The pockets of an account: what it can spend, and what open reservations hold.',
+  load: async (accountIds: string[], ctx: GraphQLContext): Promise<WalletShape[]> => (await ctx.core.admin.read.wallets.byAccountIds({ ids: accountIds })).data,
+  sort: (w) => w.account,
+  loaderOptions: { maxBatchSize: 500 },
+  fields: (t) => ({
+    account: t.field({ type: Account, resolve: (w) => w.account }),
+    coins: t.expose('coins', { type: 'Coins', description: 'What can be spent now: subscription + purchased.' }),
+    subscriptionCoins: t.expose('subscription_coins', { type: 'Coins' }),
+    purchasedCoins: t.expose('purchased_coins', { type: 'Coins' }),
+    heldCoins: t.expose('held_coins', { type: 'Coins', description: 'What open reservations hold.' }),
+    paidAccount: t.exposeBoolean('paid_account'),
+  }),
+});
+
+builder.objectField(Account, 'wallet', (t) => t.field({ type: Wallet, resolve: (a) => a.id }));
+
+/** What a money mutation answers (core's credit and adjustment results). */
+interface MoneyResult {
+  object: string;
+  account: string;
+  coins: number;
+  applied: boolean;
+  entry_id: string | null;
+  balance: Omit<WalletShape, 'account'>;
+}
+
+const MoneyPayload = builder.objectRef<MoneyResult>('MoneyPayload').implement({
+  description: 'A top-up, subscription grant or adjustment, and the wallet after it.',
+  fields: (t) => ({
+    kind: t.exposeString('object', { description: '`topup`, `subscription_grant` or `adjustment`' }),
+    account: t.field({ type: Account, resolve: (r) => r.account }),
+    coins: t.expose('coins', { type: 'Coins' }),
+    applied: t.exposeBoolean('applied', { description: 'false: the idempotency key had been used; the first change stands and nothing moved.' }),
+    entryId: t.exposeID('entry_id', { nullable: true, description: '`le_…`: the ledger entry written (or the first one, on a repeat).' }),
+    wallet: t.field({ type: Wallet, resolve: (r) => ({ account: r.account, ...r.balance }) }),
+  }),
+});
+
+const CreditInput = builder.inputType('CreditInput', {
+  fields: (t) => ({
+    account: t.string({ required: true, description: 'An account id or email.' }),
+    coins: t.field({ type: 'Coins', required: true }),
+    idempotencyKey: t.string({ description: 'Makes a retried credit count once.' }),
+    reference: t.string({ description: 'The payment or grant this credit is for.' }),
+  }),
+});
+
+const credit = (input: { account: string; coins: string; idempotencyKey?: string | null; reference?: string | null }) =>
+  present({ account: input.account, coins: input.coins, idempotency_key: input.idempotencyKey, reference: input.reference });
+
+const AdjustBalanceInput = builder.inputType('AdjustBalanceInput', {
+  fields: (t) => ({
+    account: t.string({ required: true, description: 'An account id or email.' }),
+    coins: t.field({ type: 'Coins', required: true, description: 'Signed: "+12.5" adds purchased coins; "-3" takes purchased coins first, then subscription coins, never held ones.' }),
+    reason: t.string({ required: true, description: 'Why, for the audit log.' }),
+    idempotencyKey: t.string({ required: true, description: 'Makes a retried adjustment count once.' }),
+  }),
+});
+
+builder.mutationFields((t) => ({
+  topUp: t.field({
+    type: MoneyPayload,
+    description: 'Adds purchased coins (the account becomes paid).',
+    args: { input: t.arg({ type: CreditInput, required: true }) },
+    resolve: (_root, { input }, ctx) => ctx.core.wallet.topUp(credit(input)),
+  }),
+  grantSubscription: t.field({
+    type: MoneyPayload,
+    description: 'Adds subscription coins (the account becomes paid).',
+    args: { input: t.arg({ type: CreditInput, required: true }) },
+    resolve: (_root, { input }, ctx) => ctx.core.wallet.grantSubscription(credit(input)),
+  }),
+  adjustBalance: t.field({
+    type: MoneyPayload,
+    description: 'Corrects a balance up or down, with a reason.',
+    args: { input: t.arg({ type: AdjustBalanceInput, required: true }) },
+    resolve: (_root, { input }, ctx) =>
+      ctx.core.admin.actions.adjustBalance({ account: input.account, coins: input.coins, reason: input.reason, idempotency_key: input.idempotencyKey }),
+  }),
+}));
