@@ -2,6 +2,8 @@ import { printSchema } from './graphql-js.ts';
 import { builder } from './builder.ts';
 import './schema/account.ts';
 import './schema/admin.ts';
+import './schema/admin-users.ts';
+import './schema/analytics.ts';
 import './schema/app-connection.ts';
 import './schema/audit.ts';
 import './schema/file.ts';
@@ -9,6 +11,7 @@ import './schema/generation.ts';
 import './schema/key.ts';
 import './schema/ledger.ts';
 import './schema/model.ts';
+import './schema/models-admin.ts';
 import './schema/wallet.ts';
 
 /** The admin API's schema: each file of schema/ adds its domain's types, queries and mutations to the one builder. */

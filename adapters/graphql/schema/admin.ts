@@ -1,6 +1,6 @@
 import { builder } from '../builder.ts';
 
-const AdminRole = builder.enumType('AdminRole', {
+export const AdminRole = builder.enumType('AdminRole', {
   values: { viewer: { description: 'Reads.' }, operator: { description: 'Reads and acts.' } } as const,
 });
 
