@@ -47,6 +47,8 @@ const envSchema = z
     RATE_LIMIT_PER_MINUTE: positiveInt.default(120),
     TEMPORAL_ADDRESS: optional.pipe(z.string().regex(/^[^\s/:]+:\d+$/, 'must be host:port').optional()),
     TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
+    /** The Temporal Web UI of an external cluster, for the admin API's job links (the embedded dev server's is known). */
+    TEMPORAL_UI_URL: optional.pipe(z.url({ protocol: /^https?$/ }).optional()),
     TEMPORAL_TASK_QUEUE: z.string().regex(/^[\w.-]{1,100}$/).default('mas'),
     RUN_WORKER: z
       .enum(['true', 'false', ''])

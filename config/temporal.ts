@@ -15,14 +15,14 @@ export interface TemporalHandle {
 }
 
 /** The cluster named by TEMPORAL_ADDRESS, or else the embedded dev server under DATA_DIR. */
-export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL_NAMESPACE' | 'DATA_DIR'>, logger: Logger): Promise<TemporalHandle> {
+export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL_NAMESPACE' | 'DATA_DIR' | 'TEMPORAL_UI_URL'>, logger: Logger): Promise<TemporalHandle> {
   const embedded = env.TEMPORAL_ADDRESS ? undefined : await startEmbeddedTemporal({ dataDir: env.DATA_DIR, logger, namespace: env.TEMPORAL_NAMESPACE });
   const address = env.TEMPORAL_ADDRESS ?? embedded!.address;
   const connection = await Connection.connect({ address });
   return {
     address,
     namespace: env.TEMPORAL_NAMESPACE,
-    uiUrl: embedded?.uiUrl,
+    uiUrl: env.TEMPORAL_UI_URL?.replace(/\/+$/, '') ?? embedded?.uiUrl,
     client: new Client({ connection, namespace: env.TEMPORAL_NAMESPACE }),
     async close() {
       await connection.close();
