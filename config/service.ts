@@ -8,6 +8,7 @@ import { oauthAdapter } from '../adapters/mcp/oauth.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
 import { browserKit } from '../adapters/http/browser.ts';
 import { webAdapter } from '../adapters/web/web.ts';
+import { adminPagesAdapter } from '../adapters/web/admin/admin.ts';
 import { graphqlAdapter } from '../adapters/graphql/graphql.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
@@ -46,6 +47,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   if (temporal.uiUrl) hooks.onTemporalUi?.(temporal.uiUrl);
 
   let draining = false;
+  const kit = browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret });
   const app = createHttpApp({
     deps,
     logger,
@@ -60,8 +62,10 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
       // The OAuth authorization server and metadata for MCP clients (its consent page is one of the account pages).
       oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL }),
       graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace }),
+      // The admin pages (/admin), after the admin API's /admin/graphql and before the account pages.
+      adminPagesAdapter(deps, { kit, logger, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } }),
       // The account pages at the root, last: they answer every path no other adapter has.
-      webAdapter(deps, { kit: browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret }), logger }),
+      webAdapter(deps, { kit, logger }),
     ],
   });
   const http = await listen(app, { port: env.PORT, host: env.HOST, shutdownTimeoutSeconds: env.SHUTDOWN_TIMEOUT_SECONDS, logger });

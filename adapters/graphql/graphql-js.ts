@@ -4,5 +4,5 @@
  * resolver (Vite, under vitest) picks the ESM copy for our own files, and graphql refuses
  * types and errors from "another realm". Naming the file pins one copy everywhere.
  */
-export { GraphQLError, Kind, printSchema, valueFromASTUntyped } from 'graphql/index.js';
+export { graphql, GraphQLError, Kind, printSchema, valueFromASTUntyped } from 'graphql/index.js';
 export type { FragmentDefinitionNode, SelectionSetNode, ValidationRule } from 'graphql/index.js';

@@ -14,6 +14,8 @@ import { Router, type Request, type RequestHandler, type Response } from 'expres
  *   whose Origin is another site is refused.
  */
 export const SESSION_COOKIE = 'mas_session';
+/** The admin pages' session (core's admin session token): HttpOnly, SameSite=Strict, only sent to /admin. */
+export const ADMIN_SESSION_COOKIE = 'mas_admin_session';
 const PRE_SESSION_COOKIE = 'mas_pre';
 
 export interface BrowserKit {
@@ -26,6 +28,9 @@ export interface BrowserKit {
   sessionToken(req: Request): string | null;
   setSession(res: Response, token: string, expiresAt: Date): void;
   clearSession(res: Response): void;
+  adminSessionToken(req: Request): string | null;
+  setAdminSession(res: Response, token: string, expiresAt: Date): void;
+  clearAdminSession(res: Response): void;
   /** The error `requireCsrf` passes on: the adapter answers it with its own 403 page. */
   invalidCsrfError: Error;
 }
@@ -38,10 +43,17 @@ export function browserKit(opts: { publicBaseUrl: string; secret: string }): Bro
     const value = (req.cookies as Record<string, unknown> | undefined)?.[SESSION_COOKIE];
     return typeof value === 'string' && value.length > 0 && value.length <= 200 ? value : null;
   };
+  const adminCookie = { httpOnly: true, sameSite: 'strict' as const, secure, path: '/admin' };
+  const adminSessionToken = (req: Request): string | null => {
+    const value = (req.cookies as Record<string, unknown> | undefined)?.[ADMIN_SESSION_COOKIE];
+    return typeof value === 'string' && value.length > 0 && value.length <= 200 ? value : null;
+  };
+  // The admin pages' forms are bound to the admin session, the account pages' to the account session.
+  const sessionFor = (req: Request) => (req.originalUrl.startsWith('/admin') ? adminSessionToken(req) : sessionToken(req));
   const csrf = doubleCsrf({
     getSecret: () => opts.secret,
     // Bound to the session when signed in, else to the pre-session cookie set on the first page.
-    getSessionIdentifier: (req) => sessionToken(req) ?? String((req.cookies as Record<string, unknown>)[PRE_SESSION_COOKIE] ?? req.res?.locals.preSession ?? ''),
+    getSessionIdentifier: (req) => sessionFor(req) ?? String((req.cookies as Record<string, unknown>)[PRE_SESSION_COOKIE] ?? req.res?.locals.preSession ?? ''),
     cookieName: secure ? '__Host-mas_csrf' : 'mas_csrf',
     cookieOptions: { ...cookie, sameSite: 'strict' },
     getCsrfTokenFromRequest: (req) => {
@@ -53,7 +65,7 @@ export function browserKit(opts: { publicBaseUrl: string; secret: string }): Bro
   const middleware = Router();
   middleware.use(cookieParser());
   middleware.use((req, res, next) => {
-    if (!sessionToken(req) && !(req.cookies as Record<string, unknown>)[PRE_SESSION_COOKIE]) {
+    if (!sessionFor(req) && !(req.cookies as Record<string, unknown>)[PRE_SESSION_COOKIE]) {
       res.locals.preSession = randomBytes(18).toString('base64url');
       res.cookie(PRE_SESSION_COOKIE, res.locals.preSession, cookie);
     }
@@ -74,6 +86,9 @@ export function browserKit(opts: { publicBaseUrl: string; secret: string }): Bro
     sessionToken,
     setSession: (res, token, expiresAt) => res.cookie(SESSION_COOKIE, token, { ...cookie, expires: expiresAt }),
     clearSession: (res) => res.clearCookie(SESSION_COOKIE, cookie),
+    adminSessionToken,
+    setAdminSession: (res, token, expiresAt) => res.cookie(ADMIN_SESSION_COOKIE, token, { ...adminCookie, expires: expiresAt }),
+    clearAdminSession: (res) => res.clearCookie(ADMIN_SESSION_COOKIE, adminCookie),
     invalidCsrfError: csrf.invalidCsrfTokenError,
   };
 }

@@ -31,6 +31,8 @@ export interface PageOptions {
   title: string;
   /** Signed in: the navigation and the sign-out form (which needs its CSRF token). */
   nav?: { email: string; csrf: string; current: string } | undefined;
+  /** Which site's navigation: the account pages' (default) or the admin pages'. */
+  area?: 'account' | 'admin';
 }
 
 const NAV = [
@@ -40,21 +42,30 @@ const NAV = [
   ['/account/usage', 'Usage'],
 ] as const;
 
+const ADMIN_NAV = [
+  ['/admin', 'Dashboard'],
+  ['/admin/accounts', 'Accounts'],
+  ['/admin/jobs', 'Failed jobs'],
+  ['/admin/audit', 'Audit log'],
+] as const;
+
 export function page(opts: PageOptions, body: Html): string {
+  const admin = opts.area === 'admin';
+  const nav = admin ? ADMIN_NAV : NAV;
   return html`<!doctype html>
 <html lang="en">
 <head>
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
-  <title>${opts.title} · Model Access Service</title>
+  <title>${opts.title} · Model Access Service${admin ? ' admin' : ''}</title>
   <link rel="stylesheet" href="/assets/app.css">
 </head>
 <body>
   <header>
-    <a class="brand" href="/account">Model Access Service</a>
+    <a class="brand" href="${admin ? '/admin' : '/account'}">Model Access Service${admin ? ' · admin' : ''}</a>
     ${opts.nav
-      ? html`<nav>${NAV.map(([href, label]) => html`<a href="${href}"${opts.nav!.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
-    <form method="post" action="/logout" class="signout">
+      ? html`<nav>${nav.map(([href, label]) => html`<a href="${href}"${opts.nav!.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
+    <form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
       <input type="hidden" name="_csrf" value="${opts.nav.csrf}">
       <span>${opts.nav.email}</span> <button type="submit">Sign out</button>
     </form>`

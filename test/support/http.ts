@@ -8,6 +8,7 @@ import { oauthAdapter } from '../../adapters/mcp/oauth.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
 import { browserKit } from '../../adapters/http/browser.ts';
 import { webAdapter } from '../../adapters/web/web.ts';
+import { adminPagesAdapter } from '../../adapters/web/admin/admin.ts';
 import { graphqlAdapter } from '../../adapters/graphql/graphql.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { silentLogger, testDeps } from './db.ts';
@@ -15,6 +16,7 @@ import { silentLogger, testDeps } from './db.ts';
 /** The HTTP app as the server composes it (config/service.ts), with the MCP and REST adapters mounted. */
 export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBaseUrl?: string; uploadSpoolDir?: string; mcpGenerateWaitSeconds?: number }): Express {
   const logger = opts.logger ?? silentLogger;
+  const kit = browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' });
   return createHttpApp({
     deps: opts.deps,
     logger,
@@ -24,7 +26,8 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
       oauthAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost' }),
       graphqlAdapter(opts.deps, { logger, uiUrl: 'http://temporal-ui.test', namespace: 'default' }),
-      webAdapter(opts.deps, { kit: browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' }), logger }),
+      adminPagesAdapter(opts.deps, { kit, logger, temporal: { uiUrl: 'http://temporal-ui.test', namespace: 'default' } }),
+      webAdapter(opts.deps, { kit, logger }),
     ],
   });
 }

@@ -1,0 +1,141 @@
+import { randomBytes } from 'node:crypto';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createContext, type CoreDeps } from '../../core/context.ts';
+import { createCaller } from '../../core/router.ts';
+import { artifactPath, launchChromium } from '../support/browser.ts';
+import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { createTestApp, serve } from '../support/http.ts';
+
+/** The admin pages (issue 18) in a real Chromium: an operator signs in with a link, looks, adjusts a balance, signs out. */
+let orm: MikroORM;
+let deps: CoreDeps;
+let served: Awaited<ReturnType<typeof serve>>;
+let browser: Browser;
+let context: BrowserContext;
+let page: Page;
+beforeAll(async () => {
+  orm = await openTestOrm();
+  deps = testDeps(orm);
+  served = await serve(createTestApp({ deps }));
+  browser = await launchChromium();
+  context = await browser.newContext();
+  page = await context.newPage();
+});
+afterAll(async () => {
+  await browser?.close();
+  await served?.close();
+  await orm?.close();
+});
+
+/** A failed job (and the hold it released), as the job path leaves one. */
+async function makeFailedJob(accountId: string, keyId: string) {
+  const id = `gen_${randomBytes(12).toString('hex')}`;
+  const hold = `hold_${randomBytes(12).toString('hex')}`;
+  const em = orm.em.fork();
+  await em.execute(
+    `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
+     values (?, ?, 2000000, 0, 2000000, 'released', 0, ?, now() + interval '1 hour', now())`,
+    [hold, accountId, id],
+  );
+  await em.execute(
+    `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, cost_micro, hold_id, error, completed_at)
+     values (?, ?, ?, 'mas/image-demo', 'failed', 'a lighthouse', '{}', '{}', 2000000, 0, ?, ?::jsonb, now())`,
+    [id, accountId, keyId, hold, JSON.stringify({ message: 'The provider failed.', code: 'upstream_error' })],
+  );
+  return id;
+}
+
+const internal = () => createCaller(createContext(deps, { kind: 'internal' }));
+
+describe('the admin pages', () => {
+  let accountId = '';
+  let accountEmail = '';
+
+  it('signed out, /admin goes to the admin sign-in page', async () => {
+    await page.goto(`${served.base}/admin/accounts`);
+    await page.waitForURL(/\/admin\/login\?next=%2Fadmin%2Faccounts$/);
+    expect(await page.getByRole('button', { name: 'Sign in' }).isVisible()).toBe(true);
+  });
+
+  it('an operator opens the one-time link, chooses a password and lands on the dashboard', async () => {
+    const account = await makeAccount(orm, { coins: '20' });
+    accountId = account.id;
+    accountEmail = account.email;
+    const job = await makeFailedJob(account.id, (await makeKey(orm, account.id)).id);
+    const created = await internal().admin.users.create({ email: uniqueEmail('admin'), role: 'operator' });
+    await page.goto(`${served.base}/admin/login/link?token=${encodeURIComponent(created.login_token)}`);
+    await page.getByLabel(/Choose a password/).fill('a long admin passphrase 2026');
+    await page.getByRole('button', { name: 'Continue' }).click();
+    await page.waitForURL(/\/admin$/);
+    expect(await page.getByRole('heading', { name: 'Dashboard' }).isVisible()).toBe(true);
+    expect(await page.getByRole('heading', { name: /Spend per day/ }).isVisible()).toBe(true);
+    expect(await page.locator('svg.chart rect').count()).toBe(30);
+    expect(await page.getByRole('heading', { name: 'Newest failed jobs' }).isVisible()).toBe(true);
+    const link = page.locator('tr', { hasText: job }).getByRole('link', { name: 'Temporal UI' });
+    expect(await link.getAttribute('href')).toMatch(/^http:\/\/temporal-ui\.test\/namespaces\/default\/workflows\//);
+    await page.screenshot({ path: await artifactPath('admin-dashboard.png'), fullPage: true });
+    // The cookie is the admin session's, only for /admin.
+    const cookie = (await context.cookies()).find((c) => c.name === 'mas_admin_session');
+    expect(cookie).toMatchObject({ httpOnly: true, sameSite: 'Strict', path: '/admin' });
+    expect(cookie!.value).toMatch(/^mas_asess_/);
+  });
+
+  it('finds an account by email, adjusts its balance, and the audit log shows it', async () => {
+    await page.getByRole('link', { name: 'Accounts' }).click();
+    await page.getByLabel('Email starts with').fill(accountEmail);
+    await page.getByRole('button', { name: 'Find' }).click();
+    await page.getByRole('link', { name: accountEmail }).click();
+    await page.waitForURL(new RegExp(`/admin/accounts/${accountId}$`));
+    expect(await page.locator('#balance').textContent()).toMatch(/^20(\.0+)? coins$/);
+    await page.getByLabel(/Coins/).fill('+5');
+    await page.getByLabel('Reason').fill('goodwill after outage');
+    await page.getByRole('button', { name: 'Adjust balance' }).click();
+    await page.waitForURL(/adjusted=1$/);
+    expect(await page.getByRole('status').textContent()).toMatch(/adjusted/);
+    expect(await page.locator('#balance').textContent()).toMatch(/^25(\.0+)? coins$/);
+
+    await page.getByRole('link', { name: 'Audit log' }).click();
+    await page.waitForURL(/\/admin\/audit$/);
+    const row = page.locator('tr', { hasText: accountId }).filter({ hasText: 'goodwill after outage' });
+    expect(await row.count()).toBeGreaterThan(0);
+
+    await page.getByRole('link', { name: 'Failed jobs' }).click();
+    expect(await page.getByRole('heading', { name: 'Failed jobs' }).isVisible()).toBe(true);
+    expect(await page.getByRole('link', { name: 'Temporal UI' }).count()).toBeGreaterThan(0);
+  });
+
+  it('a viewer sees the FORBIDDEN message instead of an adjustment', async () => {
+    const viewer = await internal().admin.users.create({ email: uniqueEmail('viewer'), role: 'viewer' });
+    const session = await createCaller(createContext(deps, { kind: 'admin', token: null })).admin.session.redeemLink({ token: viewer.login_token, new_password: 'a long viewer passphrase 2026' });
+    const admin = `mas_admin_session=${session.token}`;
+    const got = await fetch(`${served.base}/admin/accounts/${accountId}`, { headers: { cookie: admin } });
+    expect(got.status).toBe(200);
+    const cookies = [admin, ...got.headers.getSetCookie().map((c) => c.split(';')[0])].join('; ');
+    const form = await got.text();
+    const field = (name: string) => new RegExp(`name="${name}" value="([^"]+)"`).exec(form)![1]!;
+    const res = await fetch(`${served.base}/admin/accounts/${accountId}/adjust`, {
+      method: 'POST',
+      redirect: 'manual',
+      headers: { cookie: cookies, origin: served.base, 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ _csrf: field('_csrf'), idempotency_key: field('idempotency_key'), coins: '+1', reason: 'should not happen' }),
+    });
+    expect(res.status).toBe(403);
+    expect(await res.text()).toMatch(/role="alert">[^<]*operator/i);
+  });
+
+  it('signs out; an account session or no cookie cannot open /admin', async () => {
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL(/\/admin\/login$/);
+    await page.goto(`${served.base}/admin`);
+    await page.waitForURL(/\/admin\/login\?next=%2Fadmin$/);
+
+    const session = await createCaller(createContext(deps, { kind: 'session', token: null })).accounts.signUp({ email: uniqueEmail('notadmin'), password: 'an account password, long' });
+    for (const cookie of [`mas_session=${session.token}`, `mas_admin_session=${session.token}`, '']) {
+      const res = await fetch(`${served.base}/admin`, { redirect: 'manual', headers: cookie ? { cookie } : {} });
+      expect(res.status).toBe(303);
+      expect(res.headers.get('location')).toBe('/admin/login?next=%2Fadmin');
+    }
+  });
+});
