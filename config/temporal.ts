@@ -87,11 +87,12 @@ export function temporalGenerationStarter(client: Client, opts: { taskQueue?: st
   return {
     async start(jobId) {
       try {
-        await client.workflow.start(GENERATION_WORKFLOW, {
+        const handle = await client.workflow.start(GENERATION_WORKFLOW, {
           workflowId: jobId,
           taskQueue: opts.taskQueue ?? TASK_QUEUE,
           args: [jobId, { retentionSeconds: opts.retentionSeconds ?? 3600 }],
         });
+        return handle.firstExecutionRunId;
       } catch (err) {
         if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
       }

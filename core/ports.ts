@@ -162,8 +162,8 @@ export interface RateLimiter {
 
 /** Starts and stops a job's workflow (Temporal); the workflow id is the job id. */
 export interface GenerationStarter {
-  /** Starts the job's workflow; starting it twice is harmless. */
-  start(jobId: string): Promise<void>;
+  /** Starts the job's workflow and answers its run id; starting it twice is harmless (no run id then). */
+  start(jobId: string): Promise<string | void>;
   /** Tells a running job's workflow to stop (it then asks the provider to stop too). */
   cancel(jobId: string): Promise<void>;
 }

@@ -21,6 +21,8 @@ export interface JobRow {
   completed_at: Date | null;
   output_expires_at: Date | null;
   webhook_url: string | null;
+  /** The Temporal run id of its workflow, once started. */
+  workflow_run_id?: string | null;
 }
 
 export interface StoredOutput {
@@ -49,4 +51,9 @@ export async function loadOwnJob(em: EntityManager, accountId: string, id: strin
   const job = await loadJob(em, id).catch(() => undefined);
   if (!job || job.account_id !== accountId) throw notFound('generation_not_found', `No generation ${id}.`);
   return job;
+}
+
+/** Keeps the run id of a job's workflow, for the admin API's Temporal links (the first start's). */
+export async function recordRunId(em: EntityManager, id: string, runId: string | void): Promise<void> {
+  if (runId) await em.execute('update generations set workflow_run_id = ? where id = ? and workflow_run_id is null', [runId, id]);
 }

@@ -3,7 +3,7 @@ import type { ModelCatalog } from '../catalog/catalog.ts';
 import { CoreError } from '../errors.ts';
 import { readFileBytes } from '../files/read-file.ts';
 import type { Clock, GenerationStarter, InputReader, MediaJobSpec, MediaPollResult, MediaProviderRegistry, ResultStorage, UrlGuard, UrlSigner } from '../ports.ts';
-import { loadJob, type StoredOutput } from './job-row.ts';
+import { loadJob, type StoredOutput, recordRunId } from './job-row.ts';
 
 /**
  * The steps of a job's workflow before it ends (workflows/generation.workflow.ts), as core
@@ -88,6 +88,6 @@ export async function staleQueuedJobs(em: EntityManager, olderThanSeconds: numbe
 /** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */
 export async function restartStaleJobs(deps: { generations: GenerationStarter }, em: EntityManager): Promise<{ started: number }> {
   const ids = await staleQueuedJobs(em, 30);
-  for (const id of ids) await deps.generations.start(id);
+  for (const id of ids) await recordRunId(em, id, await deps.generations.start(id));
   return { started: ids.length };
 }

@@ -101,6 +101,9 @@ describe('generations', () => {
     const job = await waitEnded(key, res.body.id);
     expect(job).toMatchObject({ status: 'failed', cost_coins: 0, output: null, error: { code: 'provider_failed', message: expect.any(String) } });
     expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(parseCoins('10'));
+    // The workflow's run id is kept for the admin API's Temporal links.
+    const [row] = await orm.em.fork().execute<{ workflow_run_id: string | null }[]>('select workflow_run_id from generations where id = ?', [job.id]);
+    expect(row!.workflow_run_id).toMatch(/^[0-9a-f-]{36}$/);
   });
 
   it("a job past its model's deadline: failed, refunded in full", async () => {

@@ -52,7 +52,7 @@ export const Generation = builder.loadableObject('Generation', {
     completedAt: t.expose('completed_at', { type: 'DateTime', nullable: true }),
     holdId: t.exposeString('hold_id'),
     workflowId: t.exposeString('workflow_id', { description: "The Temporal workflow id: the job's id." }),
-    runId: t.exposeString('run_id', { nullable: true, description: 'The Temporal run id: not stored, so always null; the UI link opens the latest run.' }),
+    runId: t.exposeString('run_id', { nullable: true, description: 'The Temporal run id of its workflow, recorded when it started (null for a job whose workflow has not started)' }),
     temporalUiUrl: t.string({
       nullable: true,
       description: "The workflow in the Temporal Web UI; null when the UI's address is not known (TEMPORAL_UI_URL).",

@@ -26,7 +26,7 @@ export const generationIdsInput = idsInput(generationId);
  * Temporal's UI opens the latest run of a workflow id.
  */
 function view(job: JobRow, signer: UrlSigner) {
-  return { ...generationView(job, signer), account: job.account_id, key: job.key_id, hold_id: job.hold_id, workflow_id: job.id, run_id: null };
+  return { ...generationView(job, signer), account: job.account_id, key: job.key_id, hold_id: job.hold_id, workflow_id: job.id, run_id: job.workflow_run_id ?? null };
 }
 export type AdminGenerationView = ReturnType<typeof view>;
 

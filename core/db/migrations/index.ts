@@ -19,6 +19,7 @@ import { Migration20261126000000_admin } from './Migration20261126000000_admin.t
 import { Migration20261126010000_model_prices } from './Migration20261126010000_model_prices.ts';
 import { Migration20261126020000_analytics } from './Migration20261126020000_analytics.ts';
 import { Migration20261126030000_admin_reads } from './Migration20261126030000_admin_reads.ts';
+import { Migration20261126040000_job_run_id } from './Migration20261126040000_job_run_id.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -43,4 +44,5 @@ export const migrations = [
   { name: 'Migration20261126010000_model_prices', class: Migration20261126010000_model_prices },
   { name: 'Migration20261126020000_analytics', class: Migration20261126020000_analytics },
   { name: 'Migration20261126030000_admin_reads', class: Migration20261126030000_admin_reads },
+  { name: 'Migration20261126040000_job_run_id', class: Migration20261126040000_job_run_id },
 ];
