@@ -4,7 +4,7 @@ import { revocationHandler } from '@modelcontextprotocol/sdk/server/auth/handler
 import { tokenHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/token.js';
 import type { OAuthServerProvider } from '@modelcontextprotocol/sdk/server/auth/provider.js';
 import type { OAuthClientInformationFull } from '@modelcontextprotocol/sdk/shared/auth.js';
-import { Router, type Request, type Response } from 'express';
+import { Router, type ErrorRequestHandler, type Request, type Response } from 'express';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
@@ -158,5 +158,12 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
   router.use('/token', label('/token'), tokenHandler({ provider, rateLimit: { windowMs: 60_000, limit: 60 } }));
   router.use('/register', label('/register'), clientRegistrationHandler({ clientsStore: provider.clientsStore, rateLimit: { windowMs: 3_600_000, limit: 60 } }));
   router.use('/revoke', label('/revoke'), revocationHandler({ provider, rateLimit: { windowMs: 60_000, limit: 60 } }));
+  // A body the SDK's parsers refuse (too large, malformed, an unknown charset) is the client's
+  // fault: an OAuth error with its 4xx status, never the server's 500.
+  router.use(((err, req, res, next) => {
+    const status = (err as { status?: unknown }).status;
+    if (!['/token', '/register', '/revoke'].includes(req.path) || typeof status !== 'number' || status < 400 || status >= 500) return next(err);
+    res.status(status).json({ error: 'invalid_request', error_description: status === 413 ? 'The request body is too large.' : 'The request body could not be read.' });
+  }) as ErrorRequestHandler);
   return { path: '/', router };
 }
