@@ -1,54 +1,23 @@
 import { randomBytes } from 'node:crypto';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadCatalogFile } from '../../config/catalog.ts';
-import { seedModels } from '../../core/catalog/catalog.ts';
-import type { CoreDeps } from '../../core/context.ts';
-import { createContext } from '../../core/context.ts';
-import { createCaller } from '../../core/router.ts';
-import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
-import { createTestApp, serve } from '../support/http.ts';
+import { uniqueEmail } from '../support/db.ts';
+import { startAdminApi } from '../support/graphql.ts';
 
 /** The GraphQL admin API's analytics, model catalog changes and admin users, over real HTTP. */
+let api: Awaited<ReturnType<typeof startAdminApi>>;
 let orm: MikroORM;
-let deps: CoreDeps;
-let base: string;
-let close: () => Promise<void>;
 let viewer: string;
 let operator: string;
-
-const internal = () => createCaller(createContext(deps, { kind: 'internal' }));
-
-async function gql(token: string | null, query: string, variables: Record<string, unknown> = {}) {
-  const res = await fetch(`${base}/admin/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    body: JSON.stringify({ query, variables }),
-  });
-  return { status: res.status, body: (await res.json()) as { data?: any; errors?: { message: string; extensions: Record<string, unknown> }[] } };
-}
-
-/** The data, failing with the errors when there are some. */
-async function data(token: string, query: string, variables: Record<string, unknown> = {}) {
-  const { status, body } = await gql(token, query, variables);
-  expect(body.errors, JSON.stringify(body.errors)).toBeUndefined();
-  expect(status).toBe(200);
-  return body.data;
-}
+const gql = (...args: Parameters<typeof api.gql>) => api.gql(...args);
+const data = (...args: Parameters<typeof api.data>) => api.data(...args);
 
 beforeAll(async () => {
-  orm = await openTestOrm();
-  deps = testDeps(orm);
-  await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
-  ({ base, close } = await serve(createTestApp({ deps })));
-  viewer = (await internal().admins.createToken({ name: 'dashboard', role: 'viewer' })).token;
-  operator = (await internal().admins.createToken({ name: 'ops script', role: 'operator' })).token;
+  api = await startAdminApi();
+  ({ orm, viewer, operator } = api);
 });
 
-afterAll(async () => {
-  await close();
-  await orm.close();
-});
+afterAll(() => api.close());
 
 describe('analytics', () => {
   it('answers usage, top lists and jobs with numbers and as_of for any admin role', async () => {

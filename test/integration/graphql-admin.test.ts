@@ -3,44 +3,26 @@ import { readFileSync } from 'node:fs';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { printSdl, SDL_FILE } from '../../adapters/graphql/schema.ts';
-import { loadCatalogFile } from '../../config/catalog.ts';
-import { seedModels } from '../../core/catalog/catalog.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { createContext } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { makeAppConnection } from '../support/apps.ts';
-import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
-import { createTestApp, serve } from '../support/http.ts';
+import { makeAccount, makeKey, uniqueEmail } from '../support/db.ts';
+import { startAdminApi } from '../support/graphql.ts';
 
 /**
  * The GraphQL admin API over real HTTP (issue 18): the door, reads with their filters and
  * paging, mutations through core, the dataloaders' query count, the limits, the SDL.
  */
+let api: Awaited<ReturnType<typeof startAdminApi>>;
 let orm: MikroORM;
 let deps: CoreDeps;
 let base: string;
-let close: () => Promise<void>;
 let viewer: string;
 let operator: string;
-
-const internal = () => createCaller(createContext(deps, { kind: 'internal' }));
-
-async function gql(token: string | null, query: string, variables: Record<string, unknown> = {}, headers: Record<string, string> = {}) {
-  const res = await fetch(`${base}/admin/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
-    body: JSON.stringify({ query, variables }),
-  });
-  return { status: res.status, body: (await res.json()) as { data?: any; errors?: { message: string; extensions: Record<string, unknown> }[] } };
-}
-
-/** The data, failing with the errors when there are some. */
-async function data(token: string, query: string, variables: Record<string, unknown> = {}) {
-  const { status, body } = await gql(token, query, variables);
-  expect(body.errors, JSON.stringify(body.errors)).toBeUndefined();
-  expect(status).toBe(200);
-  return body.data;
-}
+const internal = () => api.internal();
+const gql = (...args: Parameters<typeof api.gql>) => api.gql(...args);
+const data = (...args: Parameters<typeof api.data>) => api.data(...args);
 
 /** Inserts a job (and the hold it owns) as the job path would leave it. */
 async function makeJob(accountId: string, keyId: string, opts: { model?: string; status?: 'queued' | 'succeeded' | 'failed' } = {}) {
@@ -64,18 +46,11 @@ async function makeJob(accountId: string, keyId: string, opts: { model?: string;
 }
 
 beforeAll(async () => {
-  orm = await openTestOrm();
-  deps = testDeps(orm);
-  await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
-  ({ base, close } = await serve(createTestApp({ deps })));
-  viewer = (await internal().admins.createToken({ name: 'dashboard', role: 'viewer' })).token;
-  operator = (await internal().admins.createToken({ name: 'ops script', role: 'operator' })).token;
+  api = await startAdminApi();
+  ({ orm, deps, base, viewer, operator } = api);
 });
 
-afterAll(async () => {
-  await close();
-  await orm.close();
-});
+afterAll(() => api.close());
 
 describe('the door', () => {
   const probe = '{ whoami { id role } }';
