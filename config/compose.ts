@@ -83,6 +83,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     catalogTtlMs: parts.catalogTtlMs,
     config: {
       holdTtlSeconds: env.HOLD_TTL_SECONDS,
+      resultRetentionSeconds: env.RESULT_RETENTION_SECONDS,
       demoCoins: env.DEMO_COINS,
       apiPricePercent: BigInt(env.API_PRICE_PERCENT),
       signupOpen: env.SIGNUP === 'open',
@@ -114,7 +115,7 @@ export async function openRuntime(env: Env, logger: Logger, opts: { temporal: bo
   const db = await openDatabase(env, logger);
   const temporal = opts.temporal ? await openTemporal(env, logger) : undefined;
   const generations = temporal
-    ? temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE, retentionSeconds: env.RESULT_RETENTION_SECONDS })
+    ? temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE })
     : undefined;
   const signingSecret = env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR));
   const deps = wireCore(env, { orm: db.orm, logger, providers: catalog.parsed.providers, signingSecret, generations });

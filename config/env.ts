@@ -41,7 +41,7 @@ const envSchema = z
         }
       }),
     HOLD_TTL_SECONDS: positiveInt.default(900),
-    HOLD_SWEEP_INTERVAL_SECONDS: positiveInt.default(60),
+    HOLD_SWEEP_INTERVAL_SECONDS: positiveInt.default(30),
     CATALOG_FILE: z.string().min(1).default('config/models.yaml'),
     API_PRICE_PERCENT: z.coerce.number().int().min(1).max(1000).default(50),
     RATE_LIMIT_PER_MINUTE: positiveInt.default(120),

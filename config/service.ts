@@ -15,7 +15,7 @@ import { seedModels } from '../core/catalog/catalog.ts';
 import { startWorker } from '../workflows/worker.ts';
 import { openRuntime } from './compose.ts';
 import type { Env } from './env.ts';
-import { ensureAnalyticsRefreshSchedule, ensureHoldSweepSchedule } from './temporal.ts';
+import { ensureAnalyticsRefreshSchedule, ensureHoldSweepSchedule, ensureResultRetentionSchedule } from './temporal.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
@@ -37,8 +37,11 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   const demo = await ensureDemoAccount(deps.orm.em.fork(), env.DEMO_COINS);
   if (demo) hooks.onDemoKey?.(demo.key, `${env.PUBLIC_BASE_URL}/login/link?token=${encodeURIComponent(demo.loginToken)}`);
 
-  // Releases reservations left open by a process that died mid-request.
+  // Releases reservations left open by a process that died mid-request; starts jobs never
+  // started; fails and refunds jobs whose workflow an operator terminated.
   await ensureHoldSweepSchedule(temporal.client, env.HOLD_SWEEP_INTERVAL_SECONDS, { taskQueue: env.TEMPORAL_TASK_QUEUE });
+  // Deletes job results past RESULT_RETENTION_SECONDS (within a minute of their expiry).
+  await ensureResultRetentionSchedule(temporal.client, 60, { taskQueue: env.TEMPORAL_TASK_QUEUE });
   // Rebuilds the admin analytics' daily rollups of the days that changed (about a minute behind the ledger).
   await ensureAnalyticsRefreshSchedule(temporal.client, 60, { taskQueue: env.TEMPORAL_TASK_QUEUE });
   const worker = env.RUN_WORKER

@@ -1,8 +1,17 @@
 import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import type { GenerationStarter } from '../core/ports.ts';
+import { temporal } from '@temporalio/proto';
 import type { Logger } from 'pino';
 import { startEmbeddedTemporal } from '../adapters/embedded/temporal.ts';
-import { ANALYTICS_REFRESH_SCHEDULE_ID, HOLD_SWEEP_SCHEDULE_ID, TASK_QUEUE, GENERATION_WORKFLOW } from '../workflows/shared.ts';
+import { formatCoins } from '../core/money/coins.ts';
+import type { GenerationStarter, JobWorkflowStart } from '../core/ports.ts';
+import {
+  ANALYTICS_REFRESH_SCHEDULE_ID,
+  GENERATION_WORKFLOW,
+  HOLD_SWEEP_SCHEDULE_ID,
+  RESULT_RETENTION_SCHEDULE_ID,
+  SEARCH_ATTRIBUTES,
+  TASK_QUEUE,
+} from '../workflows/shared.ts';
 import type { Env } from './env.ts';
 
 export interface TemporalHandle {
@@ -14,40 +23,70 @@ export interface TemporalHandle {
   close(): Promise<void>;
 }
 
-/** The cluster named by TEMPORAL_ADDRESS, or else the embedded dev server under DATA_DIR. */
+/**
+ * The cluster named by TEMPORAL_ADDRESS, or else the embedded dev server under DATA_DIR. The
+ * job workflows' search attributes must exist on the namespace: the embedded server gets them
+ * (at its start, or added here to one an older version started); a cluster's operator creates
+ * them, and a start without them stops with the commands to run.
+ */
 export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL_NAMESPACE' | 'DATA_DIR' | 'TEMPORAL_UI_URL'>, logger: Logger): Promise<TemporalHandle> {
-  const embedded = env.TEMPORAL_ADDRESS ? undefined : await startEmbeddedTemporal({ dataDir: env.DATA_DIR, logger, namespace: env.TEMPORAL_NAMESPACE });
+  const embedded = env.TEMPORAL_ADDRESS ? undefined : await startEmbeddedTemporal({ dataDir: env.DATA_DIR, logger, namespace: env.TEMPORAL_NAMESPACE, searchAttributes: keywordAttributes() });
   const address = env.TEMPORAL_ADDRESS ?? embedded!.address;
   const connection = await Connection.connect({ address });
+  const close = async () => {
+    await connection.close();
+    await embedded?.release();
+  };
+  try {
+    await ensureSearchAttributes(connection, env.TEMPORAL_NAMESPACE, { create: embedded !== undefined });
+  } catch (err) {
+    await close();
+    throw err;
+  }
   return {
     address,
     namespace: env.TEMPORAL_NAMESPACE,
     uiUrl: env.TEMPORAL_UI_URL?.replace(/\/+$/, '') ?? embedded?.uiUrl,
     client: new Client({ connection, namespace: env.TEMPORAL_NAMESPACE }),
-    async close() {
-      await connection.close();
-      await embedded?.release();
-    },
+    close,
   };
 }
 
+const keywordAttributes = () => Object.values(SEARCH_ATTRIBUTES).map((key) => key.name);
+
+/** The commands that create the search attributes on a cluster (docs/operations.md lists them too). */
+export function searchAttributeCommands(namespace: string): string[] {
+  return Object.values(SEARCH_ATTRIBUTES).map((key) => `temporal operator search-attribute create --namespace ${namespace} --name ${key.name} --type Keyword`);
+}
+
+/** Checks that the namespace has the search attributes the job workflows set; creates them when allowed. */
+export async function ensureSearchAttributes(connection: Connection, namespace: string, opts: { create: boolean }): Promise<void> {
+  const listed = await connection.operatorService.listSearchAttributes({ namespace });
+  const have = listed.customAttributes ?? {};
+  const missing = Object.values(SEARCH_ATTRIBUTES).filter((key) => have[key.name] === undefined);
+  if (missing.length === 0) return;
+  if (opts.create) {
+    const keyword = temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD;
+    await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: Object.fromEntries(missing.map((key) => [key.name, keyword])) });
+    return;
+  }
+  throw new Error(
+    `The Temporal namespace '${namespace}' lacks the search attributes the job workflows set (${missing.map((k) => k.name).join(', ')}). ` +
+      `Create them once, then start again:\n  ${searchAttributeCommands(namespace).join('\n  ')}`,
+  );
+}
+
 /**
- * The hold sweep runs as a Temporal Schedule: one schedule for the whole cluster, however many
- * instances start. Creating it again updates its interval.
+ * One Temporal Schedule for the whole cluster, however many instances start; creating it again
+ * updates its interval. A run is skipped while the last one still goes.
  */
-export async function ensureHoldSweepSchedule(
-  client: Client,
-  everySeconds: number,
-  opts: { taskQueue?: string; scheduleId?: string } = {},
-): Promise<void> {
-  const taskQueue = opts.taskQueue ?? TASK_QUEUE;
-  const scheduleId = opts.scheduleId ?? (taskQueue === TASK_QUEUE ? HOLD_SWEEP_SCHEDULE_ID : `${taskQueue}-hold-sweep`);
+async function ensureSchedule(client: Client, scheduleId: string, workflowType: string, taskQueue: string, everySeconds: number): Promise<void> {
   const spec = { intervals: [{ every: `${everySeconds}s` }] };
   try {
     await client.schedule.create({
       scheduleId,
       spec,
-      action: { type: 'startWorkflow', workflowType: 'holdSweepWorkflow', taskQueue, args: [] },
+      action: { type: 'startWorkflow', workflowType, taskQueue, args: [] },
       policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute' },
     });
   } catch (err) {
@@ -56,41 +95,72 @@ export async function ensureHoldSweepSchedule(
   }
 }
 
-/**
- * The usage analytics' rollups are rebuilt by a Temporal Schedule (`analyticsRefreshWorkflow`),
- * like the hold sweep: one for the whole cluster, a run skipped while the last one still goes.
- * The admin analytics lag the ledger by about this interval (core/admin/analytics/days.ts).
- */
-export async function ensureAnalyticsRefreshSchedule(
-  client: Client,
-  everySeconds: number,
-  opts: { taskQueue?: string; scheduleId?: string } = {},
-): Promise<void> {
+type ScheduleOpts = { taskQueue?: string; scheduleId?: string };
+/** The default id on the service's task queue; a test's own task queue gets its own schedule. */
+const scheduleIdOf = (opts: ScheduleOpts, id: string, suffix: string) => {
   const taskQueue = opts.taskQueue ?? TASK_QUEUE;
-  const scheduleId = opts.scheduleId ?? (taskQueue === TASK_QUEUE ? ANALYTICS_REFRESH_SCHEDULE_ID : `${taskQueue}-analytics-refresh`);
-  const spec = { intervals: [{ every: `${everySeconds}s` }] };
-  try {
-    await client.schedule.create({
-      scheduleId,
-      spec,
-      action: { type: 'startWorkflow', workflowType: 'analyticsRefreshWorkflow', taskQueue, args: [] },
-      policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute' },
-    });
-  } catch (err) {
-    if (!(err instanceof ScheduleAlreadyRunning)) throw err;
-    await client.schedule.getHandle(scheduleId).update((previous) => ({ ...previous, spec }));
-  }
+  return { taskQueue, scheduleId: opts.scheduleId ?? (taskQueue === TASK_QUEUE ? id : `${taskQueue}-${suffix}`) };
+};
+
+/** The hold sweep (holdSweepWorkflow): expired holds, jobs never started, jobs whose workflow closed without ending them. */
+export async function ensureHoldSweepSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
+  const { taskQueue, scheduleId } = scheduleIdOf(opts, HOLD_SWEEP_SCHEDULE_ID, 'hold-sweep');
+  await ensureSchedule(client, scheduleId, 'holdSweepWorkflow', taskQueue, everySeconds);
 }
 
-/** Starts a job's workflow, its id the job id; a second start of the same job is a no-op. */
-export function temporalGenerationStarter(client: Client, opts: { taskQueue?: string; retentionSeconds?: number } = {}): GenerationStarter {
+/**
+ * The usage analytics' rollups (analyticsRefreshWorkflow). The admin analytics lag the ledger
+ * by about this interval (core/admin/analytics/days.ts).
+ */
+export async function ensureAnalyticsRefreshSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
+  const { taskQueue, scheduleId } = scheduleIdOf(opts, ANALYTICS_REFRESH_SCHEDULE_ID, 'analytics-refresh');
+  await ensureSchedule(client, scheduleId, 'analyticsRefreshWorkflow', taskQueue, everySeconds);
+}
+
+/** Deleting results past their retention (resultRetentionWorkflow). */
+export async function ensureResultRetentionSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
+  const { taskQueue, scheduleId } = scheduleIdOf(opts, RESULT_RETENTION_SCHEDULE_ID, 'result-retention');
+  await ensureSchedule(client, scheduleId, 'resultRetentionWorkflow', taskQueue, everySeconds);
+}
+
+/** What an operator reads in the UI's list: model, price and the prompt's head (never the whole prompt). */
+export function jobSummary(job: JobWorkflowStart): string {
+  return `${job.model} · ${formatCoins(job.priceMicro)} coins · “${job.promptHead}”`;
+}
+
+/** Workflow close statuses as the port names them. */
+const CLOSED: Record<string, string> = {
+  COMPLETED: 'completed',
+  FAILED: 'failed',
+  CANCELLED: 'canceled',
+  TERMINATED: 'terminated',
+  TIMED_OUT: 'timed_out',
+  CONTINUED_AS_NEW: 'continued_as_new',
+};
+
+/**
+ * Starts a job's workflow, its id the job id, with the search attributes operators filter on
+ * and a summary they read; a job never gets a second run (REJECT_DUPLICATE), so a workflow an
+ * operator terminated is not started again behind their back.
+ */
+export function temporalGenerationStarter(client: Client, opts: { taskQueue?: string } = {}): GenerationStarter {
   return {
-    async start(jobId) {
+    async start(job) {
       try {
         const handle = await client.workflow.start(GENERATION_WORKFLOW, {
-          workflowId: jobId,
+          workflowId: job.jobId,
           taskQueue: opts.taskQueue ?? TASK_QUEUE,
-          args: [jobId, { retentionSeconds: opts.retentionSeconds ?? 3600 }],
+          args: [job.jobId],
+          workflowIdReusePolicy: 'REJECT_DUPLICATE',
+          typedSearchAttributes: [
+            { key: SEARCH_ATTRIBUTES.accountId, value: job.accountId },
+            { key: SEARCH_ATTRIBUTES.keyId, value: job.keyId },
+            { key: SEARCH_ATTRIBUTES.model, value: job.model },
+            { key: SEARCH_ATTRIBUTES.modelType, value: job.modelType },
+            { key: SEARCH_ATTRIBUTES.jobStatus, value: 'queued' },
+          ],
+          staticSummary: jobSummary(job),
+          staticDetails: [`**Job** ${job.jobId}`, `**Account** ${job.accountId}`, `**Key** ${job.keyId}`, `**Model** ${job.model} (${job.modelType})`, `**Price** ${formatCoins(job.priceMicro)} coins`].join('\n\n'),
         });
         return handle.firstExecutionRunId;
       } catch (err) {
@@ -103,6 +173,16 @@ export function temporalGenerationStarter(client: Client, opts: { taskQueue?: st
       } catch (err) {
         // The workflow already closed (or never started): nothing left to stop.
         if (!(err instanceof WorkflowNotFoundError)) throw err;
+      }
+    },
+    async state(jobId) {
+      try {
+        const { status } = await client.workflow.getHandle(jobId).describe();
+        if (status.name === 'RUNNING') return { state: 'open' };
+        return { state: 'closed', how: CLOSED[status.name] ?? status.name.toLowerCase() };
+      } catch (err) {
+        if (err instanceof WorkflowNotFoundError) return { state: 'missing' };
+        throw err;
       }
     },
   };

@@ -26,6 +26,8 @@ import type {
 export interface CoreConfig {
   /** How long a reservation may stay open before the sweep releases it. */
   holdTtlSeconds: number;
+  /** How long a succeeded job's result is kept (and its link valid) before the retention schedule deletes it. */
+  resultRetentionSeconds: number;
   /** Coins given to the demo account created on the first start. */
   demoCoins: Micro;
   /** The API price as a percentage of the catalog's in-app price (SPEC: 50). */
@@ -70,6 +72,7 @@ export interface CoreDeps {
 const noJobRunner: GenerationStarter = {
   start: () => Promise.reject(new CoreError('unavailable', 'This process cannot start jobs.', { reason: 'job_runner_unavailable' })),
   cancel: () => Promise.reject(new CoreError('unavailable', 'This process cannot cancel jobs.', { reason: 'job_runner_unavailable' })),
+  state: () => Promise.reject(new CoreError('unavailable', 'This process cannot see job workflows.', { reason: 'job_runner_unavailable' })),
 };
 
 export function createCoreDeps(

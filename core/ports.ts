@@ -160,10 +160,34 @@ export interface RateLimiter {
 
 // ---------------------------------------------------------------- workflows
 
+/** What a job's workflow is started with: its id, and what an operator filters and reads on. */
+export interface JobWorkflowStart {
+  jobId: string;
+  accountId: string;
+  keyId: string;
+  model: string;
+  /** image, video, audio or 3d. */
+  modelType: string;
+  /** The job's price in micro-coins. */
+  priceMicro: bigint;
+  /** The first words of the prompt (core cuts it: the rest may be private). */
+  promptHead: string;
+}
+
+/** Where a job's workflow stands, as the workflow engine sees it. */
+export type JobWorkflowState =
+  | { state: 'open' }
+  /** Closed: `how` is the engine's close status (completed, failed, canceled, terminated, timed_out, continued_as_new). */
+  | { state: 'closed'; how: string }
+  /** No workflow with the job's id (never started, or its history is past the engine's retention). */
+  | { state: 'missing' };
+
 /** Starts and stops a job's workflow (Temporal); the workflow id is the job id. */
 export interface GenerationStarter {
   /** Starts the job's workflow and answers its run id; starting it twice is harmless (no run id then). */
-  start(jobId: string): Promise<string | void>;
+  start(job: JobWorkflowStart): Promise<string | void>;
   /** Tells a running job's workflow to stop (it then asks the provider to stop too). */
   cancel(jobId: string): Promise<void>;
+  /** Whether the job's workflow is still open: the sweep ends jobs whose workflow closed without ending them. */
+  state(jobId: string): Promise<JobWorkflowState>;
 }

@@ -5,29 +5,53 @@ import { createInternalCaller } from '../core/internal/router.ts';
 /**
  * Activities call core's internal steps through its internal router, as the internal caller.
  * Built by a factory so the worker passes real dependencies and tests pass their own. Each may
- * run more than once: the core steps behind them are idempotent on the job id.
+ * run more than once: the core steps behind them are idempotent on the job id. Their names are
+ * what an operator reads in a workflow's history in the Temporal UI: each says what it does.
  */
 export function createActivities(deps: CoreDeps) {
   const core = () => createInternalCaller(createContext(deps, { kind: 'internal' }));
-  return {
+  const steps = {
+    // The hold-sweep schedule.
     async releaseExpiredHolds(): Promise<number> {
       return (await core().holds.releaseExpired()).released;
     },
     async restartStaleGenerations(): Promise<number> {
       return (await core().jobs.restartStale()).started;
     },
+    async failJobsWhoseWorkflowClosed(): Promise<number> {
+      return (await core().jobs.endOrphaned()).ended;
+    },
+    // The result-retention schedule.
+    async deleteExpiredResults(): Promise<number> {
+      return (await core().jobs.deleteExpiredResults()).deleted;
+    },
+    // The analytics schedule.
     async refreshAnalytics(): Promise<number> {
       const done = await core().analytics.refresh();
       return done.usage_days + done.job_days;
     },
-    beginGeneration: (id: string) => core().jobs.begin({ id }),
-    submitGeneration: (id: string) => core().jobs.submit({ id }),
-    pollGeneration: (provider: string, handle: string) => core().jobs.poll({ provider, handle }),
-    storeGenerationResult: (id: string, provider: string, handle: string): Promise<StoredOutput> => core().jobs.store({ id, provider, handle }),
-    completeGeneration: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
-    failGeneration: (id: string, error: JobError) => core().jobs.fail({ id, error }),
-    cancelUpstreamGeneration: (provider: string, handle: string) => core().jobs.cancelUpstream({ provider, handle }),
-    deliverGenerationWebhook: (id: string) => core().jobs.deliverWebhook({ id }),
+    // A job's workflow, in order.
+    markJobRunning: (id: string) => core().jobs.begin({ id }),
+    submitJobToProvider: (id: string) => core().jobs.submit({ id }),
+    askProviderForJobState: (provider: string, handle: string) => core().jobs.poll({ provider, handle }),
+    copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> => core().jobs.store({ id, provider, handle }),
+    chargeAndCompleteJob: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
+    refundAndFailJob: (id: string, error: JobError) => core().jobs.fail({ id, error }),
+    cancelJobAtProvider: (provider: string, handle: string) => core().jobs.cancelUpstream({ provider, handle }),
+    deliverJobWebhook: (id: string) => core().jobs.deliverWebhook({ id }),
+  };
+  return {
+    ...steps,
+    // The names workflows started before version 2 recorded in their histories: they replay and
+    // finish on them (workflows/generation-v1.workflow.ts). Remove with that file.
+    beginGeneration: steps.markJobRunning,
+    submitGeneration: steps.submitJobToProvider,
+    pollGeneration: steps.askProviderForJobState,
+    storeGenerationResult: steps.copyResultToStorage,
+    completeGeneration: steps.chargeAndCompleteJob,
+    failGeneration: steps.refundAndFailJob,
+    cancelUpstreamGeneration: steps.cancelJobAtProvider,
+    deliverGenerationWebhook: steps.deliverJobWebhook,
     deleteGenerationResult: (id: string) => core().jobs.deleteResult({ id }),
   };
 }

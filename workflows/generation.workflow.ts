@@ -1,106 +1,127 @@
-import { ActivityFailure, ApplicationFailure, CancellationScope, isCancellation, patched, proxyActivities, proxyLocalActivities, sleep } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  ParentClosePolicy,
+  isCancellation,
+  patched,
+  proxyActivities,
+  proxyLocalActivities,
+  sleep,
+  startChild,
+  upsertSearchAttributes,
+} from '@temporalio/workflow';
+import type { JobEnding } from '../core/generations/end-job.ts';
+import type { JobError } from '../core/generations/job-row.ts';
 import type { Activities } from './activities.ts';
+import { generationWorkflowV1, type GenerationWorkflowOptions } from './generation-v1.workflow.ts';
+import { SEARCH_ATTRIBUTES } from './shared.ts';
+import { webhookDeliveryWorkflow } from './webhook.workflow.ts';
 
-// Short start-to-close timeouts: when a worker dies mid-activity, Temporal retries the activity
-// on another worker once the timeout passes.
+// Short start-to-close timeouts: when a worker dies mid-step, Temporal retries the step on
+// another worker once the timeout passes.
 const retry = { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 8 };
-/** Calls to the provider: retried with backoff, then the job fails. */
-const steps = proxyActivities<Activities>({ startToCloseTimeout: '30 seconds', retry });
-/** Copying the result into our storage may move a large file. */
-const transfer = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', retry });
-/** Money and state: retried without limit (they are idempotent), so a hold always ends. */
-const ledger = proxyActivities<Activities>({
-  startToCloseTimeout: '15 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
-});
-
 /**
- * The same steps as local activities: run by the worker that runs the workflow, recorded as
- * markers in its next workflow task, with no activity task going through the server. Used for
- * the short steps (database, provider submit and poll), which made most of a job's round trips
- * to Temporal; the result transfer, which can move a large file, stays a regular activity.
+ * The short steps (database, provider submit and poll) run as local activities: by the worker
+ * that runs the workflow, recorded as markers, with no activity task going through the server.
  */
-const localSteps = proxyLocalActivities<Activities>({ startToCloseTimeout: '30 seconds', retry });
-const localLedger = proxyLocalActivities<Activities>({
+const steps = proxyLocalActivities<Activities>({ startToCloseTimeout: '30 seconds', retry });
+/** Money and state: retried without limit (they are idempotent), so a hold always ends. */
+const ledger = proxyLocalActivities<Activities>({
   startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 });
-
-/** Webhook delivery: retried with backoff (1 s doubling to 10 min, 10 attempts, about 17 minutes). */
-const notify = proxyActivities<Activities>({
-  startToCloseTimeout: '30 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 minutes', maximumAttempts: 10 },
-});
-
-async function notifyEnd(jobId: string, hasWebhook: boolean): Promise<void> {
-  if (!hasWebhook) return;
-  await CancellationScope.nonCancellable(() => notify.deliverGenerationWebhook(jobId)).catch(() => undefined);
-}
-
-export interface GenerationWorkflowOptions {
-  /** How long the stored result is kept after the job succeeded. */
-  retentionSeconds?: number;
-}
+/** Copying the result into our storage may move a large file: a regular activity. */
+const transfer = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', retry });
 
 /**
  * One media job, its workflow id the job id. The job's reservation was made when it was
- * accepted; this workflow ends it exactly once: settled when the result is stored, released in
+ * accepted; this workflow ends it exactly once: charged when the result is stored, refunded in
  * full on any failure or when the model's deadline passes. Waiting uses durable timers, so a
  * worker that dies mid-job is replaced by another that carries on.
+ *
+ * The workflow's life is the job's (docs/operations.md): it closes as the job ends, Completed
+ * for succeeded, Failed with the job's error for failed, Canceled for canceled, so the Temporal
+ * UI and the API agree. Its search attribute MasJobStatus follows the job. The result's
+ * retention is a schedule's business (workflows/result-retention.workflow.ts), and a webhook is
+ * delivered by a workflow of its own, so that nothing keeps this one open after the job ended.
  */
 export async function generationWorkflow(jobId: string, options: GenerationWorkflowOptions = {}): Promise<string> {
-  // Runs started before local steps existed replay on regular activities, as they were recorded.
-  const local = patched('local-steps');
-  const stepsNow = local ? localSteps : steps;
-  const ledgerNow = local ? localLedger : ledger;
-  const job = await ledgerNow.beginGeneration(jobId);
-  if (job.ended) return 'already-ended';
-  // Older runs did not know whether the job had a webhook: they always asked the activity.
-  const hasWebhook = local ? job.webhook === true : true;
+  // Runs started before version 2 replay and finish in their own shape.
+  if (!patched('closes-with-job')) return generationWorkflowV1(jobId, options);
+
+  const begun = await ledger.markJobRunning(jobId);
+  if (begun.ended) return closeAs(begun);
+  jobStatus('running');
+  let ending: JobEnding;
   let submitted: { provider: string; handle: string } | undefined;
   try {
-    if (job.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
-    const deadline = Date.now() + job.deadlineSeconds * 1000;
-    submitted = await stepsNow.submitGeneration(jobId);
+    if (begun.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
+    const deadline = Date.now() + begun.deadlineSeconds * 1000;
+    submitted = await steps.submitJobToProvider(jobId);
     const { provider, handle } = submitted;
     let wait = 250;
     for (;;) {
-      const state = await stepsNow.pollGeneration(provider, handle);
+      const state = await steps.askProviderForJobState(provider, handle);
       if (state.status === 'succeeded') break;
       if (state.status === 'failed') throw ApplicationFailure.nonRetryable(state.message, state.code ?? 'provider_failed');
       if (Date.now() + wait > deadline) {
-        throw ApplicationFailure.nonRetryable(`The job did not finish within the model's deadline of ${job.deadlineSeconds} s.`, 'deadline_exceeded');
+        throw ApplicationFailure.nonRetryable(`The job did not finish within the model's deadline of ${begun.deadlineSeconds} s.`, 'deadline_exceeded');
       }
       await sleep(wait);
       wait = Math.min(wait * 2, 10_000);
     }
-    const output = await transfer.storeGenerationResult(jobId, provider, handle);
-    const done = await ledgerNow.completeGeneration(jobId, output);
-    if (done.status !== 'succeeded') {
-      await notifyEnd(jobId, hasWebhook);
-      return done.status;
-    }
+    const output = await transfer.copyResultToStorage(jobId, provider, handle);
+    ending = await ledger.chargeAndCompleteJob(jobId, output);
   } catch (err) {
     if (isCancellation(err)) {
       // Canceled through the API: the job is already canceled and refunded; stop the upstream too.
       const upstream = submitted;
-      if (upstream) await CancellationScope.nonCancellable(() => stepsNow.cancelUpstreamGeneration(upstream.provider, upstream.handle)).catch(() => undefined);
-      await CancellationScope.nonCancellable(() => ledgerNow.failGeneration(jobId, { message: 'The job was canceled.', code: 'canceled' }));
-      await notifyEnd(jobId, hasWebhook);
-      return 'canceled';
+      if (upstream) await CancellationScope.nonCancellable(() => steps.cancelJobAtProvider(upstream.provider, upstream.handle)).catch(() => undefined);
     }
-    await CancellationScope.nonCancellable(() => ledgerNow.failGeneration(jobId, jobError(err)));
-    await notifyEnd(jobId, hasWebhook);
-    return 'failed';
+    // A no-op when the job already ended (canceled): the answer is how it really ended.
+    const error = isCancellation(err) ? { message: 'The job was canceled.', code: 'canceled' } : jobError(err);
+    ending = await CancellationScope.nonCancellable(() => ledger.refundAndFailJob(jobId, error));
   }
-  await notifyEnd(jobId, hasWebhook);
-  // Keep the result for its retention period on a durable timer, then delete it.
-  await sleep((options.retentionSeconds ?? 3600) * 1000);
-  await steps.deleteGenerationResult(jobId);
-  return 'succeeded';
+  if (begun.webhook) await startWebhookDelivery(jobId);
+  return closeAs(ending);
 }
 
-function jobError(err: unknown): { message: string; code: string } {
+/** The job ended: its status on the workflow, then the workflow closes the way the job ended. */
+async function closeAs(ending: JobEnding): Promise<string> {
+  jobStatus(ending.status);
+  if (ending.status === 'succeeded') return 'succeeded';
+  if (ending.status === 'failed') {
+    const error: JobError = ending.error ?? { message: 'The job failed.', code: 'job_failed' };
+    throw ApplicationFailure.create({ message: error.message, type: error.code, nonRetryable: true });
+  }
+  // Canceled through the API, which asks Temporal to cancel this workflow right after the job's
+  // row changed: closing on that request makes the workflow Canceled. Should the request be
+  // lost, the workflow fails after a minute rather than stay open.
+  await Promise.race([CancellationScope.current().cancelRequested, sleep('1 minute')]);
+  throw ApplicationFailure.create({ message: 'The job was canceled.', type: 'canceled', nonRetryable: true });
+}
+
+function jobStatus(status: string): void {
+  upsertSearchAttributes([{ key: SEARCH_ATTRIBUTES.jobStatus, value: status }]);
+}
+
+/**
+ * The webhook is delivered by a child workflow that outlives this one (ABANDON): retried for
+ * about 17 minutes if the receiver fails, visible in the UI as `<job id>-webhook`.
+ */
+async function startWebhookDelivery(jobId: string): Promise<void> {
+  await CancellationScope.nonCancellable(() =>
+    startChild(webhookDeliveryWorkflow, {
+      workflowId: `${jobId}-webhook`,
+      args: [jobId],
+      parentClosePolicy: ParentClosePolicy.ABANDON,
+      staticSummary: `Webhook of job ${jobId}`,
+    }),
+  ).catch(() => undefined);
+}
+
+function jobError(err: unknown): JobError {
   const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
   if (cause instanceof ApplicationFailure) return { message: cause.message, code: cause.type ?? 'provider_failed' };
   return { message: 'The job failed.', code: 'job_failed' };

@@ -1,15 +1,17 @@
 import { patched, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
-const { releaseExpiredHolds, restartStaleGenerations } = proxyActivities<Activities>({
+const { releaseExpiredHolds, restartStaleGenerations, failJobsWhoseWorkflowClosed } = proxyActivities<Activities>({
   startToCloseTimeout: '2 minutes',
   retry: { initialInterval: '1 second', maximumAttempts: 5 },
 });
 
 /**
- * Run by a Temporal Schedule: starts the workflows of jobs left queued, and releases
- * reservations whose expiry has passed (left by a process that died between reserve and settle). Idempotent, so overlapping or repeated runs
- * are harmless; each hold still ends exactly once.
+ * Run by a Temporal Schedule: releases reservations whose expiry has passed (left by a process
+ * that died between reserve and settle), starts the workflows of jobs left queued, and fails and
+ * refunds the jobs whose workflow closed without ending them (an operator's Terminate, a
+ * time-out, a reset). Idempotent, so overlapping or repeated runs are harmless; each hold still
+ * ends exactly once.
  */
 export async function holdSweepWorkflow(): Promise<number> {
   if (patched('release-holds-first')) {
@@ -17,6 +19,8 @@ export async function holdSweepWorkflow(): Promise<number> {
     const released = await releaseExpiredHolds();
     // Jobs accepted but never started (a crash between the HTTP answer and the workflow start).
     await restartStaleGenerations();
+    // Jobs whose workflow an operator terminated, or that timed out: failed and refunded.
+    if (patched('orphaned-jobs')) await failJobsWhoseWorkflowClosed();
     return released;
   }
   await restartStaleGenerations();

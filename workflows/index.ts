@@ -3,3 +3,5 @@
 export { holdSweepWorkflow } from './hold-sweep.workflow.ts';
 export { analyticsRefreshWorkflow } from './analytics-refresh.workflow.ts';
 export { generationWorkflow } from './generation.workflow.ts';
+export { webhookDeliveryWorkflow } from './webhook.workflow.ts';
+export { resultRetentionWorkflow } from './result-retention.workflow.ts';

@@ -1,5 +1,25 @@
+import type { SearchAttributePair } from '@temporalio/common';
+
 /** Names both sides (workflows and their starters) agree on. Imported by workflow code: no I/O here. */
 export const TASK_QUEUE = 'mas';
 export const HOLD_SWEEP_SCHEDULE_ID = 'mas-hold-sweep';
 export const ANALYTICS_REFRESH_SCHEDULE_ID = 'mas-analytics-refresh';
+export const RESULT_RETENTION_SCHEDULE_ID = 'mas-result-retention';
 export const GENERATION_WORKFLOW = 'generationWorkflow';
+
+type KeywordKey = Extract<SearchAttributePair, { key: { type: 'KEYWORD' } }>['key'];
+const keyword = (name: string): KeywordKey => ({ name, type: 'KEYWORD' });
+
+/**
+ * The custom search attributes of a job's workflow, what operators filter on in the Temporal
+ * UI (`MasAccountId = "acct_…" AND MasJobStatus = "failed"`). Registered on the namespace: the
+ * embedded dev server at its start, a cluster by its operator (docs/operations.md).
+ */
+export const SEARCH_ATTRIBUTES = {
+  accountId: keyword('MasAccountId'),
+  keyId: keyword('MasKeyId'),
+  model: keyword('MasModel'),
+  modelType: keyword('MasModelType'),
+  /** The job's status as the API shows it: queued, running, succeeded, failed or canceled. */
+  jobStatus: keyword('MasJobStatus'),
+} as const;

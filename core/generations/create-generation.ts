@@ -12,7 +12,7 @@ import { newId } from '../ids.ts';
 import { reserve } from '../money/holds.ts';
 import type { Clock, GenerationStarter, MediaProviderRegistry, UrlGuard, UrlSigner } from '../ports.ts';
 import { failJob } from './end-job.ts';
-import { loadJob, recordRunId } from './job-row.ts';
+import { jobWorkflowStart, loadJob, recordRunId } from './job-row.ts';
 import { waitForEnd } from './read-generation.ts';
 import type { CreateGenerationInput } from './schema.ts';
 import { validateInputs, validateSettings } from './validate.ts';
@@ -79,7 +79,8 @@ export async function createGeneration(
 
   if (created) {
     try {
-      await recordRunId(em, created, await deps.generations.start(created));
+      const job = { id: created, account_id: principal.accountId, key_id: principal.keyId, model_id: model.id, price_micro: price.toString(), prompt: request.prompt };
+      await recordRunId(em, created, await deps.generations.start(jobWorkflowStart(job, model.type)));
     } catch (err) {
       deps.logger.error({ err, job: created }, 'could not start the job workflow');
       await failJob(em, created, { message: 'The job could not be started. It was refunded in full.', code: 'start_failed' });

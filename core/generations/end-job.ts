@@ -25,34 +25,46 @@ export async function endJob<T>(em: EntityManager, id: string, fn: (tx: EntityMa
  * If the hold was already released (the sweep found it expired), the job ends failed and
  * refunded instead: a job is never delivered unpaid, nor paid twice.
  */
-export async function completeJob(deps: { storage: ResultStorage }, em: EntityManager, id: string, output: StoredOutput) {
-  const result = await endJob(em, id, async (tx, job) => {
+export async function completeJob(deps: { storage: ResultStorage; config: { resultRetentionSeconds: number } }, em: EntityManager, id: string, output: StoredOutput): Promise<JobEnding> {
+  const result = await endJob(em, id, async (tx, job): Promise<JobEnding> => {
     const outcome = await settle(tx, job.hold_id, BigInt(job.price_micro));
     if (outcome.status === 'released') {
-      await markEnded(tx, id, 'failed', { message: 'The reservation expired before the job finished. It was refunded in full.', code: 'reservation_expired' });
-      return 'failed';
+      const error = { message: 'The reservation expired before the job finished. It was refunded in full.', code: 'reservation_expired' };
+      await markEnded(tx, id, 'failed', error);
+      return { status: 'failed', error };
     }
+    // The result is kept for the retention period (its link expires then); the retention schedule deletes it.
     await tx.execute(
       `update generations set status = 'succeeded', cost_micro = ?::bigint, output = ?::jsonb, completed_at = now(),
-         output_expires_at = now() + interval '1 hour'
+         output_expires_at = now() + make_interval(secs => ?)
        where id = ?`,
-      [outcome.captured.toString(), JSON.stringify(output), id],
+      [outcome.captured.toString(), JSON.stringify(output), deps.config.resultRetentionSeconds, id],
     );
-    return 'succeeded';
+    return { status: 'succeeded', error: null };
   });
-  const status = 'ended' in result ? result.ended.status : result.done;
+  const ending = 'ended' in result ? endingOf(result.ended) : result.done;
   // A result that will never be served (the job ended otherwise) is not kept.
-  if (status !== 'succeeded') await deps.storage.delete(output.key);
-  return { status };
+  if (ending.status !== 'succeeded') await deps.storage.delete(output.key);
+  return ending;
 }
 
-/** Releases the hold in full and marks the job failed with its error. */
-export async function failJob(em: EntityManager, id: string, error: JobError) {
-  await endJob(em, id, async (tx, job) => {
+/** Releases the hold in full and marks the job failed with its error; answers how the job ended (it may have ended otherwise first). */
+export async function failJob(em: EntityManager, id: string, error: JobError): Promise<JobEnding> {
+  const result = await endJob(em, id, async (tx, job): Promise<JobEnding> => {
     await release(tx, job.hold_id);
     await markEnded(tx, id, 'failed', error);
+    return { status: 'failed', error };
   });
+  return 'ended' in result ? endingOf(result.ended) : result.done;
 }
+
+/** How a job ended: what its workflow closes with (Completed, Failed with the error, Canceled). */
+export interface JobEnding {
+  status: 'succeeded' | 'failed' | 'canceled';
+  error: JobError | null;
+}
+
+export const endingOf = (job: Pick<JobRow, 'status' | 'error'>): JobEnding => ({ status: job.status as JobEnding['status'], error: job.error });
 
 export async function markEnded(tx: EntityManager, id: string, status: 'failed' | 'canceled', error: JobError | null) {
   await tx.execute(`update generations set status = ?, cost_micro = 0, error = ?::jsonb, completed_at = now() where id = ?`, [

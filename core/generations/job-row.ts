@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { notFound } from '../errors.ts';
+import type { JobWorkflowStart } from '../ports.ts';
 
 /** A job as stored in `generations` (docs/generations.md). */
 export interface JobRow {
@@ -56,4 +57,29 @@ export async function loadOwnJob(em: EntityManager, accountId: string, id: strin
 /** Keeps the run id of a job's workflow, for the admin API's Temporal links (the first start's). */
 export async function recordRunId(em: EntityManager, id: string, runId: string | void): Promise<void> {
   if (runId) await em.execute('update generations set workflow_run_id = ? where id = ? and workflow_run_id is null', [runId, id]);
+}
+
+/**
+ * What the job's workflow is started with. The workflow engine shows it to operators (its
+ * summary and search attributes), so the prompt is cut to its head: the rest may be private.
+ */
+export function jobWorkflowStart(job: Pick<JobRow, 'id' | 'account_id' | 'key_id' | 'model_id' | 'price_micro' | 'prompt'>, modelType: string): JobWorkflowStart {
+  return {
+    jobId: job.id,
+    accountId: job.account_id,
+    keyId: job.key_id,
+    model: job.model_id,
+    modelType,
+    priceMicro: BigInt(job.price_micro),
+    promptHead: promptHead(job.prompt),
+  };
+}
+
+/** The first words of a prompt, at most 40 characters on one line. */
+export function promptHead(prompt: string, max = 40): string {
+  const line = prompt.replace(/\s+/g, ' ').trim();
+  if (line.length <= max) return line;
+  const cut = line.slice(0, max);
+  const word = cut.lastIndexOf(' ');
+  return `${(word > max / 2 ? cut.slice(0, word) : cut).trimEnd()}…`;
 }

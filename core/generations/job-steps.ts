@@ -3,7 +3,8 @@ import type { ModelCatalog } from '../catalog/catalog.ts';
 import { CoreError } from '../errors.ts';
 import { readFileBytes } from '../files/read-file.ts';
 import type { Clock, GenerationStarter, InputReader, MediaJobSpec, MediaPollResult, MediaProviderRegistry, ResultStorage, UrlGuard, UrlSigner } from '../ports.ts';
-import { loadJob, type StoredOutput, recordRunId } from './job-row.ts';
+import { endingOf } from './end-job.ts';
+import { jobWorkflowStart, loadJob, recordRunId, type JobRow, type StoredOutput } from './job-row.ts';
 
 /**
  * The steps of a job's workflow before it ends (workflows/generation.workflow.ts), as core
@@ -14,7 +15,7 @@ import { loadJob, type StoredOutput, recordRunId } from './job-row.ts';
 export async function beginJob(deps: { catalog: ModelCatalog }, em: EntityManager, id: string) {
   await em.execute(`update generations set status = 'running', started_at = now() where id = ? and status = 'queued'`, [id]);
   const job = await loadJob(em, id);
-  if (job.status !== 'running') return { ended: true as const };
+  if (job.status !== 'running') return { ended: true as const, ...endingOf(job) };
   // A model disabled since the job was accepted still runs it.
   const model = await deps.catalog.get(em, job.model_id, { includeDisabled: true }).catch(() => undefined);
   const webhook = job.webhook_url !== null;
@@ -68,7 +69,10 @@ export async function storeJobResult(deps: { media: MediaProviderRegistry; stora
   return { key, mime_type: result.mimeType, bytes: result.bytes.length, filename };
 }
 
-/** After the retention period, the stored result is deleted; the job keeps its record. */
+/**
+ * Deletes one job's stored result; the job keeps its record. Called by workflows started before
+ * the retention schedule (their own timer); the schedule deletes results in batches (retention.ts).
+ */
 export async function deleteJobResult(deps: { storage: ResultStorage }, em: EntityManager, id: string) {
   const job = await loadJob(em, id);
   if (!job.output || job.output.deleted) return;
@@ -76,18 +80,27 @@ export async function deleteJobResult(deps: { storage: ResultStorage }, em: Enti
   await em.execute(`update generations set output = output || '{"deleted": true}'::jsonb where id = ?`, [id]);
 }
 
+type StaleJob = Pick<JobRow, 'id' | 'account_id' | 'key_id' | 'model_id' | 'price_micro' | 'prompt'>;
+
 /** Jobs still queued a while after they were accepted: their workflow may never have started. */
-export async function staleQueuedJobs(em: EntityManager, olderThanSeconds: number): Promise<string[]> {
-  const rows = await em.execute<{ id: string }[]>(
-    `select id from generations where status = 'queued' and created_at < now() - make_interval(secs => ?) order by created_at limit 500`,
+export async function staleQueuedJobs(em: EntityManager, olderThanSeconds: number): Promise<StaleJob[]> {
+  return em.execute<StaleJob[]>(
+    `select id, account_id, key_id, model_id, price_micro::text, prompt from generations
+     where status = 'queued' and created_at < now() - make_interval(secs => ?) order by created_at limit 500`,
     [olderThanSeconds],
   );
-  return rows.map((r) => r.id);
 }
 
-/** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */
-export async function restartStaleJobs(deps: { generations: GenerationStarter }, em: EntityManager): Promise<{ started: number }> {
-  const ids = await staleQueuedJobs(em, 30);
-  for (const id of ids) await recordRunId(em, id, await deps.generations.start(id));
-  return { started: ids.length };
+/**
+ * Starts the workflow of jobs left queued (a crash between accepting a job and starting it).
+ * A job whose workflow exists already, open or closed, is not started again: one job, one
+ * workflow run (a closed one is the orphan sweep's business, orphans.ts).
+ */
+export async function restartStaleJobs(deps: { catalog: ModelCatalog; generations: GenerationStarter }, em: EntityManager): Promise<{ started: number }> {
+  const jobs = await staleQueuedJobs(em, 30);
+  for (const job of jobs) {
+    const model = await deps.catalog.get(em, job.model_id, { includeDisabled: true }).catch(() => undefined);
+    await recordRunId(em, job.id, await deps.generations.start(jobWorkflowStart(job, model?.type ?? 'unknown')));
+  }
+  return { started: jobs.length };
 }

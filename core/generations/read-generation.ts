@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { notFound } from '../errors.ts';
+import { CoreError, notFound } from '../errors.ts';
 import type { Clock, ResultStorage, UrlSigner } from '../ports.ts';
 import { z } from 'zod';
 import { isEnded, loadJob, loadOwnJob } from './job-row.ts';
@@ -43,10 +43,23 @@ export async function readGenerationOutput(
   expires: unknown,
   signature: unknown,
 ) {
-  deps.signer.verify(id, expires, signature, deps.clock());
+  const now = deps.clock();
+  let expired = false;
+  try {
+    deps.signer.verify(id, expires, signature, now);
+  } catch (err) {
+    if (!(err instanceof CoreError && err.reason === 'url_expired')) throw err;
+    expired = true;
+  }
   const job = await loadJob(em, id).catch(() => undefined);
   const output = job?.status === 'succeeded' ? job.output : null;
+  // A genuine link that outlived the result (its retention passed, or it was deleted) says so.
+  const retained = output && !output.deleted && job!.output_expires_at !== null && new Date(job!.output_expires_at).getTime() > now.getTime();
+  if (expired) {
+    if (!retained) throw notFound('result_expired', 'This result was deleted when its retention period ended.');
+    throw new CoreError('forbidden', 'This link has expired. Fetch the object again for a fresh link.', { reason: 'url_expired' });
+  }
   const bytes = output && !output.deleted ? await deps.storage.get(output.key) : undefined;
-  if (!output || !bytes) throw notFound('output_not_found', 'This result is no longer stored.');
+  if (!output || !bytes) throw notFound(output?.deleted ? 'result_expired' : 'output_not_found', output?.deleted ? 'This result was deleted when its retention period ended.' : 'This result is no longer stored.');
   return { bytes, mimeType: output.mime_type, filename: output.filename };
 }

@@ -2,6 +2,8 @@ import { z } from 'zod';
 import { refreshAnalytics } from '../admin/analytics/refresh.ts';
 import { completeJob, failJob } from '../generations/end-job.ts';
 import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, storeJobResult, submitJob } from '../generations/job-steps.ts';
+import { endOrphanedJobs } from '../generations/orphans.ts';
+import { deleteExpiredResults } from '../generations/retention.ts';
 import { sweep } from '../money/sweep.ts';
 import { createCallerFactory, internalProcedure, router } from '../trpc.ts';
 import { deliverJobWebhook } from '../webhooks/webhooks.ts';
@@ -30,6 +32,10 @@ export const internalRouter = router({
     deleteResult: internalProcedure.input(jobId).mutation(({ ctx, input }) => deleteJobResult(ctx.deps, ctx.em, input.id)),
     /** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */
     restartStale: internalProcedure.mutation(({ ctx }) => restartStaleJobs(ctx.deps, ctx.em)),
+    /** Fails and refunds jobs whose workflow closed without ending them (terminated, timed out, gone). */
+    endOrphaned: internalProcedure.mutation(({ ctx }) => endOrphanedJobs(ctx.deps, ctx.em)),
+    /** Deletes the stored results past their retention; run by the result-retention Schedule. */
+    deleteExpiredResults: internalProcedure.mutation(({ ctx }) => deleteExpiredResults(ctx.deps, ctx.em)),
   }),
 
   holds: router({

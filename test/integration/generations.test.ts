@@ -26,7 +26,7 @@ let inputBase: string;
 let inputHits = 0;
 
 beforeAll(async () => {
-  h = await startJobHarness({ retentionSeconds: 3 });
+  h = await startJobHarness();
   ({ orm, deps, connection, base } = h);
   // A file server for input URLs (127.0.0.1 is on the test allowlist).
   inputServer = http.createServer((_req, res) => {
@@ -203,7 +203,7 @@ describe('generations', () => {
   it('starts the workflow of a job left queued by a crash between accepting it and starting it', async () => {
     const { account, key } = await customer('10');
     // A process that records the job and dies before starting its workflow: a starter that does nothing.
-    const crashed = { ...deps, generations: { start: async () => undefined, cancel: async () => undefined } };
+    const crashed = { ...deps, generations: { start: async () => undefined, cancel: async () => undefined, state: async () => ({ state: 'open' as const }) } };
     const app = createTestApp({ deps: crashed, logger: silentLogger, publicBaseUrl: 'http://localhost' });
     const crashedServer = await new Promise<Server>((resolve) => {
       const srv = app.listen(0, '127.0.0.1', () => resolve(srv));
@@ -381,13 +381,5 @@ describe('generations', () => {
     await expectReplays(
       await Promise.all(files.map(async (f) => ({ workflowId: f, history: temporal.api.history.v1.History.decode(await readFile(new URL(f, dir))) }))),
     );
-  });
-
-  it('deletes the stored result after its retention, on a durable timer', async () => {
-    const { key } = await customer();
-    const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } });
-    const job = await waitEnded(key, res.body.id);
-    expect((await fetch(local(job.output.url))).status).toBe(200);
-    await vi.waitFor(async () => expect((await fetch(local(job.output.url))).status).toBe(404), { timeout: 15_000, interval: 250 });
   });
 });

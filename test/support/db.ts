@@ -35,6 +35,8 @@ export function testDeps(
     providers?: ProviderRegistry;
     perMinute?: number;
     holdTtlSeconds?: number;
+    /** RESULT_RETENTION_SECONDS: how long a job's result is kept. */
+    retentionSeconds?: number;
     catalogTtlMs?: number;
     generations?: GenerationStarter;
     storageDir?: string;
@@ -50,6 +52,7 @@ export function testDeps(
     INPUT_URL_ALLOWLIST: '127.0.0.1',
     RATE_LIMIT_PER_MINUTE: String(opts.perMinute ?? 100_000),
     HOLD_TTL_SECONDS: String(opts.holdTtlSeconds ?? 900),
+    RESULT_RETENTION_SECONDS: String(opts.retentionSeconds ?? 3600),
     DEMO_COINS: '0',
     API_PRICE_PERCENT: '50',
   });

@@ -6,12 +6,15 @@ import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../adapters/emb
 import { startEmbeddedTemporal, type EmbeddedTemporal } from '../../adapters/embedded/temporal.ts';
 import { createLogger } from '../../config/logger.ts';
 import { migrate, openOrm } from '../../core/orm.ts';
+import { SEARCH_ATTRIBUTES } from '../../workflows/shared.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
     databaseUrl: string;
     adminDatabaseUrl: string;
     temporalAddress: string;
+    /** The dev server's Web UI. */
+    temporalUiUrl: string;
   }
 }
 
@@ -34,7 +37,8 @@ export async function setup(project: TestProject): Promise<void> {
   project.provide('databaseUrl', pg.url);
   project.provide('adminDatabaseUrl', pg.adminUrl);
   // A real Temporal dev server from the same CLI binary `npm start` uses (installed on first use).
-  temporal = await startEmbeddedTemporal({ dataDir: path.join(dataDir, 'data'), logger });
+  temporal = await startEmbeddedTemporal({ dataDir: path.join(dataDir, 'data'), logger, searchAttributes: Object.values(SEARCH_ATTRIBUTES).map((k) => k.name) });
+  project.provide('temporalUiUrl', temporal.uiUrl);
   project.provide('temporalAddress', temporal.address);
 }
 

@@ -59,7 +59,8 @@ export async function startJobHarness(
   const connection = await Connection.connect({ address: inject('temporalAddress') });
   const deps = testDeps(orm, {
     storageDir,
-    generations: temporalGenerationStarter(new Client({ connection }), { taskQueue, ...(opts.retentionSeconds ? { retentionSeconds: opts.retentionSeconds } : {}) }),
+    generations: temporalGenerationStarter(new Client({ connection }), { taskQueue }),
+    ...(opts.retentionSeconds ? { retentionSeconds: opts.retentionSeconds } : {}),
     ...(opts.mediaProviders ? { mediaProviders: opts.mediaProviders } : {}),
     providers: createProviderRegistry({ local: { kind: 'local' } }),
     publicBaseUrl,
