@@ -80,13 +80,14 @@ export async function ensureSearchAttributes(connection: Connection, namespace: 
  * One Temporal Schedule for the whole cluster, however many instances start; creating it again
  * updates its interval. A run is skipped while the last one still goes.
  */
-async function ensureSchedule(client: Client, scheduleId: string, workflowType: string, taskQueue: string, everySeconds: number): Promise<void> {
+async function ensureSchedule(client: Client, scheduleId: string, workflowType: string, taskQueue: string, everySeconds: number, summary: string): Promise<void> {
   const spec = { intervals: [{ every: `${everySeconds}s` }] };
   try {
     await client.schedule.create({
       scheduleId,
       spec,
-      action: { type: 'startWorkflow', workflowType, taskQueue, args: [] },
+      // The summary each run shows in the UI's workflow list.
+      action: { type: 'startWorkflow', workflowType, taskQueue, args: [], staticSummary: summary },
       policies: { overlap: ScheduleOverlapPolicy.SKIP, catchupWindow: '1 minute' },
     });
   } catch (err) {
@@ -105,7 +106,7 @@ const scheduleIdOf = (opts: ScheduleOpts, id: string, suffix: string) => {
 /** The hold sweep (holdSweepWorkflow): expired holds, jobs never started, jobs whose workflow closed without ending them. */
 export async function ensureHoldSweepSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
   const { taskQueue, scheduleId } = scheduleIdOf(opts, HOLD_SWEEP_SCHEDULE_ID, 'hold-sweep');
-  await ensureSchedule(client, scheduleId, 'holdSweepWorkflow', taskQueue, everySeconds);
+  await ensureSchedule(client, scheduleId, 'holdSweepWorkflow', taskQueue, everySeconds, 'Sweep: release expired holds, start jobs left queued, fail and refund jobs whose workflow closed');
 }
 
 /**
@@ -114,13 +115,13 @@ export async function ensureHoldSweepSchedule(client: Client, everySeconds: numb
  */
 export async function ensureAnalyticsRefreshSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
   const { taskQueue, scheduleId } = scheduleIdOf(opts, ANALYTICS_REFRESH_SCHEDULE_ID, 'analytics-refresh');
-  await ensureSchedule(client, scheduleId, 'analyticsRefreshWorkflow', taskQueue, everySeconds);
+  await ensureSchedule(client, scheduleId, 'analyticsRefreshWorkflow', taskQueue, everySeconds, 'Rebuild the usage analytics of the days that changed');
 }
 
 /** Deleting results past their retention (resultRetentionWorkflow). */
 export async function ensureResultRetentionSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
   const { taskQueue, scheduleId } = scheduleIdOf(opts, RESULT_RETENTION_SCHEDULE_ID, 'result-retention');
-  await ensureSchedule(client, scheduleId, 'resultRetentionWorkflow', taskQueue, everySeconds);
+  await ensureSchedule(client, scheduleId, 'resultRetentionWorkflow', taskQueue, everySeconds, 'Delete job results past their retention');
 }
 
 /** What an operator reads in the UI's list: model, price and the prompt's head (never the whole prompt). */

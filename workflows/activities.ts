@@ -37,6 +37,7 @@ export function createActivities(deps: CoreDeps) {
     copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> => core().jobs.store({ id, provider, handle }),
     chargeAndCompleteJob: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
     refundAndFailJob: (id: string, error: JobError) => core().jobs.fail({ id, error }),
+    refundAndCancelJob: (id: string) => core().jobs.cancel({ id }),
     cancelJobAtProvider: (provider: string, handle: string) => core().jobs.cancelUpstream({ provider, handle }),
     deliverJobWebhook: (id: string) => core().jobs.deliverWebhook({ id }),
   };

@@ -79,9 +79,11 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
       const upstream = submitted;
       if (upstream) await CancellationScope.nonCancellable(() => steps.cancelJobAtProvider(upstream.provider, upstream.handle)).catch(() => undefined);
     }
-    // A no-op when the job already ended (canceled): the answer is how it really ended.
-    const error = isCancellation(err) ? { message: 'The job was canceled.', code: 'canceled' } : jobError(err);
-    ending = await CancellationScope.nonCancellable(() => ledger.refundAndFailJob(jobId, error));
+    // A cancel request ends the job canceled and refunded: already done when it came through the
+    // API, done here when an operator sent it from the Temporal UI. Each is a no-op on a job
+    // that already ended, and answers how it really ended.
+    const cancel = isCancellation(err);
+    ending = await CancellationScope.nonCancellable(() => (cancel ? ledger.refundAndCancelJob(jobId) : ledger.refundAndFailJob(jobId, jobError(err))));
   }
   if (begun.webhook) await startWebhookDelivery(jobId);
   return closeAs(ending);

@@ -58,6 +58,19 @@ export async function failJob(em: EntityManager, id: string, error: JobError): P
   return 'ended' in result ? endingOf(result.ended) : result.done;
 }
 
+/**
+ * Releases the hold in full and marks the job canceled: a cancel through the API, or a cancel
+ * request an operator sent the job's workflow from the Temporal UI. Answers how the job ended.
+ */
+export async function cancelJob(em: EntityManager, id: string): Promise<{ ending: JobEnding; canceledNow: boolean }> {
+  const result = await endJob(em, id, async (tx, job): Promise<JobEnding> => {
+    await release(tx, job.hold_id);
+    await markEnded(tx, id, 'canceled', null);
+    return { status: 'canceled', error: null };
+  });
+  return 'ended' in result ? { ending: endingOf(result.ended), canceledNow: false } : { ending: result.done, canceledNow: true };
+}
+
 /** How a job ended: what its workflow closes with (Completed, Failed with the error, Canceled). */
 export interface JobEnding {
   status: 'succeeded' | 'failed' | 'canceled';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { refreshAnalytics } from '../admin/analytics/refresh.ts';
-import { completeJob, failJob } from '../generations/end-job.ts';
+import { cancelJob, completeJob, failJob } from '../generations/end-job.ts';
 import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, storeJobResult, submitJob } from '../generations/job-steps.ts';
 import { endOrphanedJobs } from '../generations/orphans.ts';
 import { deleteExpiredResults } from '../generations/retention.ts';
@@ -27,6 +27,8 @@ export const internalRouter = router({
     fail: internalProcedure
       .input(jobId.extend({ error: z.object({ message: z.string(), code: z.string() }) }))
       .mutation(({ ctx, input }) => failJob(ctx.em, input.id, input.error)),
+    /** Cancels and refunds the job: its workflow was asked to cancel (the API did it already, or an operator in the Temporal UI). */
+    cancel: internalProcedure.input(jobId).mutation(async ({ ctx, input }) => (await cancelJob(ctx.em, input.id)).ending),
     cancelUpstream: internalProcedure.input(upstream).mutation(({ ctx, input }) => cancelUpstream(ctx.deps, input.provider, input.handle)),
     deliverWebhook: internalProcedure.input(jobId).mutation(({ ctx, input }) => deliverJobWebhook(ctx.deps, ctx.em, input.id)),
     deleteResult: internalProcedure.input(jobId).mutation(({ ctx, input }) => deleteJobResult(ctx.deps, ctx.em, input.id)),

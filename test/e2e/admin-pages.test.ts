@@ -89,6 +89,10 @@ describe('the admin pages', () => {
     await page.getByRole('link', { name: accountEmail }).click();
     await page.waitForURL(new RegExp(`/admin/accounts/${accountId}$`));
     expect(await page.locator('#balance').textContent()).toMatch(/^20(\.0+)? coins$/);
+    // The account's jobs in the Temporal UI: its workflow list filtered by the MasAccountId search attribute.
+    expect(await page.getByRole('link', { name: "This account's jobs in the Temporal UI" }).getAttribute('href')).toBe(
+      `http://temporal-ui.test/namespaces/default/workflows?query=${encodeURIComponent(`MasAccountId = "${accountId}"`)}`,
+    );
     await page.getByLabel(/Coins/).fill('+5');
     await page.getByLabel('Reason').fill('goodwill after outage');
     await page.getByRole('button', { name: 'Adjust balance' }).click();

@@ -382,4 +382,20 @@ describe('generations', () => {
       await Promise.all(files.map(async (f) => ({ workflowId: f, history: temporal.api.history.v1.History.decode(await readFile(new URL(f, dir))) }))),
     );
   });
+
+  it('replays histories recorded before the workflow closed with its job (version 1: local steps, the retention timer)', async () => {
+    // test/fixtures/histories/v1: succeeded (finished, and still waiting on its retention timer),
+    // succeeded with a webhook, failed and canceled. A run still sleeping through retention when
+    // version 2 is deployed replays on generation-v1.workflow.ts and finishes there.
+    const { readdir, readFile } = await import('node:fs/promises');
+    const { temporal } = await import('@temporalio/proto');
+    const dir = new URL('../fixtures/histories/v1/', import.meta.url);
+    const files = (await readdir(dir)).filter((f) => f.endsWith('.binpb'));
+    expect(files.sort()).toEqual(['canceled.binpb', 'failed.binpb', 'succeeded-waiting-retention.binpb', 'succeeded-webhook.binpb', 'succeeded.binpb']);
+    const histories = await Promise.all(files.map(async (f) => ({ workflowId: f, history: temporal.api.history.v1.History.decode(await readFile(new URL(f, dir))) })));
+    // Each is of the old shape: no version-2 marker, and the finished success ran its retention timer.
+    for (const { workflowId, history } of histories) expect(JSON.stringify(history), workflowId).not.toContain('closes-with-job');
+    expect(JSON.stringify(histories.find((x) => x.workflowId === 'succeeded.binpb')!.history)).toContain('deleteGenerationResult');
+    await expectReplays(histories);
+  });
 });

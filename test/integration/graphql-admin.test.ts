@@ -173,7 +173,7 @@ describe('reads', () => {
     const failed = await makeJob(a.id, k2.id, { model: 'mas/audio-demo', status: 'failed' });
     const queued = await makeJob(a.id, k1.id, { model: 'mas/image-demo', status: 'queued' });
     const q = `query($a: ID, $f: GenerationFilter) { generations(account: $a, filter: $f) { edges { node {
-      id status modelId model { id type enabled } key { id } account { id } priceCoins costCoins error { code } workflowId runId temporalUiUrl } } } }`;
+      id status modelId model { id type enabled } key { id } account { id temporalJobsUrl } priceCoins costCoins error { code } workflowId runId temporalUiUrl } } } }`;
     const ids = async (f: Record<string, unknown>) => (await data(viewer, q, { a: a.id, f })).generations.edges.map((e: any) => e.node.id);
 
     expect(await ids({})).toEqual([queued, failed, ok]);
@@ -190,7 +190,8 @@ describe('reads', () => {
       modelId: 'mas/audio-demo',
       model: { id: 'mas/audio-demo', type: 'audio', enabled: true },
       key: { id: k2.id },
-      account: { id: a.id },
+      // The UI's workflow list filtered by the account's search attribute (docs/operations.md).
+      account: { id: a.id, temporalJobsUrl: `http://temporal-ui.test/namespaces/default/workflows?query=${encodeURIComponent(`MasAccountId = "${a.id}"`)}` },
       priceCoins: 2,
       costCoins: 0,
       error: { code: 'upstream_error' },

@@ -1,3 +1,4 @@
+import { SEARCH_ATTRIBUTES } from '../../../workflows/shared.ts';
 import { builder } from '../builder.ts';
 import type { GraphQLContext, TemporalUi } from '../context.ts';
 import { Account } from './account.ts';
@@ -25,6 +26,24 @@ export function temporalUiUrl(temporal: TemporalUi, workflowId: string): string 
   if (!temporal.uiUrl) return null;
   return `${temporal.uiUrl.replace(/\/+$/, '')}/namespaces/${encodeURIComponent(temporal.namespace)}/workflows/${encodeURIComponent(workflowId)}`;
 }
+
+/**
+ * The UI's workflow list filtered to one account's jobs: `MasAccountId = "acct_…"`, the search
+ * attribute every job's workflow carries (docs/operations.md lists the others).
+ */
+export function temporalAccountJobsUrl(temporal: TemporalUi, accountId: string): string | null {
+  if (!temporal.uiUrl) return null;
+  const query = `${SEARCH_ATTRIBUTES.accountId.name} = "${accountId}"`;
+  return `${temporal.uiUrl.replace(/\/+$/, '')}/namespaces/${encodeURIComponent(temporal.namespace)}/workflows?query=${encodeURIComponent(query)}`;
+}
+
+builder.objectFields(Account, (t) => ({
+  temporalJobsUrl: t.string({
+    nullable: true,
+    description: "The account's job workflows in the Temporal Web UI (filtered by MasAccountId); null when the UI's address is not known (TEMPORAL_UI_URL).",
+    resolve: (account, _args, ctx) => temporalAccountJobsUrl(ctx.temporal, account.id),
+  }),
+}));
 
 /** Loaded in batches (core: admin.read.generations.byIds). */
 export const Generation = builder.loadableObject('Generation', {

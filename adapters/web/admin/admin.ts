@@ -38,7 +38,7 @@ const DASHBOARD = `query Dashboard($from: String!, $to: String!) {
 const FAILED_JOBS = `query FailedJobs { generations(first: 50, filter: { status: failed }) { edges { node { id modelId createdAt error { code message } temporalUiUrl account { id email } } } } }`;
 const ACCOUNTS = `query Accounts($filter: AccountFilter) { accounts(first: 50, filter: $filter) { edges { node { id email createdAt disabledAt wallet { coins } } } } }`;
 const ACCOUNT = `query Account($id: ID!) { account(id: $id) {
-  id email createdAt disabledAt paidAccount
+  id email createdAt disabledAt paidAccount temporalJobsUrl
   wallet { coins purchasedCoins subscriptionCoins heldCoins }
   apiKeys(first: 20) { edges { node { id name prefix kind createdAt lastUsedAt revokedAt } } }
   ledgerEntries(first: 20) { edges { node { id createdAt kind pocket amountCoins balanceAfterCoins description } } }
@@ -226,6 +226,7 @@ ${rows.map((a) => html`<tr><td><a href="/admin/accounts/${a.id}">${a.email}</a><
 ${notice('error', extra.error)}${notice('info', req.query.adjusted === '1' ? 'The balance was adjusted.' : undefined)}
 <section><h2>Wallet</h2>
 <p>Balance: <strong id="balance">${a.wallet.coins} coins</strong> (purchased ${a.wallet.purchasedCoins}, subscription ${a.wallet.subscriptionCoins}, held ${a.wallet.heldCoins})${a.disabledAt ? html` · <strong>disabled</strong>` : ''}</p>
+${a.temporalJobsUrl ? html`<p><a href="${a.temporalJobsUrl}" rel="noopener">This account's jobs in the Temporal UI</a></p>` : ''}
 <form method="post" action="/admin/accounts/${a.id}/adjust" class="stack">
   <input type="hidden" name="_csrf" value="${nav.csrf}">
   <input type="hidden" name="idempotency_key" value="${randomUUID()}">

@@ -1,0 +1,320 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Client, Connection, WorkflowFailedError, WorkflowNotFoundError } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { ensureHoldSweepSchedule, ensureResultRetentionSchedule, ensureSearchAttributes, searchAttributeCommands } from '../../config/temporal.ts';
+import { deleteExpiredResults } from '../../core/generations/retention.ts';
+import { createActivities } from '../../workflows/activities.ts';
+import { startWorker } from '../../workflows/worker.ts';
+import { makeAccount, makeKey, silentLogger } from '../support/db.ts';
+import { bearer, getJson } from '../support/http.ts';
+import { startJobHarness, type JobHarness } from '../support/jobs.ts';
+import { expectSettledWallet } from '../support/ledger.ts';
+
+/**
+ * What an operator sees and does in the Temporal UI (issue 19), on a real Temporal dev server,
+ * a real worker and PostgreSQL: workflows close as their job ends, search attributes find a
+ * customer's jobs, and Terminate (or a cancel request from the UI) never loses money.
+ */
+let h: JobHarness;
+let client: Client;
+
+beforeAll(async () => {
+  h = await startJobHarness({ retentionSeconds: 2 });
+  client = new Client({ connection: h.connection });
+});
+afterAll(async () => {
+  await h.close();
+});
+
+async function customer(coins = '100') {
+  const account = await makeAccount(h.orm, { coins });
+  const { key, id: keyId } = await makeKey(h.orm, account.id);
+  return { account, key, keyId };
+}
+
+async function submit(key: string, settings: Record<string, unknown>, prompt = 'a lighthouse at dusk') {
+  const res = await getJson(`${h.base}/api/v1/generations`, {
+    method: 'POST',
+    headers: { ...bearer(key), 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'mas/image-demo', prompt, settings: { size: 128, ...settings } }),
+  });
+  expect(res.status).toBe(202);
+  return res.body.id as string;
+}
+
+/** The job's row once it ended, with the time it ended (the database's clock). */
+async function ended(id: string, timeout = 30_000) {
+  let row: { status: string; error: { code: string; message: string } | null; completed_at: string } | undefined;
+  await vi.waitFor(
+    async () => {
+      [row] = await h.orm.em.fork().execute(`select status, error, completed_at::text from generations where id = ?`, [id]);
+      expect(['succeeded', 'failed', 'canceled']).toContain(row!.status);
+    },
+    { timeout, interval: 50 },
+  );
+  return row!;
+}
+
+async function running(id: string) {
+  await vi.waitFor(async () => expect((await h.orm.em.fork().execute<{ status: string }[]>('select status from generations where id = ?', [id]))[0]!.status).toBe('running'), {
+    timeout: 20_000,
+    interval: 50,
+  });
+}
+
+/** The workflow's close status, once it closed, and how long after the job's end it closed. */
+async function closed(id: string, endedAt: string) {
+  let description: Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['describe']>> | undefined;
+  await vi.waitFor(
+    async () => {
+      description = await client.workflow.getHandle(id).describe();
+      expect(description.status.name).not.toBe('RUNNING');
+    },
+    { timeout: 10_000, interval: 20 },
+  );
+  return { status: description!.status.name, lagMs: description!.closeTime!.getTime() - new Date(endedAt).getTime(), description: description! };
+}
+
+async function visible(query: string, expected: number): Promise<string[]> {
+  let ids: string[] = [];
+  await vi.waitFor(
+    async () => {
+      ids = [];
+      for await (const wf of client.workflow.list({ query })) ids.push(wf.workflowId);
+      expect(ids.length).toBe(expected);
+    },
+    { timeout: 15_000, interval: 200 },
+  );
+  return ids.sort();
+}
+
+/** The ledger entries that moved the job's hold: one release when refunded, one capture when charged. */
+async function holdEntries(jobId: string) {
+  return h.orm.em.fork().execute<{ kind: string; n: number }[]>(
+    `select kind, count(*)::int as n from ledger_entries where hold_id = ? and pocket = 'held' and kind <> 'reservation' group by kind order by kind`,
+    [`hold_${jobId}`],
+  );
+}
+
+describe('the workflow closes as the job ends', () => {
+  it('succeeded → Completed, failed → Failed with the job error, canceled → Canceled, each within a second of the job ending', async () => {
+    const { account, key } = await customer();
+    const ok = await submit(key, {});
+    const bad = await submit(key, { fail: true });
+    const slow = await submit(key, { delay_ms: 30_000 });
+
+    const okRow = await ended(ok);
+    expect(okRow.status).toBe('succeeded');
+    const okWf = await closed(ok, okRow.completed_at);
+    expect(okWf.status).toBe('COMPLETED');
+    expect(okWf.lagMs).toBeLessThan(1000);
+    expect(await client.workflow.getHandle(ok).result()).toBe('succeeded');
+
+    const badRow = await ended(bad);
+    expect(badRow.status).toBe('failed');
+    const badWf = await closed(bad, badRow.completed_at);
+    expect(badWf.status).toBe('FAILED');
+    expect(badWf.lagMs).toBeLessThan(1000);
+    const failure = await client.workflow.getHandle(bad).result().catch((err: unknown) => err);
+    expect(failure).toBeInstanceOf(WorkflowFailedError);
+    const cause = (failure as WorkflowFailedError).cause as ApplicationFailure;
+    expect(cause).toBeInstanceOf(ApplicationFailure);
+    expect({ type: cause.type, message: cause.message }).toEqual({ type: badRow.error!.code, message: badRow.error!.message });
+
+    await running(slow);
+    expect((await getJson(`${h.base}/api/v1/generations/${slow}/cancel`, { method: 'POST', headers: bearer(key) })).status).toBe(200);
+    const slowRow = await ended(slow);
+    expect(slowRow.status).toBe('canceled');
+    const slowWf = await closed(slow, slowRow.completed_at);
+    expect(slowWf.status).toBe('CANCELLED');
+    expect(slowWf.lagMs).toBeLessThan(1000);
+    await expectSettledWallet(h.orm, account.id);
+  });
+
+  it("a cancel request sent to the workflow (the UI's Request Cancellation) cancels and refunds the job, as the API's cancel does", async () => {
+    const { account, key } = await customer('10');
+    const id = await submit(key, { delay_ms: 30_000 });
+    await running(id);
+    await client.workflow.getHandle(id).cancel();
+    const row = await ended(id);
+    expect(row).toMatchObject({ status: 'canceled', error: null });
+    expect((await closed(id, row.completed_at)).status).toBe('CANCELLED');
+    expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
+    const wallet = await expectSettledWallet(h.orm, account.id);
+    expect(wallet.balance.purchased + wallet.balance.subscription).toBe(10_000_000n);
+  });
+
+  it('a webhook is delivered by a workflow of its own, so the job workflow closes when the job ends', async () => {
+    const { key } = await customer();
+    const res = await getJson(`${h.base}/api/v1/generations`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      // Nothing listens on port 9: delivery keeps failing and retrying.
+      body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 }, webhook_url: 'http://127.0.0.1:9/hook' }),
+    });
+    const row = await ended(res.body.id);
+    expect((await closed(res.body.id, row.completed_at)).status).toBe('COMPLETED');
+    const webhook = await client.workflow.getHandle(`${res.body.id}-webhook`).describe();
+    expect(webhook.type).toBe('webhookDeliveryWorkflow');
+    await client.workflow.getHandle(`${res.body.id}-webhook`).terminate('test over');
+  });
+});
+
+describe('search attributes and summaries', () => {
+  it('MasAccountId lists exactly the account’s jobs, MasJobStatus narrows them, and the summary shows the prompt’s head only', async () => {
+    const a = await customer();
+    const b = await customer();
+    const secret = `the secret tail ${randomBytes(6).toString('hex')}`;
+    const aOk = await submit(a.key, {}, `a red bicycle leaning on a blue wall near the sea, ${secret}`);
+    const aBad = await submit(a.key, { fail: true });
+    const bOk = await submit(b.key, {});
+    for (const id of [aOk, aBad, bOk]) await ended(id);
+
+    expect(await visible(`MasAccountId = "${a.account.id}"`, 2)).toEqual([aOk, aBad].sort());
+    expect(await visible(`MasAccountId = "${a.account.id}" AND MasJobStatus = "failed"`, 1)).toEqual([aBad]);
+    expect(await visible(`MasAccountId = "${a.account.id}" AND MasJobStatus = "succeeded"`, 1)).toEqual([aOk]);
+    expect(await visible(`MasAccountId = "${b.account.id}"`, 1)).toEqual([bOk]);
+    expect(await visible(`MasKeyId = "${a.keyId}" AND MasModel = "mas/image-demo" AND MasModelType = "image"`, 2)).toEqual([aOk, aBad].sort());
+
+    const description = await client.workflow.getHandle(aOk).describe();
+    const summary = await description.staticSummary();
+    expect(summary).toMatch(/^mas\/image-demo · [\d.]+ coins · “a red bicycle leaning on a blue wall…”$/);
+    expect(await description.staticDetails()).toContain(a.account.id);
+    // The prompt's tail is nowhere in the workflow: not its summary, details, input or history.
+    const history = JSON.stringify(await client.workflow.getHandle(aOk).fetchHistory());
+    expect(history).not.toContain('secret tail');
+    expect(`${summary}${await description.staticDetails()}`).not.toContain('secret tail');
+  });
+});
+
+describe('faults from the operator’s side end the job', () => {
+  it('Terminate: the sweep fails the job with the cause, refunds it in full with one release, and stays at one however often it runs', async () => {
+    const { account, key } = await customer('10');
+    const id = await submit(key, { delay_ms: 60_000 });
+    await running(id);
+    await client.workflow.getHandle(id).terminate('stuck, says the on-call');
+    const activities = createActivities(h.deps);
+    expect(await activities.failJobsWhoseWorkflowClosed()).toBeGreaterThanOrEqual(1);
+
+    const row = await ended(id);
+    expect(row.status).toBe('failed');
+    expect(row.error).toEqual({ code: 'workflow_terminated', message: expect.stringContaining('terminated by an operator') });
+    const job = (await getJson(`${h.base}/api/v1/generations/${id}`, { headers: bearer(key) })).body;
+    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, error: { code: 'workflow_terminated' } });
+    expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
+    const wallet = await expectSettledWallet(h.orm, account.id);
+    expect(wallet.balance.purchased + wallet.balance.subscription).toBe(10_000_000n);
+
+    // Terminate again (the workflow is closed) and sweep twice more: still one release.
+    await expect(client.workflow.getHandle(id).terminate('again')).rejects.toBeInstanceOf(WorkflowNotFoundError);
+    await activities.failJobsWhoseWorkflowClosed();
+    await activities.failJobsWhoseWorkflowClosed();
+    expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
+    expect((await ended(id)).error!.code).toBe('workflow_terminated');
+    await expectSettledWallet(h.orm, account.id);
+  });
+
+  it('a job terminated while no worker runs: the hold-sweep Schedule fails and refunds it once a worker is back', async () => {
+    // Jobs on a task queue no worker polls yet: their workflows start and wait.
+    const taskQueue = `${h.taskQueue}-later`;
+    const { temporalGenerationStarter } = await import('../../config/temporal.ts');
+    const { testDeps } = await import('../support/db.ts');
+    const deps = testDeps(h.orm, { generations: temporalGenerationStarter(client, { taskQueue }), storageDir: h.storageDir });
+    const { account, key } = await customer('10');
+    const { createTestApp } = await import('../support/http.ts');
+    const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+    const server = await new Promise<import('node:http').Server>((resolve) => {
+      const s = app.listen(0, '127.0.0.1', () => resolve(s));
+    });
+    const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const res = await getJson(`${base}/api/v1/generations`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }),
+    });
+    await new Promise((r) => server.close(r));
+    expect(res.status).toBe(202);
+    const id = res.body.id as string;
+    await client.workflow.getHandle(id).terminate('cleaning up while the workers are down');
+    expect((await getJson(`${h.base}/api/v1/generations/${id}`, { headers: bearer(key) })).body.status).toBe('queued');
+
+    const scheduleId = `${taskQueue}-sweep`;
+    await ensureHoldSweepSchedule(client, 1, { taskQueue, scheduleId });
+    const worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+    try {
+      const row = await ended(id, 30_000);
+      expect(row).toMatchObject({ status: 'failed', error: { code: 'workflow_terminated' } });
+      expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
+      await expectSettledWallet(h.orm, account.id);
+    } finally {
+      await client.schedule.getHandle(scheduleId).delete().catch(() => undefined);
+      await worker.shutdown();
+    }
+  });
+});
+
+describe('result retention', () => {
+  it('the retention Schedule deletes results past their retention; their links answer 404 result_expired', async () => {
+    const { key } = await customer();
+    const id = await submit(key, {});
+    await ended(id);
+    const job = (await getJson(`${h.base}/api/v1/generations/${id}`, { headers: bearer(key) })).body;
+    const link = `${h.base}${new URL(job.output.url).pathname}${new URL(job.output.url).search}`;
+    expect((await fetch(link)).status).toBe(200);
+    // Retention is 2 s here: the link expires with the result.
+    expect(new Date(job.output.expires_at).getTime() - new Date(job.completed_at).getTime()).toBeLessThanOrEqual(2_100);
+    const stored = path.join(h.storageDir, 'generations', `${id}.png`);
+    await fs.access(stored);
+
+    const scheduleId = `${h.taskQueue}-retention`;
+    await ensureResultRetentionSchedule(client, 1, { taskQueue: h.taskQueue, scheduleId });
+    try {
+      await vi.waitFor(async () => expect(await fs.access(stored).then(() => true, () => false)).toBe(false), { timeout: 20_000, interval: 250 });
+    } finally {
+      await client.schedule.getHandle(scheduleId).delete().catch(() => undefined);
+    }
+    const gone = await getJson(link);
+    expect(gone.status).toBe(404);
+    expect(gone.body.error.code).toBe('result_expired');
+    const [row] = await h.orm.em.fork().execute<{ output: { deleted?: boolean } }[]>('select output from generations where id = ?', [id]);
+    expect(row!.output.deleted).toBe(true);
+  });
+
+  it('deletes in batches, and a second run finds nothing left (idempotent)', async () => {
+    const { key } = await customer();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) ids.push(await submit(key, {}));
+    for (const id of ids) await ended(id);
+    await new Promise((r) => setTimeout(r, 2_100));
+    const deps = { storage: h.deps.storage, clock: () => new Date() };
+    // Batches of 2: five results (and any other test's past their retention) in three rounds.
+    expect((await deleteExpiredResults(deps, h.orm.em.fork(), 2)).deleted).toBeGreaterThanOrEqual(5);
+    expect((await deleteExpiredResults(deps, h.orm.em.fork(), 2)).deleted).toBe(0);
+    const rows = await h.orm.em.fork().execute<{ deleted: boolean }[]>(`select (output->>'deleted')::boolean as deleted from generations where id in (${ids.map(() => '?').join(',')})`, ids);
+    expect(rows.map((r) => r.deleted)).toEqual([true, true, true, true, true]);
+    for (const id of ids) await expect(fs.access(path.join(h.storageDir, 'generations', `${id}.png`))).rejects.toThrow();
+  });
+});
+
+describe('search attributes on a cluster', () => {
+  it('a namespace without them stops the start with the commands to run; the embedded server gets them added', async () => {
+    const connection = await Connection.connect({ address: inject('temporalAddress') });
+    const namespace = `mas-bare-${randomBytes(4).toString('hex')}`;
+    try {
+      // protobufjs takes a plain number where its types say Long.
+      await connection.workflowService.registerNamespace({ namespace, workflowExecutionRetentionPeriod: { seconds: 86_400 as never } });
+      await vi.waitFor(() => connection.workflowService.describeNamespace({ namespace }), { timeout: 10_000, interval: 200 });
+      const refused = await ensureSearchAttributes(connection, namespace, { create: false }).catch((err: Error) => err);
+      expect(refused).toBeInstanceOf(Error);
+      expect((refused as Error).message).toContain(`temporal operator search-attribute create --namespace ${namespace} --name MasAccountId --type Keyword`);
+      expect(searchAttributeCommands(namespace)).toHaveLength(5);
+      await ensureSearchAttributes(connection, namespace, { create: true });
+      await vi.waitFor(() => ensureSearchAttributes(connection, namespace, { create: false }), { timeout: 10_000, interval: 200 });
+    } finally {
+      await connection.close();
+    }
+  });
+});
