@@ -318,3 +318,32 @@ describe('search attributes on a cluster', () => {
     }
   });
 });
+
+describe('Reset', () => {
+  it("a job's workflow reset to its start runs the job again in the new run: it ends once, charged once, and the sweep leaves it alone", async () => {
+    const { account, key } = await customer('10');
+    const id = await submit(key, { delay_ms: 2_000 });
+    await running(id);
+    const handle = client.workflow.getHandle(id);
+    const { runId } = await handle.describe();
+    const events = (await handle.fetchHistory()).events ?? [];
+    const firstTask = events.find((e) => e.workflowTaskCompletedEventAttributes)!;
+    const reset = await h.connection.workflowService.resetWorkflowExecution({
+      namespace: 'default',
+      workflowExecution: { workflowId: id, runId },
+      workflowTaskFinishEventId: firstTask.eventId,
+      reason: 'operator reset to the start',
+      requestId: randomBytes(8).toString('hex'),
+    });
+    expect(reset.runId).not.toBe(runId);
+    // The old run is closed, the new one is the workflow's latest: not an orphan.
+    await createActivities(h.deps).failJobsWhoseWorkflowClosed();
+    const [afterSweep] = await h.orm.em.fork().execute<{ status: string }[]>('select status from generations where id = ?', [id]);
+    expect(afterSweep!.status).toBe('running');
+    const row = await ended(id);
+    expect(row.status).toBe('succeeded');
+    expect((await closed(id, row.completed_at)).description.runId).toBe(reset.runId);
+    expect(await holdEntries(id)).toEqual([{ kind: 'capture', n: 1 }]);
+    await expectSettledWallet(h.orm, account.id);
+  });
+});
