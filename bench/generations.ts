@@ -151,7 +151,7 @@ async function run(): Promise<RunResult> {
     await settle();
     const latency = { ...(await measure(rateIds, rateBegan)), refused };
 
-    // One job's workflow history, as far as it has gone (the retention timer is still running).
+    // One job's workflow history, complete: the workflow closes when the job ends.
     const address = JSON.parse(await fs.readFile(path.join(dataDir, 'temporal', 'server.json'), 'utf8')) as { port: number };
     const connection = await Connection.connect({ address: `127.0.0.1:${address.port}` });
     const history = await new Client({ connection }).workflow.getHandle(rateIds[0]!).fetchHistory();
@@ -222,7 +222,7 @@ async function main() {
       '',
       `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
       '',
-      `Workflow history of one job when it succeeded (the retention timer still running): ${results[0]!.historyEvents} events: ${results[0]!.historyTypes}`,
+      `Workflow history of one job (it closes when the job succeeds): ${results[0]!.historyEvents} events: ${results[0]!.historyTypes}`,
       '',
     ].join('\n'),
   );
