@@ -74,7 +74,8 @@ export const Generation = builder.loadableObject('Generation', {
     runId: t.exposeString('run_id', { nullable: true, description: 'The Temporal run id of its workflow, recorded when it started (null for a job whose workflow has not started)' }),
     temporalUiUrl: t.string({
       nullable: true,
-      description: "The workflow in the Temporal Web UI; null when the UI's address is not known (TEMPORAL_UI_URL).",
+      description:
+        "The job's workflow in the Temporal Web UI (its history, and its search attributes MasAccountId, MasKeyId, MasModel, MasModelType and MasJobStatus to filter on: docs/operations.md); null when the UI's address is not known (TEMPORAL_UI_URL).",
       resolve: (g, _args, ctx) => temporalUiUrl(ctx.temporal, g.workflow_id),
     }),
   }),
