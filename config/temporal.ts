@@ -1,5 +1,5 @@
 import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
-import { temporal } from '@temporalio/proto';
+import proto from '@temporalio/proto';
 import type { Logger } from 'pino';
 import { startEmbeddedTemporal } from '../adapters/embedded/temporal.ts';
 import { formatCoins } from '../core/money/coins.ts';
@@ -66,7 +66,7 @@ export async function ensureSearchAttributes(connection: Connection, namespace: 
   const missing = Object.values(SEARCH_ATTRIBUTES).filter((key) => have[key.name] === undefined);
   if (missing.length === 0) return;
   if (opts.create) {
-    const keyword = temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD;
+    const keyword = proto.temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD;
     await connection.operatorService.addSearchAttributes({ namespace, searchAttributes: Object.fromEntries(missing.map((key) => [key.name, keyword])) });
     return;
   }
