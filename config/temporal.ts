@@ -11,6 +11,7 @@ import {
   RESULT_RETENTION_SCHEDULE_ID,
   SEARCH_ATTRIBUTES,
   TASK_QUEUE,
+  WEBHOOK_WORKFLOW,
 } from '../workflows/shared.ts';
 import type { Env } from './env.ts';
 
@@ -174,6 +175,20 @@ export function temporalGenerationStarter(client: Client, opts: { taskQueue?: st
       } catch (err) {
         // The workflow already closed (or never started): nothing left to stop.
         if (!(err instanceof WorkflowNotFoundError)) throw err;
+      }
+    },
+    async deliverWebhook(jobId) {
+      try {
+        await client.workflow.start(WEBHOOK_WORKFLOW, {
+          workflowId: `${jobId}-webhook`,
+          taskQueue: opts.taskQueue ?? TASK_QUEUE,
+          args: [jobId],
+          workflowIdReusePolicy: 'REJECT_DUPLICATE',
+          staticSummary: `Webhook of job ${jobId}`,
+        });
+      } catch (err) {
+        // Delivered (or being delivered) already: a job's webhook goes out once.
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
       }
     },
     async state(jobId) {

@@ -73,6 +73,7 @@ const noJobRunner: GenerationStarter = {
   start: () => Promise.reject(new CoreError('unavailable', 'This process cannot start jobs.', { reason: 'job_runner_unavailable' })),
   cancel: () => Promise.reject(new CoreError('unavailable', 'This process cannot cancel jobs.', { reason: 'job_runner_unavailable' })),
   state: () => Promise.reject(new CoreError('unavailable', 'This process cannot see job workflows.', { reason: 'job_runner_unavailable' })),
+  deliverWebhook: () => Promise.reject(new CoreError('unavailable', 'This process cannot deliver webhooks.', { reason: 'job_runner_unavailable' })),
 };
 
 export function createCoreDeps(

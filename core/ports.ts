@@ -190,4 +190,6 @@ export interface GenerationStarter {
   cancel(jobId: string): Promise<void>;
   /** Whether the job's workflow is still open: the sweep ends jobs whose workflow closed without ending them. */
   state(jobId: string): Promise<JobWorkflowState>;
+  /** Delivers the webhook of a job that ended outside its workflow (the sweep), with retries; once per job. */
+  deliverWebhook(jobId: string): Promise<void>;
 }

@@ -50,7 +50,14 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
   // Runs started before version 2 replay and finish in their own shape.
   if (!patched('closes-with-job')) return generationWorkflowV1(jobId, options);
 
-  const begun = await ledger.markJobRunning(jobId);
+  let begun: Awaited<ReturnType<Activities['markJobRunning']>>;
+  try {
+    begun = await ledger.markJobRunning(jobId);
+  } catch (err) {
+    // Canceled before it began (a cancel request from the UI while the job was queued).
+    if (!isCancellation(err)) throw err;
+    return closeAs(await CancellationScope.nonCancellable(() => ledger.refundAndCancelJob(jobId)));
+  }
   if (begun.ended) return closeAs(begun);
   jobStatus('running');
   let ending: JobEnding;
@@ -123,8 +130,14 @@ async function startWebhookDelivery(jobId: string): Promise<void> {
   ).catch(() => undefined);
 }
 
+/**
+ * The job's error, as its owner sees it: the provider's or the workflow's own (a snake_case code
+ * and its message). A step that failed on every retry threw an internal error (its type a class
+ * name, its message not meant for customers): that is a generic failure.
+ */
 function jobError(err: unknown): JobError {
-  const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
-  if (cause instanceof ApplicationFailure) return { message: cause.message, code: cause.type ?? 'provider_failed' };
-  return { message: 'The job failed.', code: 'job_failed' };
+  if (err instanceof ApplicationFailure) return { message: err.message, code: err.type ?? 'provider_failed' };
+  const cause = err instanceof ActivityFailure ? err.cause : undefined;
+  if (cause instanceof ApplicationFailure && /^[a-z][a-z0-9_]*$/.test(cause.type ?? '')) return { message: cause.message, code: cause.type! };
+  return { message: 'The job failed: a step kept failing after every retry. It was refunded in full.', code: 'job_failed' };
 }

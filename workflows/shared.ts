@@ -6,6 +6,7 @@ export const HOLD_SWEEP_SCHEDULE_ID = 'mas-hold-sweep';
 export const ANALYTICS_REFRESH_SCHEDULE_ID = 'mas-analytics-refresh';
 export const RESULT_RETENTION_SCHEDULE_ID = 'mas-result-retention';
 export const GENERATION_WORKFLOW = 'generationWorkflow';
+export const WEBHOOK_WORKFLOW = 'webhookDeliveryWorkflow';
 
 type KeywordKey = Extract<SearchAttributePair, { key: { type: 'KEYWORD' } }>['key'];
 const keyword = (name: string): KeywordKey => ({ name, type: 'KEYWORD' });

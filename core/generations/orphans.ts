@@ -26,7 +26,8 @@ export function orphanCause(status: string, workflow: JobWorkflowState): JobErro
  * and refunded in full through the normal failure path (failJob: the hold released, the ledger
  * written, in one transaction), exactly once however often the sweep runs. A workflow always
  * ends its job before it closes, so a closed workflow with an unfinished job is an orphan; a
- * job that ends meanwhile by itself keeps its own ending (failJob is a no-op then).
+ * job that ends meanwhile by itself keeps its own ending (failJob is a no-op then). A job with a
+ * webhook gets it delivered, as its workflow would have (once: the delivery has the job's id).
  * Run by the hold-sweep Temporal Schedule; asks the engine about each unfinished job, a few at
  * a time, in batches ordered by age.
  */
@@ -34,8 +35,8 @@ export async function endOrphanedJobs(deps: { generations: GenerationStarter }, 
   let ended = 0;
   let after: { created_at: string; id: string } | undefined;
   for (;;) {
-    const rows = await em.execute<{ id: string; status: string; created_at: string }[]>(
-      `select id, status, created_at::text from generations
+    const rows = await em.execute<{ id: string; status: string; created_at: string; webhook: boolean }[]>(
+      `select id, status, created_at::text, webhook_url is not null as webhook from generations
        where status in ('queued', 'running') ${after ? 'and (created_at, id) > (?::timestamptz, ?)' : ''}
        order by created_at, id limit ?`,
       after ? [after.created_at, after.id, batch] : [batch],
@@ -46,7 +47,10 @@ export async function endOrphanedJobs(deps: { generations: GenerationStarter }, 
           const cause = orphanCause(row.status, await deps.generations.state(row.id));
           if (!cause) return;
           const ending = await failJob(em.fork(), row.id, cause);
-          if (ending.error?.code === cause.code) ended++;
+          if (ending.error?.code !== cause.code) return;
+          ended++;
+          // The workflow that would have sent the job's webhook is gone: its owner still hears of the end.
+          if (row.webhook) await deps.generations.deliverWebhook(row.id);
         }),
       );
     }

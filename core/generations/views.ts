@@ -21,7 +21,7 @@ export const generationSchema = z
     cost_coins: coinsSchema.nullable().describe('the final charge, once the job has ended (0 when failed or canceled)'),
     output: z
       .object({
-        url: z.string().describe('signed link to the result, valid until expires_at (one hour)'),
+        url: z.string().describe('signed link to the result, valid until expires_at (the retention period, RESULT_RETENTION_SECONDS: an hour by default)'),
         expires_at: isoTimeSchema,
         mime_type: z.string(),
         bytes: z.number().int(),

@@ -72,7 +72,7 @@ beforeAll(async () => {
   orm = await openTestOrm();
   const providers = await useTestCatalog(orm, 'http://127.0.0.1:9/v1');
   // A long catalog cache: a scheduled price must apply at its date without a reload.
-  const wired = testDeps(orm, { providers, catalogTtlMs: 60_000, generations: { start: async () => undefined, cancel: async () => undefined, state: async () => ({ state: 'open' }) } });
+  const wired = testDeps(orm, { providers, catalogTtlMs: 60_000, generations: { start: async () => undefined, cancel: async () => undefined, state: async () => ({ state: 'open' }), deliverWebhook: async () => undefined } });
   deps = { ...wired, clock: () => now };
   operator = (await internal().admins.createToken({ name: `models-${tag}`, role: 'operator' })).token;
   viewer = (await internal().admins.createToken({ name: `models-viewer-${tag}`, role: 'viewer' })).token;

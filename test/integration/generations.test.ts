@@ -203,7 +203,7 @@ describe('generations', () => {
   it('starts the workflow of a job left queued by a crash between accepting it and starting it', async () => {
     const { account, key } = await customer('10');
     // A process that records the job and dies before starting its workflow: a starter that does nothing.
-    const crashed = { ...deps, generations: { start: async () => undefined, cancel: async () => undefined, state: async () => ({ state: 'open' as const }) } };
+    const crashed = { ...deps, generations: { start: async () => undefined, cancel: async () => undefined, state: async () => ({ state: 'open' as const }), deliverWebhook: async () => undefined } };
     const app = createTestApp({ deps: crashed, logger: silentLogger, publicBaseUrl: 'http://localhost' });
     const crashedServer = await new Promise<Server>((resolve) => {
       const srv = app.listen(0, '127.0.0.1', () => resolve(srv));

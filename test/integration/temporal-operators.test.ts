@@ -1,15 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
+import http from 'node:http';
 import path from 'node:path';
 import { Client, Connection, WorkflowFailedError, WorkflowNotFoundError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
-import { ensureHoldSweepSchedule, ensureResultRetentionSchedule, ensureSearchAttributes, searchAttributeCommands } from '../../config/temporal.ts';
+import type { Server } from 'node:http';
+import { ensureHoldSweepSchedule, ensureResultRetentionSchedule, ensureSearchAttributes, searchAttributeCommands, temporalGenerationStarter } from '../../config/temporal.ts';
 import { deleteExpiredResults } from '../../core/generations/retention.ts';
 import { createActivities } from '../../workflows/activities.ts';
 import { startWorker } from '../../workflows/worker.ts';
-import { makeAccount, makeKey, silentLogger } from '../support/db.ts';
-import { bearer, getJson } from '../support/http.ts';
+import { makeAccount, makeKey, silentLogger, testDeps } from '../support/db.ts';
+import { bearer, createTestApp, getJson } from '../support/http.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { expectSettledWallet } from '../support/ledger.ts';
 
@@ -89,6 +91,34 @@ async function visible(query: string, expected: number): Promise<string[]> {
     { timeout: 15_000, interval: 200 },
   );
   return ids.sort();
+}
+
+/**
+ * Jobs on a task queue no worker polls yet: their workflows start and wait, as when every worker
+ * is down. Answers a submit through an app wired to that queue, and a worker to start later.
+ */
+async function idleQueue(suffix: string) {
+  const taskQueue = `${h.taskQueue}-${suffix}`;
+  const deps = testDeps(h.orm, { generations: temporalGenerationStarter(client, { taskQueue }), storageDir: h.storageDir });
+  const submitThere = async (key: string) => {
+    const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
+    const server = await new Promise<Server>((resolve) => {
+      const srv = app.listen(0, '127.0.0.1', () => resolve(srv));
+    });
+    try {
+      const res = await getJson(`http://127.0.0.1:${(server.address() as { port: number }).port}/api/v1/generations`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }),
+      });
+      expect(res.status).toBe(202);
+      return res.body.id as string;
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
+  };
+  const startWorkerThere = () => startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+  return { taskQueue, submitThere, startWorkerThere };
 }
 
 /** The ledger entries that moved the job's hold: one release when refunded, one capture when charged. */
@@ -217,33 +247,67 @@ describe('faults from the operator’s side end the job', () => {
     await expectSettledWallet(h.orm, account.id);
   });
 
-  it('a job terminated while no worker runs: the hold-sweep Schedule fails and refunds it once a worker is back', async () => {
-    // Jobs on a task queue no worker polls yet: their workflows start and wait.
-    const taskQueue = `${h.taskQueue}-later`;
-    const { temporalGenerationStarter } = await import('../../config/temporal.ts');
-    const { testDeps } = await import('../support/db.ts');
-    const deps = testDeps(h.orm, { generations: temporalGenerationStarter(client, { taskQueue }), storageDir: h.storageDir });
+  it('a terminated job with a webhook: its owner still gets generation.failed, once, however often the sweep runs', async () => {
+    const received: { type: string; data: { id: string; error: { code: string } | null } }[] = [];
+    const receiver = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c: Buffer) => (body += c.toString()));
+      req.on('end', () => {
+        received.push(JSON.parse(body));
+        res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
+    try {
+      const { key } = await customer('10');
+      const res = await getJson(`${h.base}/api/v1/generations`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128, delay_ms: 60_000 }, webhook_url: `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook` }),
+      });
+      const id = res.body.id as string;
+      await running(id);
+      await client.workflow.getHandle(id).terminate('operator test');
+      const activities = createActivities(h.deps);
+      await activities.failJobsWhoseWorkflowClosed();
+      await activities.failJobsWhoseWorkflowClosed();
+      await vi.waitFor(() => expect(received.filter((r) => r.data.id === id)).toHaveLength(1), { timeout: 15_000, interval: 100 });
+      expect(received.find((r) => r.data.id === id)).toMatchObject({ type: 'generation.failed', data: { id, error: { code: 'workflow_terminated' } } });
+      expect((await client.workflow.getHandle(`${id}-webhook`).describe()).status.name).toBe('COMPLETED');
+      await new Promise((r) => setTimeout(r, 500));
+      expect(received.filter((r) => r.data.id === id)).toHaveLength(1);
+    } finally {
+      await new Promise((r) => receiver.close(r));
+    }
+  });
+
+  it('a cancel request sent to a job still queued (no worker yet) cancels and refunds it', async () => {
+    const idle = await idleQueue('idle');
     const { account, key } = await customer('10');
-    const { createTestApp } = await import('../support/http.ts');
-    const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
-    const server = await new Promise<import('node:http').Server>((resolve) => {
-      const s = app.listen(0, '127.0.0.1', () => resolve(s));
-    });
-    const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-    const res = await getJson(`${base}/api/v1/generations`, {
-      method: 'POST',
-      headers: { ...bearer(key), 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }),
-    });
-    await new Promise((r) => server.close(r));
-    expect(res.status).toBe(202);
-    const id = res.body.id as string;
+    const id = await idle.submitThere(key);
+    await client.workflow.getHandle(id).cancel();
+    const worker = await idle.startWorkerThere();
+    try {
+      const row = await ended(id);
+      expect(row).toMatchObject({ status: 'canceled', error: null });
+      expect((await closed(id, row.completed_at)).status).toBe('CANCELLED');
+      expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
+      await expectSettledWallet(h.orm, account.id);
+    } finally {
+      await worker.shutdown();
+    }
+  });
+
+  it('a job terminated while no worker runs: the hold-sweep Schedule fails and refunds it once a worker is back', async () => {
+    const idle = await idleQueue('later');
+    const { account, key } = await customer('10');
+    const id = await idle.submitThere(key);
     await client.workflow.getHandle(id).terminate('cleaning up while the workers are down');
     expect((await getJson(`${h.base}/api/v1/generations/${id}`, { headers: bearer(key) })).body.status).toBe('queued');
 
-    const scheduleId = `${taskQueue}-sweep`;
-    await ensureHoldSweepSchedule(client, 1, { taskQueue, scheduleId });
-    const worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+    const scheduleId = `${idle.taskQueue}-sweep`;
+    await ensureHoldSweepSchedule(client, 1, { taskQueue: idle.taskQueue, scheduleId });
+    const worker = await idle.startWorkerThere();
     try {
       const row = await ended(id, 30_000);
       expect(row).toMatchObject({ status: 'failed', error: { code: 'workflow_terminated' } });
