@@ -73,6 +73,29 @@ const ERROR_TEXT: Record<number, string> = {
   504: 'The model provider timed out',
 };
 const common = [401, 429, 500, 503];
+/**
+ * OpenAPI links (Link Objects): where one operation's answer gives the id another takes, so that
+ * a client, and schemathesis's stateful phase, can follow a created job or file to the
+ * operations on it. `id` is a JSON pointer into the response body.
+ */
+interface Link {
+  operationId: string;
+  parameters: Record<string, string>;
+  description?: string;
+}
+const linkTo = (operationIds: Record<string, string>, id = '$response.body#/id'): Record<string, Link> =>
+  Object.fromEntries(Object.entries(operationIds).map(([name, operationId]) => [name, { operationId, parameters: { id }, description: LINK_TEXT[operationId] }]));
+const LINK_TEXT: Record<string, string> = {
+  getGeneration: 'The job, by its id',
+  cancelGeneration: 'Cancel the job, by its id',
+  getGenerationOutput: 'The job’s result (its `expires` and `signature` are in the query of `output.url`)',
+  getFile: 'The file, by its id',
+  getFileContent: 'The file’s bytes (its `expires` and `signature` are in the query of `url`)',
+  getModel: 'The first model of the list, by its id',
+};
+const withLinks = <T extends object>(response: T, links: Record<string, Link>) => ({ ...response, links });
+const jobLinks = linkTo({ GetGeneration: 'getGeneration', CancelGeneration: 'cancelGeneration', GetGenerationOutput: 'getGenerationOutput' });
+const fileLinks = linkTo({ GetFile: 'getFile', GetFileContent: 'getFileContent' });
 /** A path id: as long as core accepts (longer: 400); an unknown one is 404. */
 const idParam = (name: string, maxLength: number) => z.object({ [name]: z.string().min(1).max(maxLength) });
 /** Core's limits on ids (generationIdInput, the files procedures, modelIdInput). */
@@ -91,18 +114,27 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   const secured = [{ [bearer.name]: [] }];
   const path = (config: RouteConfig) => registry.registerPath({ security: secured, ...config });
 
-  path({ method: 'get', path: '/balance', summary: 'The wallet balance', responses: { 200: json(Balance, 'The balance'), ...errors(...common) } });
+  path({ method: 'get', path: '/balance', operationId: 'getBalance', summary: 'The wallet balance', responses: { 200: json(Balance, 'The balance'), ...errors(...common) } });
   path({
     method: 'get',
     path: '/wallet/history',
+    operationId: 'listWalletHistory',
     summary: 'The wallet history, newest first: one row per top-up, grant, API usage or refund',
     request: { query: historyInput },
     responses: { 200: json(list(WalletEntry).extend({ has_more: z.boolean() }), 'A page of entries'), ...errors(400, ...common) },
   });
-  path({ method: 'get', path: '/models', summary: 'The models', request: { query: modelTypeFilter }, responses: { 200: json(list(Model), 'Models'), ...errors(400, ...common) } });
+  path({
+    method: 'get',
+    path: '/models',
+    operationId: 'listModels',
+    summary: 'The models',
+    request: { query: modelTypeFilter },
+    responses: { 200: withLinks(json(list(Model), 'Models'), linkTo({ GetModel: 'getModel' }, '$response.body#/data/0/id')), ...errors(400, ...common) },
+  });
   path({
     method: 'get',
     path: '/models/{id}',
+    operationId: 'getModel',
     summary: 'One model, with an example request (ids may contain "/")',
     request: { params: idParam('id', MODEL_ID_MAX) },
     responses: { 200: json(Model, 'The model'), ...errors(400, 404, ...common) },
@@ -110,6 +142,7 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   path({
     method: 'post',
     path: '/chat/completions',
+    operationId: 'createChatCompletion',
     summary: 'A chat completion (OpenAI format), billed on real usage',
     request: { body: { required: true, content: { 'application/json': { schema: chatRequestSchema } } } },
     responses: {
@@ -127,21 +160,35 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   path({
     method: 'post',
     path: '/generations',
+    operationId: 'createGeneration',
     summary: 'Start a media job',
     request: { headers: wait, body: { required: true, content: { 'application/json': { schema: generationRequestSchema } } } },
-    responses: { 200: json(Generation, 'Finished within Prefer: wait'), 202: json(Generation, 'The job, queued'), ...errors(400, 402, 403, 404, 413, 415, 422, ...common) },
+    responses: {
+      200: withLinks(json(Generation, 'Finished within Prefer: wait'), jobLinks),
+      202: withLinks(json(Generation, 'The job, queued'), jobLinks),
+      ...errors(400, 402, 403, 404, 413, 415, 422, ...common),
+    },
   });
-  path({ method: 'get', path: '/generations/{id}', summary: 'A job', request: { params: idParam('id', JOB_ID_MAX) }, responses: { 200: json(Generation, 'The job'), ...errors(400, 404, ...common) } });
+  path({
+    method: 'get',
+    path: '/generations/{id}',
+    operationId: 'getGeneration',
+    summary: 'A job',
+    request: { params: idParam('id', JOB_ID_MAX) },
+    responses: { 200: withLinks(json(Generation, 'The job'), linkTo({ CancelGeneration: 'cancelGeneration', GetGenerationOutput: 'getGenerationOutput' })), ...errors(400, 404, ...common) },
+  });
   path({
     method: 'post',
     path: '/generations/{id}/cancel',
+    operationId: 'cancelGeneration',
     summary: 'Cancel a job not yet finished (refunded in full); no body',
     request: { params: idParam('id', JOB_ID_MAX) },
-    responses: { 200: json(Generation, 'The canceled job'), ...errors(400, 404, 409, 413, 415, ...common) },
+    responses: { 200: withLinks(json(Generation, 'The canceled job'), linkTo({ GetGeneration: 'getGeneration' })), ...errors(400, 404, 409, 413, 415, ...common) },
   });
   registry.registerPath({
     method: 'get',
     path: '/generations/{id}/output',
+    operationId: 'getGenerationOutput',
     summary: 'A job’s result, through its signed link (no API key)',
     security: [],
     request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }) },
@@ -150,6 +197,7 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   path({
     method: 'post',
     path: '/files',
+    operationId: 'createFile',
     summary: 'Upload a file (multipart field `file`, at most 50 MB)',
     request: {
       headers: wait.pick({ 'Idempotency-Key': true }),
@@ -167,12 +215,20 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
         },
       },
     },
-    responses: { 200: json(File, 'The file'), ...errors(400, 413, 422, ...common) },
+    responses: { 200: withLinks(json(File, 'The file'), fileLinks), ...errors(400, 413, 422, ...common) },
   });
-  path({ method: 'get', path: '/files/{id}', summary: 'A file, with a fresh signed link', request: { params: idParam('id', FILE_ID_MAX) }, responses: { 200: json(File, 'The file'), ...errors(400, 404, ...common) } });
+  path({
+    method: 'get',
+    path: '/files/{id}',
+    operationId: 'getFile',
+    summary: 'A file, with a fresh signed link',
+    request: { params: idParam('id', FILE_ID_MAX) },
+    responses: { 200: withLinks(json(File, 'The file'), linkTo({ GetFileContent: 'getFileContent' })), ...errors(400, 404, ...common) },
+  });
   registry.registerPath({
     method: 'get',
     path: '/files/{id}/content',
+    operationId: 'getFileContent',
     summary: 'A file’s bytes, through its signed link (no API key)',
     security: [],
     request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }) },
@@ -181,11 +237,12 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   path({
     method: 'get',
     path: '/webhook_secret',
+    operationId: 'getWebhookSecret',
     summary: 'The secret that signs this account’s webhooks',
     responses: { 200: json(z.object({ object: z.literal('webhook_secret'), secret: z.string() }), 'The secret'), ...errors(...common) },
   });
-  registry.registerPath({ method: 'get', path: '/openapi.json', summary: 'This document', security: [], responses: { 200: { description: 'OpenAPI 3.1' } } });
-  registry.registerPath({ method: 'get', path: '/docs', summary: 'A readable reference of this document', security: [], responses: { 200: { description: 'HTML' } } });
+  registry.registerPath({ method: 'get', path: '/openapi.json', operationId: 'getOpenApiDocument', summary: 'This document', security: [], responses: { 200: { description: 'OpenAPI 3.1' } } });
+  registry.registerPath({ method: 'get', path: '/docs', operationId: 'getDocs', summary: 'A readable reference of this document', security: [], responses: { 200: { description: 'HTML' } } });
 
   const doc = new OpenApiGeneratorV31(registry.definitions).generateDocument({
     openapi: '3.1.0',

@@ -50,6 +50,61 @@ describe('OpenAPI document', () => {
     expect(documented).toEqual(servedRoutes());
   });
 
+  it('gives every operation a unique operationId', () => {
+    const ids = Object.values(doc.paths).flatMap((ops) => Object.values(ops as Record<string, any>).map((op) => op.operationId));
+    for (const id of ids) expect(id).toMatch(/^[a-z][A-Za-z]+$/);
+    expect(new Set(ids).size).toBe(ids.length);
+  });
+
+  /** The links schemathesis's stateful phase follows (`npm run test:schema`), as `source status -> target`. */
+  it('links each created or listed object to the operations that take its id, by real operationIds and real fields', () => {
+    const operations = new Map<string, any>();
+    for (const [p, ops] of Object.entries(doc.paths)) for (const [m, op] of Object.entries(ops as Record<string, any>)) operations.set(op.operationId, { ...op, key: `${m} ${p}` });
+    const found: string[] = [];
+    for (const source of operations.values()) {
+      for (const [status, response] of Object.entries(source.responses as Record<string, any>)) {
+        for (const link of Object.values((response.links ?? {}) as Record<string, any>)) {
+          const target = operations.get(link.operationId);
+          expect(target, `${source.operationId} ${status} links to ${link.operationId}, an operation of the document`).toBeDefined();
+          const pathParams = (target.parameters ?? []).filter((p: any) => p.in === 'path').map((p: any) => p.name);
+          const bodyProps = Object.keys(target.requestBody?.content?.['application/json']?.schema?.properties ?? {});
+          const uses = [
+            ...Object.entries((link.parameters ?? {}) as Record<string, string>).map(([name, expression]) => ({ name, expression, takes: pathParams })),
+            ...Object.entries((link.requestBody ?? {}) as Record<string, string>).map(([name, expression]) => ({ name, expression, takes: bodyProps })),
+          ];
+          expect(uses.length, `${source.operationId} ${status} -> ${link.operationId} passes something`).toBeGreaterThan(0);
+          for (const { name, expression, takes } of uses) {
+            expect(takes, `${link.operationId} takes ${name}`).toContain(name);
+            expect(expression).toMatch(/^\$response\.body#\/[\w/]+$/);
+            // The pointer names a string property of the source response's schema.
+            const deref = (node: any) => (node?.$ref ? doc.components.schemas[node.$ref.split('/').at(-1)] : node);
+            let node = deref(response.content['application/json'].schema);
+            for (const step of expression.slice('$response.body#/'.length).split('/')) node = deref(/^\d+$/.test(step) ? node?.items : node?.properties?.[step]);
+            expect(node, `${source.key} ${status} has ${expression}`).toMatchObject({ type: 'string' });
+          }
+          found.push(`${source.key} ${status} -> ${target.key}`);
+        }
+      }
+    }
+    expect(found.sort()).toEqual(
+      [
+        'get /models 200 -> get /models/{id}',
+        'post /generations 200 -> get /generations/{id}',
+        'post /generations 200 -> post /generations/{id}/cancel',
+        'post /generations 200 -> get /generations/{id}/output',
+        'post /generations 202 -> get /generations/{id}',
+        'post /generations 202 -> post /generations/{id}/cancel',
+        'post /generations 202 -> get /generations/{id}/output',
+        'get /generations/{id} 200 -> post /generations/{id}/cancel',
+        'get /generations/{id} 200 -> get /generations/{id}/output',
+        'post /generations/{id}/cancel 200 -> get /generations/{id}',
+        'post /files 200 -> get /files/{id}',
+        'post /files 200 -> get /files/{id}/content',
+        'get /files/{id} 200 -> get /files/{id}/content',
+      ].sort(),
+    );
+  });
+
   it('describes the real responses of the API', async () => {
     const ajv = new Ajv2020({ strict: false, allErrors: true });
     addFormats.default(ajv);
