@@ -162,7 +162,14 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     path: '/generations',
     operationId: 'createGeneration',
     summary: 'Start a media job',
-    request: { headers: wait, body: { required: true, content: { 'application/json': { schema: generationRequestSchema } } } },
+    request: {
+      headers: wait,
+      body: {
+        required: true,
+        // A job that runs on every fresh install (the demo image model): the schema fuzzer's examples phase starts a real job with it.
+        content: { 'application/json': { schema: generationRequestSchema, example: { model: 'mas/image-demo', prompt: 'a lighthouse at dusk', settings: { size: 128 } } } },
+      },
+    },
     responses: {
       200: withLinks(json(Generation, 'Finished within Prefer: wait'), jobLinks),
       202: withLinks(json(Generation, 'The job, queued'), jobLinks),
