@@ -15,17 +15,50 @@ const BLOCKED = new BlockList();
 for (const [prefix, bits] of [['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12], ['192.168.0.0', 16], ['198.18.0.0', 15], ['224.0.0.0', 4], ['240.0.0.0', 4]] as const) {
   BLOCKED.addSubnet(prefix, bits, 'ipv4');
 }
-for (const [prefix, bits] of [['::', 128], ['::1', 128], ['fc00::', 7], ['fe80::', 10], ['ff00::', 8]] as const) {
+// 64:ff9b:1::/48: local-use NAT64 (RFC 8215), whose IPv4 hosts are this network's own.
+for (const [prefix, bits] of [['::', 128], ['::1', 128], ['64:ff9b:1::', 48], ['fc00::', 7], ['fe80::', 10], ['ff00::', 8]] as const) {
   BLOCKED.addSubnet(prefix, bits, 'ipv6');
+}
+
+/** An IPv6 address's 16 bytes (the caller has checked it is one). */
+function ipv6Bytes(address: string): number[] {
+  let text = address.replace(/%.*$/, '');
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(text);
+  if (dotted) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    text = `${text.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
+  const [head, tail] = text.includes('::') ? text.split('::') as [string, string] : [text, undefined];
+  const groups = (part: string | undefined) => (part ? part.split(':').map((g) => parseInt(g, 16)) : []);
+  const front = groups(head);
+  const back = groups(tail);
+  const words = tail === undefined ? front : [...front, ...Array<number>(8 - front.length - back.length).fill(0), ...back];
+  return words.flatMap((w) => [w >> 8, w & 0xff]);
+}
+
+/**
+ * The IPv4 address an IPv6 address carries to an IPv4 host, where it does: IPv4-mapped
+ * (::ffff:0:0/96), IPv4-compatible (::/96, deprecated), NAT64 (64:ff9b::/96) and 6to4
+ * (2002::/16). Each reaches that IPv4 host, so it is judged as that host.
+ */
+function embeddedIpv4(address: string): string | undefined {
+  const b = ipv6Bytes(address);
+  const zero = (from: number, to: number) => b.slice(from, to).every((x) => x === 0);
+  const v4 = (at: number) => b.slice(at, at + 4).join('.');
+  if (zero(0, 10) && b[10] === 0xff && b[11] === 0xff) return v4(12);
+  if (zero(0, 12)) return v4(12);
+  if (b[0] === 0x00 && b[1] === 0x64 && b[2] === 0xff && b[3] === 0x9b && zero(4, 12)) return v4(12);
+  if (b[0] === 0x20 && b[1] === 0x02) return v4(2);
+  return undefined;
 }
 
 export function isPrivateAddress(address: string): boolean {
   const family = net.isIP(address);
   if (family === 4) return BLOCKED.check(address, 'ipv4');
   if (family === 6) {
-    const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-    if (mapped) return BLOCKED.check(mapped[1]!, 'ipv4');
-    return BLOCKED.check(address, 'ipv6');
+    if (BLOCKED.check(address, 'ipv6')) return true;
+    const v4 = embeddedIpv4(address);
+    return v4 !== undefined && BLOCKED.check(v4, 'ipv4');
   }
   return true;
 }
@@ -37,7 +70,13 @@ export interface GuardedHttp extends UrlGuard {
   post(url: string, body: string, headers: Record<string, string>, timeoutMs?: number): Promise<number>;
 }
 
-export function createUrlGuard(opts: { allowlist?: string[] } = {}): GuardedHttp {
+/** Every address a name resolves to: dns.lookup by default; tests pass their own resolver. */
+export type Resolve = (hostname: string) => Promise<dns.LookupAddress[]>;
+
+const systemResolve: Resolve = (hostname) => dns.promises.lookup(hostname, { all: true });
+
+export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } = {}): GuardedHttp {
+  const resolve = opts.lookup ?? systemResolve;
   const allowed = new Set((opts.allowlist ?? []).map((h) => h.toLowerCase()));
   const isAllowed = (host: string) => allowed.has(host.toLowerCase().replace(/^\[|\]$/g, ''));
 
@@ -55,14 +94,18 @@ export function createUrlGuard(opts: { allowlist?: string[] } = {}): GuardedHttp
 
   /** A DNS lookup that fails for private answers: what the connection itself uses. */
   const guardedLookup: net.LookupFunction = (hostname, options, callback) => {
-    dns.lookup(hostname, { ...options, all: true }, (err, addresses) => {
-      if (err) return callback(err, '', 0);
-      const list = addresses as dns.LookupAddress[];
-      const bad = list.find((a) => isPrivateAddress(a.address));
-      if (bad && !isAllowed(hostname)) return callback(Object.assign(new Error(`${hostname} resolves to a private address`), { code: 'EPRIVATE' }), '', 0);
-      if ((options as { all?: boolean }).all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, list);
-      return callback(null, list[0]!.address, list[0]!.family);
-    });
+    const family = (options as { family?: number | string }).family;
+    resolve(hostname).then(
+      (answer) => {
+        const list = family === 4 || family === 6 ? answer.filter((a) => a.family === family) : answer;
+        if (list.length === 0) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '', 0);
+        const bad = list.find((a) => isPrivateAddress(a.address));
+        if (bad && !isAllowed(hostname)) return callback(Object.assign(new Error(`${hostname} resolves to a private address`), { code: 'EPRIVATE' }), '', 0);
+        if ((options as { all?: boolean }).all) return (callback as unknown as (e: null, a: dns.LookupAddress[]) => void)(null, list);
+        return callback(null, list[0]!.address, list[0]!.family);
+      },
+      (err: NodeJS.ErrnoException) => callback(err, '', 0),
+    );
   };
 
   /** One HTTP request whose connection only reaches public addresses (or allowlisted hosts). */
@@ -101,7 +144,7 @@ export function createUrlGuard(opts: { allowlist?: string[] } = {}): GuardedHttp
       }
       let addresses: dns.LookupAddress[];
       try {
-        addresses = await dns.promises.lookup(host, { all: true });
+        addresses = await resolve(host);
       } catch {
         throw new Error(`the host ${host} cannot be resolved`);
       }
@@ -110,6 +153,8 @@ export function createUrlGuard(opts: { allowlist?: string[] } = {}): GuardedHttp
 
     async fetch(raw, init = {}) {
       const res = await send(raw, { method: 'GET', maxBytes: init.maxBytes, timeoutMs: init.timeoutMs });
+      // Redirects are not followed (their target would escape this check), nor taken as content.
+      if (res.status >= 300 && res.status < 400) throw new Error(`the URL answered HTTP ${res.status} (a redirect: redirects are not followed)`);
       if (res.status >= 400) throw new Error(`the URL answered HTTP ${res.status}`);
       return res.body;
     },
