@@ -1,3 +1,4 @@
+import { Context } from '@temporalio/activity';
 import { createContext, type CoreDeps } from '../core/context.ts';
 import type { JobError, StoredOutput } from '../core/generations/job-row.ts';
 import { createInternalCaller } from '../core/internal/router.ts';
@@ -34,7 +35,7 @@ export function createActivities(deps: CoreDeps) {
     markJobRunning: (id: string) => core().jobs.begin({ id }),
     submitJobToProvider: (id: string) => core().jobs.submit({ id }),
     askProviderForJobState: (provider: string, handle: string) => core().jobs.poll({ provider, handle }),
-    copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> => core().jobs.store({ id, provider, handle }),
+    copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> => heartbeating(() => core().jobs.store({ id, provider, handle })),
     chargeAndCompleteJob: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
     refundAndFailJob: (id: string, error: JobError) => core().jobs.fail({ id, error }),
     refundAndCancelJob: (id: string) => core().jobs.cancel({ id }),
@@ -58,3 +59,24 @@ export function createActivities(deps: CoreDeps) {
 }
 
 export type Activities = ReturnType<typeof createActivities>;
+
+/**
+ * Runs a long activity while telling Temporal every few seconds that its worker is alive, so
+ * that a worker killed mid-step is noticed after the heartbeat timeout (the workflow's
+ * `transfer` options), not after the whole start-to-close timeout. Outside an activity (a test
+ * calling the step directly) it just runs.
+ */
+async function heartbeating<T>(work: () => Promise<T>): Promise<T> {
+  let ctx: Context;
+  try {
+    ctx = Context.current();
+  } catch {
+    return work();
+  }
+  const timer = setInterval(() => ctx.heartbeat(), 2_000);
+  try {
+    return await work();
+  } finally {
+    clearInterval(timer);
+  }
+}

@@ -31,8 +31,12 @@ const ledger = proxyLocalActivities<Activities>({
   startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute' },
 });
-/** Copying the result into our storage may move a large file: a regular activity. */
-const transfer = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', retry });
+/**
+ * Copying the result into our storage may move a large file: a regular activity. It heartbeats
+ * (workflows/activities.ts), so a worker that dies mid-copy is noticed within the heartbeat
+ * timeout and the copy retried elsewhere, rather than after the 5 minutes a copy may take.
+ */
+const transfer = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry });
 
 /**
  * One media job, its workflow id the job id. The job's reservation was made when it was
