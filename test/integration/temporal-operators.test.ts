@@ -390,12 +390,16 @@ describe('Reset', () => {
     await running(id);
     const handle = client.workflow.getHandle(id);
     const { runId } = await handle.describe();
-    const events = (await handle.fetchHistory()).events ?? [];
-    const firstTask = events.find((e) => e.workflowTaskCompletedEventAttributes)!;
+    // The job is marked running inside the first workflow task: wait for that task to complete.
+    let firstTask: NonNullable<Awaited<ReturnType<typeof handle.fetchHistory>>['events']>[number] | undefined;
+    await vi.waitFor(async () => {
+      firstTask = ((await handle.fetchHistory()).events ?? []).find((e) => e.workflowTaskCompletedEventAttributes);
+      expect(firstTask).toBeDefined();
+    }, { timeout: 10_000, interval: 50 });
     const reset = await h.connection.workflowService.resetWorkflowExecution({
       namespace: 'default',
       workflowExecution: { workflowId: id, runId },
-      workflowTaskFinishEventId: firstTask.eventId,
+      workflowTaskFinishEventId: firstTask!.eventId,
       reason: 'operator reset to the start',
       requestId: randomBytes(8).toString('hex'),
     });
