@@ -1,4 +1,6 @@
 import { readFileSync } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { createHttpApp } from '../adapters/http/app.ts';
@@ -49,6 +51,8 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
     : undefined;
   if (temporal.uiUrl) hooks.onTemporalUi?.(temporal.uiUrl);
 
+  const uploadSpoolDir = await uploadSpool(env.DATA_DIR);
+
   let draining = false;
   const kit = browserKit({ publicBaseUrl: env.PUBLIC_BASE_URL, secret: runtime.csrfSecret });
   const app = createHttpApp({
@@ -61,7 +65,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
     // Each HTTP adapter is one line here; more specific paths first.
     adapters: [
       mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
-      restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger }),
+      restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, uploadSpoolDir }),
       // The OAuth authorization server and metadata for MCP clients (its consent page is one of the account pages).
       oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL }),
       graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace }),
@@ -86,4 +90,30 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
     })());
 
   return { server: http.server, port: http.port, stop };
+}
+
+/**
+ * Uploads are spooled in DATA_DIR/uploads/<pid> while they arrive. A process killed mid-upload
+ * (SIGKILL, a crash) cannot remove its partial parts: the next start removes the folders of
+ * processes that are gone, so they are left on disk no longer than until then.
+ */
+async function uploadSpool(dataDir: string): Promise<string> {
+  const root = path.join(dataDir, 'uploads');
+  for (const name of await fs.readdir(root).catch(() => [] as string[])) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || pid <= 0 || (pid !== process.pid && isAlive(pid))) continue;
+    await fs.rm(path.join(root, name), { recursive: true, force: true });
+  }
+  const dir = path.join(root, String(process.pid));
+  await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  return dir;
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }

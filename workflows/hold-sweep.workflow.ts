@@ -1,8 +1,11 @@
 import { patched, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
+// Short: the Schedule skips every run while one is open, so a run whose worker died mid-activity
+// (an API SIGKILLed) held back every sweep, and the reservations it left, until this passed.
+// Each attempt keeps what it released; a retry carries on.
 const { releaseExpiredHolds, restartStaleGenerations, failJobsWhoseWorkflowClosed } = proxyActivities<Activities>({
-  startToCloseTimeout: '2 minutes',
+  startToCloseTimeout: '15 seconds',
   retry: { initialInterval: '1 second', maximumAttempts: 5 },
 });
 
