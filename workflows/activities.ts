@@ -12,25 +12,20 @@ import { createInternalCaller } from '../core/internal/router.ts';
 export function createActivities(deps: CoreDeps) {
   const core = () => createInternalCaller(createContext(deps, { kind: 'internal' }));
   const steps = {
+    // The schedules' steps heartbeat: a run whose worker died is retried elsewhere within
+    // seconds, not held open (and every later run skipped) until its start-to-close timeout.
     // The hold-sweep schedule.
-    async releaseExpiredHolds(): Promise<number> {
-      return (await core().holds.releaseExpired()).released;
-    },
-    async restartStaleGenerations(): Promise<number> {
-      return (await core().jobs.restartStale()).started;
-    },
-    async failJobsWhoseWorkflowClosed(): Promise<number> {
-      return (await core().jobs.endOrphaned()).ended;
-    },
+    releaseExpiredHolds: (): Promise<number> => heartbeating(async () => (await core().holds.releaseExpired()).released),
+    restartStaleGenerations: (): Promise<number> => heartbeating(async () => (await core().jobs.restartStale()).started),
+    failJobsWhoseWorkflowClosed: (): Promise<number> => heartbeating(async () => (await core().jobs.endOrphaned()).ended),
     // The result-retention schedule.
-    async deleteExpiredResults(): Promise<number> {
-      return (await core().jobs.deleteExpiredResults()).deleted;
-    },
+    deleteExpiredResults: (): Promise<number> => heartbeating(async () => (await core().jobs.deleteExpiredResults()).deleted),
     // The analytics schedule.
-    async refreshAnalytics(): Promise<number> {
-      const done = await core().analytics.refresh();
-      return done.usage_days + done.job_days;
-    },
+    refreshAnalytics: (): Promise<number> =>
+      heartbeating(async () => {
+        const done = await core().analytics.refresh();
+        return done.usage_days + done.job_days;
+      }),
     // A job's workflow, in order.
     markJobRunning: (id: string) => core().jobs.begin({ id }),
     submitJobToProvider: (id: string) => core().jobs.submit({ id }),

@@ -4,6 +4,8 @@ import type { Activities } from './activities.ts';
 // A first run on a large ledger rebuilds every day it holds: minutes, not seconds.
 const { refreshAnalytics } = proxyActivities<Activities>({
   startToCloseTimeout: '15 minutes',
+  // It heartbeats: a dead worker's run is retried within seconds (the schedule skips runs while one is open).
+  heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '5 seconds', maximumAttempts: 5 },
 });
 

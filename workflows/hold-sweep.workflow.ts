@@ -1,11 +1,13 @@
 import { patched, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from './activities.ts';
 
-// Short: the Schedule skips every run while one is open, so a run whose worker died mid-activity
-// (an API SIGKILLed) held back every sweep, and the reservations it left, until this passed.
-// Each attempt keeps what it released; a retry carries on.
+// The Schedule skips every run while one is open, so a run whose worker died mid-activity (an
+// API SIGKILLed) held back every sweep, and the reservations it left, until its timeout passed:
+// the steps heartbeat, and a missed heartbeat (10 s) retries them on another worker. Each
+// attempt keeps what it released; a retry carries on.
 const { releaseExpiredHolds, restartStaleGenerations, failJobsWhoseWorkflowClosed } = proxyActivities<Activities>({
-  startToCloseTimeout: '15 seconds',
+  startToCloseTimeout: '2 minutes',
+  heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '1 second', maximumAttempts: 5 },
 });
 

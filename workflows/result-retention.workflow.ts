@@ -3,6 +3,8 @@ import type { Activities } from './activities.ts';
 
 const { deleteExpiredResults } = proxyActivities<Activities>({
   startToCloseTimeout: '10 minutes',
+  // It heartbeats: a dead worker's run is retried within seconds (the schedule skips runs while one is open).
+  heartbeatTimeout: '10 seconds',
   retry: { initialInterval: '5 seconds', maximumAttempts: 5 },
 });
 
