@@ -1,0 +1,46 @@
+/**
+ * A person's browser without a browser: a cookie jar over fetch that never follows redirects,
+ * for tests that walk the account pages and the OAuth consent flow step by step.
+ */
+export class CookieBrowser {
+  private readonly jar = new Map<string, string>();
+  private readonly base: string;
+
+  constructor(base: string) {
+    this.base = base;
+  }
+
+  async fetch(pathOrUrl: string, init: RequestInit = {}): Promise<Response> {
+    const headers = new Headers(init.headers);
+    if (this.jar.size > 0) headers.set('cookie', [...this.jar].map(([k, v]) => `${k}=${v}`).join('; '));
+    const res = await fetch(new URL(pathOrUrl, this.base), { ...init, headers, redirect: 'manual' });
+    for (const line of res.headers.getSetCookie()) {
+      const [pair, ...attrs] = line.split(';');
+      const eq = pair!.indexOf('=');
+      const name = pair!.slice(0, eq).trim();
+      const value = pair!.slice(eq + 1).trim();
+      const expired = attrs.some((a) => /^\s*expires=/i.test(a) && new Date(a.split('=')[1]!).getTime() < Date.now());
+      if (value === '' || expired) this.jar.delete(name);
+      else this.jar.set(name, value);
+    }
+    return res;
+  }
+
+  cookie(name: string): string | undefined {
+    return this.jar.get(name);
+  }
+
+  /** A form posted from this site's page: its Origin is the site's. */
+  post(path: string, fields: Record<string, string>): Promise<Response> {
+    return this.fetch(path, { method: 'POST', headers: { origin: this.base, 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(fields) });
+  }
+}
+
+/** The CSRF token a page's form carries. */
+export const csrfOf = (page: string) => /name="_csrf" value="([^"]+)"/.exec(page)?.[1];
+
+const unescapeHtml = (s: string) => s.replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
+
+/** The request a form carries in its hidden fields (the consent page's), its CSRF token apart. */
+export const hiddenFields = (page: string): Record<string, string> =>
+  Object.fromEntries([...page.matchAll(/<input type="hidden" name="(\w+)" value="([^"]*)">/g)].filter((m) => m[1] !== '_csrf').map((m) => [m[1]!, unescapeHtml(m[2]!)]));
