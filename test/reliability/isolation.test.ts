@@ -10,6 +10,7 @@ import { makeKey, uniqueEmail } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { reportSection, table } from './support/results.ts';
+import { CookieBrowser, csrfOf, hiddenFields } from '../support/cookie-browser.ts';
 
 /**
  * Issue 20, part 6: the isolation matrix (BOLA). Two accounts, A and B, made through the real
@@ -39,38 +40,12 @@ const mcpResource = () => `${base}/api/v1/mcp`;
 // ---------------------------------------------------------------------------------------------
 // A person's browser: a cookie jar over fetch, never following redirects (as in oauth.test.ts).
 
-class Browser {
-  private readonly jar = new Map<string, string>();
-
-  async fetch(pathOrUrl: string, init: RequestInit = {}): Promise<Response> {
-    const headers = new Headers(init.headers);
-    if (this.jar.size > 0) headers.set('cookie', [...this.jar].map(([k, v]) => `${k}=${v}`).join('; '));
-    const res = await fetch(new URL(pathOrUrl, base), { ...init, headers, redirect: 'manual' });
-    for (const line of res.headers.getSetCookie()) {
-      const [pair, ...attrs] = line.split(';');
-      const eq = pair!.indexOf('=');
-      const name = pair!.slice(0, eq).trim();
-      const value = pair!.slice(eq + 1).trim();
-      const expired = attrs.some((a) => /^\s*expires=/i.test(a) && new Date(a.split('=')[1]!).getTime() < Date.now());
-      if (value === '' || expired) this.jar.delete(name);
-      else this.jar.set(name, value);
-    }
-    return res;
-  }
-
-  cookie(name: string): string | undefined {
-    return this.jar.get(name);
-  }
-
-  post(path: string, fields: Record<string, string>): Promise<Response> {
-    return this.fetch(path, { method: 'POST', headers: { origin: base, 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(fields) });
+/** Opens this test's server. */
+class Browser extends CookieBrowser {
+  constructor() {
+    super(base);
   }
 }
-
-const csrfOf = (page: string) => /name="_csrf" value="([^"]+)"/.exec(page)?.[1];
-const unescapeHtml = (s: string) => s.replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
-const hiddenFields = (page: string): Record<string, string> =>
-  Object.fromEntries([...page.matchAll(/<input type="hidden" name="(\w+)" value="([^"]*)">/g)].filter((m) => m[1] !== '_csrf').map((m) => [m[1]!, unescapeHtml(m[2]!)]));
 
 interface Person {
   browser: Browser;
