@@ -76,7 +76,10 @@ async function main(): Promise<number> {
   const counts = await junitCounts(reportDir);
 
   const sections = (await fs.readdir(resultsDir)).filter((f) => f.endsWith('.md')).sort();
-  const body = await Promise.all(sections.map((f) => fs.readFile(path.join(resultsDir, f), 'utf8')));
+  // Each section's heading carries its part's number (its file name's prefix), as the issue numbers them.
+  const body = await Promise.all(
+    sections.map(async (f) => (await fs.readFile(path.join(resultsDir, f), 'utf8')).replace(/^## (?!\d+\. )/, `## ${Number(f.slice(0, 2))}. `)),
+  );
   const cpu = os.cpus();
   const fuzzSection = [
     '## 1. Schema fuzzing (schemathesis)',
