@@ -87,7 +87,7 @@ async function main(): Promise<number> {
     `schemathesis 4.32.5 against \`/api/v1/openapi.json\` on the real server (\`main.ts\`, embedded PostgreSQL and Temporal), with the demo account's funded key, \`--checks all\`, every phase (examples, coverage, fuzzing, stateful through the document's links), up to ${fuzzTime} s.`,
     '',
     counts
-      ? `Operations tested: ${counts.operations}. Failures: ${counts.failures}. Errors: ${counts.errors}. Exit code: ${fuzz}. Time: ${minutes(fuzzMs)}.`
+      ? `JUnit test cases (schemathesis reports one per operation, and one for the stateful phase): ${counts.operations}. Failures: ${counts.failures}. Errors: ${counts.errors}. Exit code: ${fuzz}. Time: ${minutes(fuzzMs)}.`
       : `No JUnit report was written (exit code ${fuzz}, ${minutes(fuzzMs)}): see the run's output.`,
   ].join('\n');
   const doc = [
