@@ -4,6 +4,7 @@ import { CoreError } from '../errors.ts';
 import { readFileBytes } from '../files/read-file.ts';
 import type { Clock, GenerationStarter, InputReader, MediaJobSpec, MediaPollResult, MediaProviderRegistry, ResultStorage, UrlGuard, UrlSigner } from '../ports.ts';
 import { endingOf } from './end-job.ts';
+import { deleteResult } from './retention.ts';
 import { jobWorkflowStart, loadJob, recordRunId, type JobRow, type StoredOutput } from './job-row.ts';
 
 /**
@@ -76,8 +77,7 @@ export async function storeJobResult(deps: { media: MediaProviderRegistry; stora
 export async function deleteJobResult(deps: { storage: ResultStorage }, em: EntityManager, id: string) {
   const job = await loadJob(em, id);
   if (!job.output || job.output.deleted) return;
-  await deps.storage.delete(job.output.key);
-  await em.execute(`update generations set output = output || '{"deleted": true}'::jsonb where id = ?`, [id]);
+  await deleteResult(deps, em, id, job.output.key);
 }
 
 type StaleJob = Pick<JobRow, 'id' | 'account_id' | 'key_id' | 'model_id' | 'price_micro' | 'prompt'>;
