@@ -8,10 +8,10 @@ import { createContext } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit } from '../../core/money/wallet.ts';
 import { createCaller } from '../../core/router.ts';
-import { makeAccount, makeKey, uniqueEmail } from '../support/db.ts';
+import { makeAccount, makeKey } from '../support/db.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { refusal } from '../support/refusal.ts';
-import { CookieBrowser, csrfOf, hiddenFields } from '../support/cookie-browser.ts';
+import { CookieBrowser, csrfOf, hiddenFields, signUpPerson, type Person } from '../support/cookie-browser.ts';
 
 /**
  * The OAuth authorization server for MCP clients (docs/oauth.md) over real HTTP, with fetch as
@@ -32,34 +32,10 @@ const CALLBACK = 'http://127.0.0.1:47123/callback';
 const mcpResource = () => `${base}/api/v1/mcp`;
 
 // ---------------------------------------------------------------------------------------------
-// The person's browser: a cookie jar over fetch, never following redirects.
-
-/** Opens this test's server. */
-class Browser extends CookieBrowser {
-  constructor() {
-    super(base);
-  }
-}
-
-interface Person {
-  browser: Browser;
-  email: string;
-  accountId: string;
-  /** The session cookie, for calling core as this person (account.keys.list and the like). */
-  session: string;
-}
+// The person: signed up through the form, in a cookie-jar browser (test/support/cookie-browser.ts).
 
 /** A person signs up through the sign-up form, and stays signed in in their browser. */
-async function signUp(): Promise<Person> {
-  const browser = new Browser();
-  const form = await browser.fetch('/signup');
-  const csrf = csrfOf(await form.text())!;
-  const email = uniqueEmail('oauth');
-  const res = await browser.post('/signup', { _csrf: csrf, email, password: 'a long enough password' });
-  expect(res.status).toBe(303);
-  const [row] = await h.orm.em.fork().execute<{ id: string }[]>('select id from accounts where email = ?', [email]);
-  return { browser, email, accountId: row!.id, session: browser.cookie('mas_session')! };
-}
+const signUp = (): Promise<Person> => signUpPerson(base, h.orm, 'oauth');
 
 async function fund(person: Person, coins: string): Promise<void> {
   await credit(h.orm.em.fork(), { accountId: person.accountId, kind: 'topup', amount: parseCoins(coins), reference: 'fixture', idempotencyKey: `oauth-topup:${person.accountId}`, description: 'Top-up' });
@@ -308,7 +284,7 @@ describe('authorization request', () => {
     ];
     for (const r of cases) {
       // Signed in, and signed out: the client is checked before any sign-in redirect.
-      for (const browser of [person.browser, new Browser()]) {
+      for (const browser of [person.browser, new CookieBrowser(base)]) {
         const res = await browser.fetch(authorizePath(r));
         expect(res.status, JSON.stringify(r)).toBe(400);
         expect(res.headers.get('location'), JSON.stringify(r)).toBeNull();
@@ -338,7 +314,7 @@ describe('authorization request', () => {
   it('sends a signed-out person to sign in, and back to the request afterwards', async () => {
     const { challenge } = pkce();
     const path = authorizePath({ clientId, redirectUri: CALLBACK, challenge, state: 'xyz' });
-    const res = await new Browser().fetch(path);
+    const res = await new CookieBrowser(base).fetch(path);
     expect(res.status).toBe(303);
     const to = new URL(res.headers.get('location')!, base);
     expect(to.pathname).toBe('/login');

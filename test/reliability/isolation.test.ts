@@ -6,11 +6,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBase62 } from '../../core/ids.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit } from '../../core/money/wallet.ts';
-import { makeKey, uniqueEmail } from '../support/db.ts';
+import { makeKey } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { reportSection, table } from './support/results.ts';
-import { CookieBrowser, csrfOf, hiddenFields } from '../support/cookie-browser.ts';
+import { csrfOf, hiddenFields, signUpPerson, type Person } from '../support/cookie-browser.ts';
 
 /**
  * Issue 20, part 6: the isolation matrix (BOLA). Two accounts, A and B, made through the real
@@ -38,31 +38,13 @@ const CALLBACK = 'http://127.0.0.1:47123/callback';
 const mcpResource = () => `${base}/api/v1/mcp`;
 
 // ---------------------------------------------------------------------------------------------
-// A person's browser: a cookie jar over fetch, never following redirects (as in oauth.test.ts).
+// The people: signed up through the form, in a cookie-jar browser (test/support/cookie-browser.ts).
 
-/** Opens this test's server. */
-class Browser extends CookieBrowser {
-  constructor() {
-    super(base);
-  }
-}
-
-interface Person {
-  browser: Browser;
-  email: string;
-  accountId: string;
-  session: string;
-}
-
+/** A person signed up through the form, with 100 coins. */
 async function signUp(tag: string): Promise<Person> {
-  const browser = new Browser();
-  const csrf = csrfOf(await (await browser.fetch('/signup')).text())!;
-  const email = uniqueEmail(tag);
-  const res = await browser.post('/signup', { _csrf: csrf, email, password: 'a long enough password' });
-  expect(res.status).toBe(303);
-  const [row] = await h.orm.em.fork().execute<{ id: string }[]>('select id from accounts where email = ?', [email]);
-  await credit(h.orm.em.fork(), { accountId: row!.id, kind: 'topup', amount: parseCoins('100'), reference: `fixture-${tag}`, idempotencyKey: `isolation-topup:${row!.id}`, description: 'Top-up' });
-  return { browser, email, accountId: row!.id, session: browser.cookie('mas_session')! };
+  const person = await signUpPerson(base, h.orm, tag);
+  await credit(h.orm.em.fork(), { accountId: person.accountId, kind: 'topup', amount: parseCoins('100'), reference: `fixture-${tag}`, idempotencyKey: `isolation-topup:${person.accountId}`, description: 'Top-up' });
+  return person;
 }
 
 /** The OAuth flow as an MCP client runs it: registration, consent (allow), code for tokens. */

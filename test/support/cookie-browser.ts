@@ -1,3 +1,7 @@
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { expect } from 'vitest';
+import { uniqueEmail } from './db.ts';
+
 /**
  * A person's browser without a browser: a cookie jar over fetch that never follows redirects,
  * for tests that walk the account pages and the OAuth consent flow step by step.
@@ -44,3 +48,23 @@ const unescapeHtml = (s: string) => s.replace(/&quot;/g, '"').replace(/&#39;/g, 
 /** The request a form carries in its hidden fields (the consent page's), its CSRF token apart. */
 export const hiddenFields = (page: string): Record<string, string> =>
   Object.fromEntries([...page.matchAll(/<input type="hidden" name="(\w+)" value="([^"]*)">/g)].filter((m) => m[1] !== '_csrf').map((m) => [m[1]!, unescapeHtml(m[2]!)]));
+
+/** A person signed up through the sign-up form, still signed in in their browser. */
+export interface Person {
+  browser: CookieBrowser;
+  email: string;
+  accountId: string;
+  /** The session cookie, for calling core as this person (account.keys.list and the like). */
+  session: string;
+}
+
+/** Signs a new person up through the real sign-up form of the service at `base`. */
+export async function signUpPerson(base: string, orm: MikroORM, tag: string): Promise<Person> {
+  const browser = new CookieBrowser(base);
+  const csrf = csrfOf(await (await browser.fetch('/signup')).text())!;
+  const email = uniqueEmail(tag);
+  const res = await browser.post('/signup', { _csrf: csrf, email, password: 'a long enough password' });
+  expect(res.status).toBe(303);
+  const [row] = await orm.em.fork().execute<{ id: string }[]>('select id from accounts where email = ?', [email]);
+  return { browser, email, accountId: row!.id, session: browser.cookie('mas_session')! };
+}
