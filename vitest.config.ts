@@ -5,8 +5,8 @@ export default defineConfig({
     // One real PostgreSQL (embedded, in a fresh temporary DATA_DIR) for the whole run.
     globalSetup: ['test/support/global-setup.ts'],
     include: ['test/**/*.test.ts'],
-    // The fault and hostile-input suite runs on its own: `npm run test:reliability`.
-    exclude: ['test/reliability/**', 'node_modules/**'],
+    // The fault and hostile-input suite and the cluster suite run on their own: `npm run test:reliability`, `npm run test:scale`.
+    exclude: ['test/reliability/**', 'test/scale/**', 'node_modules/**'],
     reporters: ['default', './test/support/summary-reporter.ts'],
     pool: 'forks',
     testTimeout: 60_000,

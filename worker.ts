@@ -1,17 +1,37 @@
+import { openRuntime, type Runtime } from './config/compose.ts';
+import { failedToStart } from './config/entry.ts';
 import { loadEnvOrExit } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
-import { openRuntime } from './config/compose.ts';
 import { manageProcessLifecycle } from './config/process-lifecycle.ts';
-import { startWorker } from './workflows/worker.ts';
+import { ensureSchedules } from './config/temporal.ts';
+import { startWorker, type RunningWorker } from './workflows/worker.ts';
 
 /** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
 const env = loadEnvOrExit();
 const logger = createLogger(env.LOG_LEVEL);
 // Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
-const lifecycle = manageProcessLifecycle(logger);
-const runtime = await openRuntime(env, logger, { temporal: true });
-const temporal = runtime.temporal!;
-const worker = await startWorker({ deps: runtime.deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE });
+const lifecycle = manageProcessLifecycle(logger, { stopTimeoutMs: env.SHUTDOWN_TIMEOUT_SECONDS * 1000 + 60_000 });
+
+let runtime!: Runtime;
+let worker!: RunningWorker;
+try {
+  // A worker never migrates an external database (`npm run migrate` does, once): it refuses to start while one is pending.
+  runtime = await openRuntime(env, logger, { temporal: true, migrations: 'check' });
+  const temporal = runtime.temporal!;
+  // The schedules run on workers: each worker makes sure they exist (one per cluster).
+  await ensureSchedules(temporal.client, env);
+  worker = await startWorker({
+    deps: runtime.deps,
+    address: temporal.address,
+    namespace: temporal.namespace,
+    logger,
+    taskQueue: env.TEMPORAL_TASK_QUEUE,
+    shutdownGraceSeconds: env.SHUTDOWN_TIMEOUT_SECONDS,
+  });
+} catch (err) {
+  await failedToStart(err, logger);
+}
+process.stdout.write(`Model Access Service worker running on task queue ${env.TEMPORAL_TASK_QUEUE}\n`);
 
 // Stopped by a signal, or on its own after a fatal worker error (exit code 1).
 const stopped = (async () => {
@@ -21,7 +41,7 @@ const stopped = (async () => {
   if (failed) process.exitCode = 1;
 })();
 lifecycle.setStop(async () => {
-  logger.info('worker shutting down: finishing activities in flight');
+  logger.info({ graceSeconds: env.SHUTDOWN_TIMEOUT_SECONDS }, 'worker shutting down: no new tasks, finishing activities in flight (the rest are retried on other workers)');
   await worker.shutdown();
   await stopped;
 });

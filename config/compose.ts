@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { statementPool } from '../adapters/db/statement-pool.ts';
-import { createRateLimiter, createWindowLimiter } from '../adapters/limits/rate-limiter.ts';
+import { createLimiters, type Limiters } from '../adapters/limits/rate-limiter.ts';
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
 import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
@@ -17,7 +17,7 @@ import { createCoreDeps, type CoreDeps } from '../core/context.ts';
 import { createUrlSigner } from '../core/links.ts';
 import type { Clock, GenerationStarter, ProviderRegistry, ResultStorage } from '../core/ports.ts';
 import { loadCatalogFile } from './catalog.ts';
-import { openDatabase } from './database.ts';
+import { openDatabase, type MigrationPolicy } from './database.ts';
 import type { Env } from './env.ts';
 import { openTemporal, temporalGenerationStarter, type TemporalHandle } from './temporal.ts';
 
@@ -43,14 +43,19 @@ export interface WireParts {
   catalogTtlMs?: number | undefined;
 }
 
-export type WiredCore = CoreDeps & { close(): Promise<void> };
+export type WiredCore = CoreDeps & {
+  /** Makes more limiters on the same store (the OAuth endpoints' per-address limits): shared by every instance through Redis. */
+  limiters: Limiters;
+  close(): Promise<void>;
+};
 
 export function wireCore(env: Env, parts: WireParts): WiredCore {
-  const rateLimiter = createRateLimiter({ perMinute: env.RATE_LIMIT_PER_MINUTE, redisUrl: env.REDIS_URL });
+  const limiters = createLimiters({ redisUrl: env.REDIS_URL });
+  const rateLimiter = limiters.window({ points: env.RATE_LIMIT_PER_MINUTE, durationSeconds: 60, prefix: 'mas:rl' });
   // Guessing passwords: 10 attempts per email and 30 per client address in 15 minutes.
   const attempts = {
-    perEmail: createWindowLimiter({ points: 10, durationSeconds: 900, prefix: 'mas:attempts:email', redisUrl: env.REDIS_URL }),
-    perIp: createWindowLimiter({ points: 30, durationSeconds: 900, prefix: 'mas:attempts:ip', redisUrl: env.REDIS_URL }),
+    perEmail: limiters.window({ points: 10, durationSeconds: 900, prefix: 'mas:attempts:email' }),
+    perIp: limiters.window({ points: 30, durationSeconds: 900, prefix: 'mas:attempts:ip' }),
   };
   const urlGuard = createUrlGuard({ allowlist: env.INPUT_URL_ALLOWLIST });
   const statements = statementPool(parts.orm, { logger: parts.logger });
@@ -91,7 +96,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       oauth: { issuer: env.PUBLIC_BASE_URL, resource: mcpResourceUrl(env.PUBLIC_BASE_URL), httpClientIdHosts: env.INPUT_URL_ALLOWLIST },
     },
   });
-  return { ...deps, close: async () => void (await Promise.all([rateLimiter.close(), attempts.perEmail.close(), attempts.perIp.close(), statements.close()])) };
+  return { ...deps, limiters, close: async () => void (await Promise.all([limiters.close(), statements.close()])) };
 }
 
 /** A process's connections and its wired core: what main.ts, worker.ts and the CLI start from. */
@@ -110,9 +115,9 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
-export async function openRuntime(env: Env, logger: Logger, opts: { temporal: boolean }): Promise<Runtime> {
+export async function openRuntime(env: Env, logger: Logger, opts: { temporal: boolean; migrations?: MigrationPolicy }): Promise<Runtime> {
   const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
-  const db = await openDatabase(env, logger);
+  const db = await openDatabase(env, logger, opts.migrations ?? 'apply');
   const temporal = opts.temporal ? await openTemporal(env, logger) : undefined;
   const generations = temporal
     ? temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE })

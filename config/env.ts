@@ -72,6 +72,8 @@ const envSchema = z
     S3_SECRET_ACCESS_KEY: optional,
     REDIS_URL: optional.pipe(z.string().regex(/^rediss?:\/\//, 'must be a redis:// or rediss:// URL').optional()),
     SHUTDOWN_TIMEOUT_SECONDS: positiveInt.default(25),
+    /** On SIGTERM, how long an API instance keeps serving with /readyz failing before it stops accepting (for balancers that probe readiness). */
+    SHUTDOWN_READINESS_DELAY_SECONDS: z.coerce.number().int().min(0).max(300).default(0),
     METRICS_TOKEN: optional,
     TRUST_PROXY: z
       .enum(['true', 'false', ''])

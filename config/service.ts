@@ -17,7 +17,7 @@ import { seedModels } from '../core/catalog/catalog.ts';
 import { startWorker } from '../workflows/worker.ts';
 import { openRuntime } from './compose.ts';
 import type { Env } from './env.ts';
-import { ensureAnalyticsRefreshSchedule, ensureHoldSweepSchedule, ensureResultRetentionSchedule } from './temporal.ts';
+import { ensureSchedules } from './temporal.ts';
 
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
@@ -28,26 +28,42 @@ export interface RunningService {
   stop(): Promise<void>;
 }
 
+/**
+ * What a process runs: `all` is `npm start` (one machine: it migrates, seeds the catalog and
+ * the demo account, and runs a worker unless RUN_WORKER=false, with embedded PostgreSQL and
+ * Temporal when their addresses are unset); `api` is `npm run start:api`, one of many stateless
+ * instances: no worker, no embedded server, no migration (`npm run migrate` runs once).
+ */
+export type ServiceRole = 'all' | 'api';
+
+export class RoleConfigError extends Error {}
+
 /** The API server: core wired by the composition root, the HTTP adapters mounted on one server. */
-export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?: (key: string, loginUrl: string) => void; onTemporalUi?: (url: string) => void } = {}): Promise<RunningService> {
-  const runtime = await openRuntime(env, logger, { temporal: true });
+export async function startService(
+  env: Env,
+  logger: Logger,
+  hooks: { role?: ServiceRole; onDemoKey?: (key: string, loginUrl: string) => void; onTemporalUi?: (url: string) => void } = {},
+): Promise<RunningService> {
+  const role = hooks.role ?? 'all';
+  if (role === 'api') {
+    const missing = (['DATABASE_URL', 'TEMPORAL_ADDRESS'] as const).filter((name) => !env[name]);
+    if (missing.length > 0) {
+      throw new RoleConfigError(`npm run start:api starts no embedded servers: set ${missing.join(' and ')} (npm start runs everything on one machine).`);
+    }
+  }
+  const runtime = await openRuntime(env, logger, { temporal: true, migrations: role === 'all' ? 'apply' : 'check' });
   const { deps } = runtime;
   const temporal = runtime.temporal!;
 
-  const added = await seedModels(deps.orm.em.fork(), runtime.catalog);
-  if (added.length > 0) logger.info({ models: added }, 'added catalog models to the database');
-  const demo = await ensureDemoAccount(deps.orm.em.fork(), env.DEMO_COINS);
-  if (demo) hooks.onDemoKey?.(demo.key, `${env.PUBLIC_BASE_URL}/login/link?token=${encodeURIComponent(demo.loginToken)}`);
-
-  // Releases reservations left open by a process that died mid-request; starts jobs never
-  // started; fails and refunds jobs whose workflow an operator terminated.
-  await ensureHoldSweepSchedule(temporal.client, env.HOLD_SWEEP_INTERVAL_SECONDS, { taskQueue: env.TEMPORAL_TASK_QUEUE });
-  // Deletes job results past RESULT_RETENTION_SECONDS (within a minute of their expiry).
-  await ensureResultRetentionSchedule(temporal.client, 60, { taskQueue: env.TEMPORAL_TASK_QUEUE });
-  // Rebuilds the admin analytics' daily rollups of the days that changed (about a minute behind the ledger).
-  await ensureAnalyticsRefreshSchedule(temporal.client, 60, { taskQueue: env.TEMPORAL_TASK_QUEUE });
-  const worker = env.RUN_WORKER
-    ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE })
+  if (role === 'all') {
+    const added = await seedModels(deps.orm.em.fork(), runtime.catalog);
+    if (added.length > 0) logger.info({ models: added }, 'added catalog models to the database');
+    const demo = await ensureDemoAccount(deps.orm.em.fork(), env.DEMO_COINS);
+    if (demo) hooks.onDemoKey?.(demo.key, `${env.PUBLIC_BASE_URL}/login/link?token=${encodeURIComponent(demo.loginToken)}`);
+    await ensureSchedules(temporal.client, env);
+  }
+  const worker = role === 'all' && env.RUN_WORKER
+    ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE, shutdownGraceSeconds: env.SHUTDOWN_TIMEOUT_SECONDS })
     : undefined;
   if (temporal.uiUrl) hooks.onTemporalUi?.(temporal.uiUrl);
 
@@ -67,7 +83,7 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
       mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, uploadSpoolDir }),
       // The OAuth authorization server and metadata for MCP clients (its consent page is one of the account pages).
-      oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL }),
+      oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, windowLimiter: (w) => deps.limiters.window(w) }),
       graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace }),
       // The admin pages (/admin), after the admin API's /admin/graphql and before the account pages.
       adminPagesAdapter(deps, { kit, logger, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } }),
@@ -81,7 +97,14 @@ export async function startService(env: Env, logger: Logger, hooks: { onDemoKey?
   let stopping: Promise<void> | undefined;
   const stop = () =>
     (stopping ??= (async () => {
+      // Readiness fails first (/readyz answers 503), so that a balancer that probes it moves
+      // away; requests keep being served for SHUTDOWN_READINESS_DELAY_SECONDS, then the
+      // listener closes and requests in flight (streams too) get SHUTDOWN_TIMEOUT_SECONDS.
       draining = true;
+      if (env.SHUTDOWN_READINESS_DELAY_SECONDS > 0) {
+        logger.info({ seconds: env.SHUTDOWN_READINESS_DELAY_SECONDS }, 'shutting down: not ready any more, still serving until balancers notice');
+        await new Promise((resolve) => setTimeout(resolve, env.SHUTDOWN_READINESS_DELAY_SECONDS * 1000));
+      }
       logger.info('shutting down: no new connections, finishing requests in flight');
       await http.drain();
       await worker?.shutdown();

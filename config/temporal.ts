@@ -31,7 +31,7 @@ export interface TemporalHandle {
  * them, and a start without them stops with the commands to run.
  */
 export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL_NAMESPACE' | 'DATA_DIR' | 'TEMPORAL_UI_URL'>, logger: Logger): Promise<TemporalHandle> {
-  const embedded = env.TEMPORAL_ADDRESS ? undefined : await startEmbeddedTemporal({ dataDir: env.DATA_DIR, logger, namespace: env.TEMPORAL_NAMESPACE, searchAttributes: keywordAttributes() });
+  const embedded = env.TEMPORAL_ADDRESS ? undefined : await startEmbeddedTemporal({ dataDir: env.DATA_DIR, logger, namespace: env.TEMPORAL_NAMESPACE, searchAttributes: jobSearchAttributeNames() });
   const address = env.TEMPORAL_ADDRESS ?? embedded!.address;
   const connection = await Connection.connect({ address });
   const close = async () => {
@@ -53,7 +53,8 @@ export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL
   };
 }
 
-const keywordAttributes = () => Object.values(SEARCH_ATTRIBUTES).map((key) => key.name);
+/** The job workflows' search attributes (all Keyword), for a dev server's `--search-attribute`. */
+export const jobSearchAttributeNames = () => Object.values(SEARCH_ATTRIBUTES).map((key) => key.name);
 
 /** The commands that create the search attributes on a cluster (docs/operations.md lists them too). */
 export function searchAttributeCommands(namespace: string): string[] {
@@ -123,6 +124,21 @@ export async function ensureAnalyticsRefreshSchedule(client: Client, everySecond
 export async function ensureResultRetentionSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
   const { taskQueue, scheduleId } = scheduleIdOf(opts, RESULT_RETENTION_SCHEDULE_ID, 'result-retention');
   await ensureSchedule(client, scheduleId, 'resultRetentionWorkflow', taskQueue, everySeconds, 'Delete job results past their retention');
+}
+
+/**
+ * The three schedules, as the environment sets them: `npm start` and every worker ensure them
+ * at start (one schedule per cluster, however many processes ensure it).
+ */
+export async function ensureSchedules(client: Client, env: Pick<Env, 'HOLD_SWEEP_INTERVAL_SECONDS' | 'TEMPORAL_TASK_QUEUE'>): Promise<void> {
+  const opts = { taskQueue: env.TEMPORAL_TASK_QUEUE };
+  // Releases reservations left open by a process that died mid-request; starts jobs never
+  // started; fails and refunds jobs whose workflow an operator terminated.
+  await ensureHoldSweepSchedule(client, env.HOLD_SWEEP_INTERVAL_SECONDS, opts);
+  // Deletes job results past RESULT_RETENTION_SECONDS (within a minute of their expiry).
+  await ensureResultRetentionSchedule(client, 60, opts);
+  // Rebuilds the admin analytics' daily rollups of the days that changed (about a minute behind the ledger).
+  await ensureAnalyticsRefreshSchedule(client, 60, opts);
 }
 
 /** What an operator reads in the UI's list: model, price and the prompt's head (never the whole prompt). */

@@ -51,3 +51,8 @@ export async function migrate(orm: MikroORM): Promise<string[]> {
     await knex.client.releaseConnection(conn);
   }
 }
+
+/** The names of migrations not yet applied (processes that must not migrate refuse to start with any). */
+export async function pendingMigrations(orm: MikroORM): Promise<string[]> {
+  return (await orm.getMigrator().getPendingMigrations()).map((m) => m.name);
+}

@@ -64,6 +64,11 @@ const COMMANDS: Record<string, Command> = {
     show: (l: { email: string; url: string; expires_at: string }) =>
       `Sign-in link for ${l.email}, valid once until ${l.expires_at}. It signs in as this account: give it only to its owner.\n\n  ${l.url}\n`,
   },
+  'account end-sessions': {
+    usage: 'account end-sessions --account ID|EMAIL [--reason R]   (signs the account out of its pages everywhere, at once)',
+    run: (core, f) => core.admin.actions.endSessions({ account: f.account!, reason: f.reason }),
+    show: (a: { id: string; email: string; sessions_ended: number }) => `${a.sessions_ended} session(s) of ${a.email} (${a.id}) ended.`,
+  },
   'wallet topup': {
     usage: 'wallet topup --account ID|EMAIL --coins N [--idempotency-key K]',
     run: (core, f) => core.wallet.topUp({ account: f.account!, coins: f.coins!, idempotency_key: f['idempotency-key'] }),
@@ -91,6 +96,10 @@ const COMMANDS: Record<string, Command> = {
   'key revoke': {
     usage: 'key revoke --id KEYID',
     run: (core, f) => core.keys.revoke({ id: f.id! }),
+  },
+  'app revoke': {
+    usage: 'app revoke --id APPCONNECTIONID [--reason R]   (an OAuth app connection and its key, at once)',
+    run: (core, f) => core.admin.actions.revokeAppConnection({ id: f.id!, reason: f.reason }),
   },
   'admin create': {
     usage: 'admin create --email E --role viewer|operator   (an admin user for the admin pages; prints a one-time sign-in link, valid 24 hours)',
@@ -200,6 +209,7 @@ async function main(argv: string[], connect: Connect): Promise<void> {
         password: { type: 'string' },
         'password-stdin': { type: 'boolean' },
         'idempotency-key': { type: 'string' },
+        reason: { type: 'string' },
       },
     });
   } catch (err) {

@@ -28,6 +28,14 @@ export interface EmbeddedPostgres {
   release(): Promise<void>;
 }
 
+const settingsArgs = (settings: Record<string, string> = {}) =>
+  Object.entries(settings)
+    .map(([name, value]) => {
+      if (!/^[a-z_.]+$/.test(name) || !/^[\w.-]+$/.test(value)) throw new Error(`not a PostgreSQL setting: ${name}=${value}`);
+      return ` -c ${name}=${value}`;
+    })
+    .join('');
+
 interface Binaries {
   initdb: string;
   pg_ctl: string;
@@ -61,6 +69,8 @@ export async function startEmbeddedPostgres(opts: {
   dataDir: string;
   database?: string;
   logger: Logger;
+  /** Extra server settings (`-c name=value`), for a server started here (the cluster script's). */
+  settings?: Record<string, string>;
 }): Promise<EmbeddedPostgres> {
   const { logger } = opts;
   const database = opts.database ?? 'mas';
@@ -84,7 +94,7 @@ export async function startEmbeddedPostgres(opts: {
     try {
       await pgCtl(bins.pg_ctl, runAs, [
         'start', '-D', pgDir, '-w', '-t', '60', '-l', path.join(pgDir, 'server.log'),
-        '-o', `-p ${wanted} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''`,
+        '-o', `-p ${wanted} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''${settingsArgs(opts.settings)}`,
       ]);
       startedHere = true;
       port = wanted;

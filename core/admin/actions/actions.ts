@@ -8,6 +8,7 @@ import { loadJob } from '../../generations/job-row.ts';
 import { generationIdInput } from '../../generations/schema.ts';
 import { generationView } from '../../generations/views.ts';
 import { appConnectionIdInput } from '../../apps/connections.ts';
+import { endAllSessions } from '../../auth/sessions.ts';
 import { keyIdInput } from '../../keys/keys.ts';
 import { coinsToJson, formatCoins, InvalidAmountError, parseCoins, type Micro } from '../../money/coins.ts';
 import { release } from '../../money/holds.ts';
@@ -155,6 +156,22 @@ export async function revokeAnyAppConnection(c: Ctx, input: z.output<typeof revo
       await recordAudit(tx, c.operator, { action: 'app_connection.revoke', targetType: 'app_connection', targetId: input.id, reason: input.reason, before: { revoked: false }, after: { revoked: true, account: row.account_id } }, c.requestId);
     }
     return { id: input.id, object: 'app_connection' as const, account: row.account_id, revoked: true as const };
+  });
+}
+
+export const endSessionsInput = z.object({ account: accountRef, reason: reasonSchema.optional() });
+
+/**
+ * Signs the account's person out everywhere: every session of its account pages ends at once,
+ * on every instance (sessions are checked in the database on each request), audited. Keys and
+ * app connections are not touched.
+ */
+export async function endAccountSessions(c: Ctx, input: z.output<typeof endSessionsInput>) {
+  const account = await resolveAccount(c.em, input.account);
+  return c.em.transactional(async (tx) => {
+    const ended = await endAllSessions(tx, account.id);
+    await recordAudit(tx, c.operator, { action: 'account.end_sessions', targetType: 'account', targetId: account.id, reason: input.reason, after: { sessions_ended: ended } }, c.requestId);
+    return { id: account.id, object: 'account' as const, email: account.email, sessions_ended: ended };
   });
 }
 

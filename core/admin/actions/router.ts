@@ -4,6 +4,8 @@ import {
   adjustBalanceInput,
   cancelAnyGeneration,
   cancelAnyGenerationInput,
+  endAccountSessions,
+  endSessionsInput,
   refundGeneration,
   refundGenerationInput,
   revokeAnyAppConnection,
@@ -23,6 +25,7 @@ export const adminActionsRouter = router({
   cancelGeneration: act.input(cancelAnyGenerationInput).mutation(({ ctx, input }) => cancelAnyGeneration(ctx.act, ctx.deps, input)),
   revokeKey: act.input(revokeKeyInput).mutation(({ ctx, input }) => revokeAnyKey(ctx.act, input)),
   revokeAppConnection: act.input(revokeAppInput).mutation(({ ctx, input }) => revokeAnyAppConnection(ctx.act, input)),
+  endSessions: act.input(endSessionsInput).mutation(({ ctx, input }) => endAccountSessions(ctx.act, input)),
   disableAccount: act.input(setAccountStateInput).mutation(({ ctx, input }) => setAccountDisabled(ctx.act, input, true)),
   enableAccount: act.input(setAccountStateInput).mutation(({ ctx, input }) => setAccountDisabled(ctx.act, input, false)),
 });

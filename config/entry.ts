@@ -1,0 +1,51 @@
+import type { Logger } from 'pino';
+import { CatalogError } from '../core/catalog/catalog.ts';
+import { PendingMigrationsError } from './database.ts';
+import { loadEnvOrExit, type Env } from './env.ts';
+import { createLogger } from './logger.ts';
+import { manageProcessLifecycle } from './process-lifecycle.ts';
+import { RoleConfigError, startService, type ServiceRole } from './service.ts';
+
+/**
+ * A start-up that cannot go on: what the operator must fix is one line on stderr (a bad catalog,
+ * migrations not applied, a role without its servers); anything else is logged as fatal. Exit 1.
+ */
+export async function failedToStart(err: unknown, logger: Logger): Promise<never> {
+  if (err instanceof CatalogError || err instanceof PendingMigrationsError || err instanceof RoleConfigError) {
+    process.stderr.write(`${err.message}\n`);
+  } else {
+    logger.fatal({ err }, 'could not start');
+    logger.flush();
+    // Let the log line leave before exiting.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  process.exit(1);
+}
+
+/** The processes that serve HTTP: `npm start` (role `all`) and `npm run start:api` (role `api`). */
+export async function runServer(role: ServiceRole): Promise<void> {
+  const env: Env = loadEnvOrExit();
+  const logger = createLogger(env.LOG_LEVEL);
+  // Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
+  const lifecycle = manageProcessLifecycle(logger, {
+    stopTimeoutMs: (env.SHUTDOWN_READINESS_DELAY_SECONDS + env.SHUTDOWN_TIMEOUT_SECONDS) * 1000 + 60_000,
+  });
+  const baseUrl = `${env.PUBLIC_BASE_URL}/api/v1`;
+  try {
+    const service = await startService(env, logger, {
+      role,
+      // Shown once, on the very first start, outside the logs: logs never carry a key.
+      onDemoKey: (key, loginUrl) =>
+        process.stdout.write(
+          `\nDemo account created (demo@example.com). Its API key, shown only this once:\n\n  ${key}\n\n` +
+            `Try it:\n\n  curl -H "Authorization: Bearer ${key}" ${baseUrl}/balance\n\n` +
+            `Sign in to its account pages with this one-time link (valid 15 minutes; \`npm run mas -- account login-link --account demo@example.com\` makes another):\n\n  ${loginUrl}\n\n`,
+        ),
+      onTemporalUi: (url) => process.stdout.write(`Temporal Web UI (embedded dev server): ${url}\n`),
+    });
+    process.stdout.write(`Model Access Service listening on ${baseUrl}${role === 'api' ? ` (API instance, port ${service.port})` : ''}\n`);
+    lifecycle.setStop(() => service.stop());
+  } catch (err) {
+    await failedToStart(err, logger);
+  }
+}
