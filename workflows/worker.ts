@@ -14,7 +14,18 @@ export interface RunningWorker {
 }
 
 /** A Temporal worker for this service's workflows and activities. */
-export async function startWorker(opts: { deps: CoreDeps; address: string; namespace: string; logger: Logger; taskQueue?: string }): Promise<RunningWorker> {
+export async function startWorker(opts: {
+  deps: CoreDeps;
+  address: string;
+  namespace: string;
+  logger: Logger;
+  taskQueue?: string;
+  /**
+   * On shutdown, how long activities in flight may run on before they are cancelled; a
+   * cancelled attempt is retried by Temporal on another worker (every step is idempotent).
+   */
+  shutdownGraceSeconds?: number;
+}): Promise<RunningWorker> {
   const connection = await NativeConnection.connect({ address: opts.address });
   const worker = await Worker.create({
     connection,
@@ -22,6 +33,7 @@ export async function startWorker(opts: { deps: CoreDeps; address: string; names
     taskQueue: opts.taskQueue ?? TASK_QUEUE,
     workflowsPath: require.resolve('./index.ts'),
     activities: createActivities(opts.deps),
+    shutdownGraceTime: `${opts.shutdownGraceSeconds ?? 0}s`,
   });
   const done = worker.run().finally(() => connection.close());
   done.catch((err: unknown) => opts.logger.error({ err }, 'Temporal worker stopped with an error'));
