@@ -16,7 +16,7 @@ let runtime!: Runtime;
 let worker!: RunningWorker;
 try {
   // A worker never migrates an external database (`npm run migrate` does, once): it refuses to start while one is pending.
-  runtime = await openRuntime(env, logger, { temporal: true, migrations: 'check' });
+  runtime = await openRuntime(env, logger, { temporal: true, migrations: 'check', changes: true });
   const temporal = runtime.temporal!;
   // The schedules run on workers: each worker makes sure they exist (one per cluster).
   await ensureSchedules(temporal.client, env);

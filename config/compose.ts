@@ -13,6 +13,8 @@ import { localDiskStorage } from '../adapters/storage/local-disk.ts';
 import { s3Storage } from '../adapters/storage/s3.ts';
 import type { ValidatedCatalog } from '../core/catalog/catalog.ts';
 import type { ProviderConfig } from '../core/catalog/schema.ts';
+import { listenForChanges } from '../adapters/db/change-feed.ts';
+import { applyChange } from '../core/changes.ts';
 import { createCoreDeps, type CoreDeps } from '../core/context.ts';
 import { createUrlSigner } from '../core/links.ts';
 import type { Clock, GenerationStarter, ProviderRegistry, ResultStorage } from '../core/ports.ts';
@@ -115,7 +117,16 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
-export async function openRuntime(env: Env, logger: Logger, opts: { temporal: boolean; migrations?: MigrationPolicy }): Promise<Runtime> {
+export async function openRuntime(
+  env: Env,
+  logger: Logger,
+  opts: {
+    temporal: boolean;
+    migrations?: MigrationPolicy;
+    /** Long-running processes (API, worker) listen for changes made elsewhere, so that their caches drop what went stale. */
+    changes?: boolean;
+  },
+): Promise<Runtime> {
   const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
   const db = await openDatabase(env, logger, opts.migrations ?? 'apply');
   const temporal = opts.temporal ? await openTemporal(env, logger) : undefined;
@@ -124,6 +135,7 @@ export async function openRuntime(env: Env, logger: Logger, opts: { temporal: bo
     : undefined;
   const signingSecret = env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR));
   const deps = wireCore(env, { orm: db.orm, logger, providers: catalog.parsed.providers, signingSecret, generations });
+  const feed = opts.changes ? await listenForChanges(db.url, logger, (change) => applyChange(deps, change)) : undefined;
   return {
     env,
     logger,
@@ -133,6 +145,7 @@ export async function openRuntime(env: Env, logger: Logger, opts: { temporal: bo
     embeddedDatabase: db.embedded,
     csrfSecret: createHmac('sha256', signingSecret).update('csrf').digest('base64url'),
     async close() {
+      await feed?.close();
       await temporal?.close();
       await deps.close();
       await db.close();

@@ -6,6 +6,8 @@ import type { Env } from './env.ts';
 
 export interface Database {
   orm: MikroORM;
+  /** Where it is (a secret: it may hold the password). */
+  url: string;
   /** True when the database is the embedded server under DATA_DIR. */
   embedded: boolean;
   close(): Promise<void>;
@@ -54,6 +56,7 @@ export async function openDatabase(
   const ready = orm;
   return {
     orm: ready,
+    url,
     embedded: embedded !== undefined,
     async close() {
       await ready.close();

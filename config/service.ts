@@ -51,7 +51,7 @@ export async function startService(
       throw new RoleConfigError(`npm run start:api starts no embedded servers: set ${missing.join(' and ')} (npm start runs everything on one machine).`);
     }
   }
-  const runtime = await openRuntime(env, logger, { temporal: true, migrations: role === 'all' ? 'apply' : 'check' });
+  const runtime = await openRuntime(env, logger, { temporal: true, migrations: role === 'all' ? 'apply' : 'check', changes: true });
   const { deps } = runtime;
   const temporal = runtime.temporal!;
 

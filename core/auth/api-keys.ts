@@ -11,7 +11,7 @@ export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, 
   from api_keys k join accounts a on a.id = k.account_id
   where k.key_hash = any($1::text[]) and k.revoked_at is null and a.disabled_at is null`;
 
-type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
+export type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
 
 /**
  * Finds active keys by the hash of their secret. Concurrent look-ups share one indexed query
@@ -21,14 +21,16 @@ type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: bool
  * instance. `findRecent` may answer from a small cache of keys of paid accounts seen in the
  * last minutes, for the chat hot path, whose reservation checks the key again in the same
  * statement. Keys of unpaid accounts are not cached, so that a first top-up is seen at once
- * (a paid account never becomes unpaid); a key id's account never changes.
+ * (a paid account never becomes unpaid); a key id's account never changes. A revoked key or a
+ * disabled account leaves every instance's cache when PostgreSQL announces it (core/changes.ts);
+ * the one-minute TTL is the safety net should a notice be lost.
  */
 export class KeyLookup {
   private readonly loader: DataLoader<string, KeyRow | null>;
   private readonly recent: LRUCache<string, KeyRow>;
 
   constructor(execute: Execute, opts: { cacheSize?: number; cacheTtlMs?: number } = {}) {
-    this.recent = new LRUCache({ max: opts.cacheSize ?? 10_000, ttl: opts.cacheTtlMs ?? 5 * 60_000 });
+    this.recent = new LRUCache({ max: opts.cacheSize ?? 10_000, ttl: opts.cacheTtlMs ?? 60_000 });
     this.loader = statementBatcher(async (hashes) => {
       // `= any(array)`: one unique-index probe per hash, whatever the size of the table.
       // The hashes are hex, so the array literal needs no quoting.
@@ -46,6 +48,11 @@ export class KeyLookup {
     if (row?.paid) this.recent.set(keyHash, row);
     else this.recent.delete(keyHash);
     return row;
+  }
+
+  /** Drops the cached keys that match (a revoked key, a disabled account's keys, or all). */
+  forget(matches: (row: KeyRow) => boolean): void {
+    for (const [hash, row] of this.recent.entries()) if (matches(row)) this.recent.delete(hash);
   }
 
   /** The key from the cache of recent look-ups when it is there, else as `find`. */

@@ -21,6 +21,7 @@ import { Migration20261126020000_analytics } from './Migration20261126020000_ana
 import { Migration20261126030000_admin_reads } from './Migration20261126030000_admin_reads.ts';
 import { Migration20261126040000_job_run_id } from './Migration20261126040000_job_run_id.ts';
 import { Migration20261127000000_result_retention } from './Migration20261127000000_result_retention.ts';
+import { Migration20261128000000_change_notices } from './Migration20261128000000_change_notices.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -47,4 +48,5 @@ export const migrations = [
   { name: 'Migration20261126030000_admin_reads', class: Migration20261126030000_admin_reads },
   { name: 'Migration20261126040000_job_run_id', class: Migration20261126040000_job_run_id },
   { name: 'Migration20261127000000_result_retention', class: Migration20261127000000_result_retention },
+  { name: 'Migration20261128000000_change_notices', class: Migration20261128000000_change_notices },
 ];
