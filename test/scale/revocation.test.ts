@@ -6,7 +6,7 @@ import { nowMs, sleep, startTestCluster, upstreamOf, type TestCluster } from './
 /**
  * Issue 21, revocation: "a key, app connection, session or admin token revoked on one instance
  * is refused by every instance on its next request." For an API key, an OAuth app connection
- * (its access token at the MCP server) and an account session: about 100 requests a second go
+ * (its access token at the MCP server), an account session and an admin token: about 100 requests a second go
  * through nginx to two API instances; an operator revokes the credential with the CLI, a third
  * process, while the load goes on. PostgreSQL's commit timestamp of the revoking transaction
  * (track_commit_timestamp; the audit row is written in the same transaction) splits the requests:
@@ -400,5 +400,27 @@ describe('a credential revoked through the CLI on a third process is refused by 
     const rows = tally(run.samples, commitMs, (s) => s.status === 200, refusedPage);
     reports.push(report('Account session (GET /account with the session cookie; refused = 303 to /login)', run, commitMs, rows));
     expectRevokedEverywhere('Account session', rows, run.samples, commitMs);
+  });
+
+  it('an admin token: the admin API', async () => {
+    const made = await t.cluster.cli(['admin', 'token', 'create', '--name', 'scale revocation', '--role', 'viewer', '--json']);
+    expect(made.code, made.stderr).toBe(0);
+    const { id, token } = JSON.parse(made.stdout) as { id: string; token: string };
+    const url = `${t.cluster.url}/admin/graphql`;
+    const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+    const body = JSON.stringify({ query: '{ accounts(first: 1) { edges { node { id } } } }' });
+    const first = await fetch(url, { method: 'POST', headers, body });
+    expect(first.status, await first.text()).toBe(200);
+
+    const run = await underLoad(
+      () => ({ label: 'POST /admin/graphql', send: () => fetch(url, { method: 'POST', headers, body }) }),
+      () => t.cluster.cli(['admin', 'token', 'revoke', '--id', id]),
+    );
+    expect(run.cli.code, `${run.cli.stdout}\n${run.cli.stderr}`).toBe(0);
+
+    const commitMs = await auditCommitMs('admin_token.revoke', id);
+    const rows = tally(run.samples, commitMs, (s) => s.status === 200, (s) => s.status === 401);
+    reports.push(report('Admin token (POST /admin/graphql; refused = 401)', run, commitMs, rows));
+    expectRevokedEverywhere('Admin token', rows, run.samples, commitMs);
   });
 });
