@@ -46,6 +46,13 @@ export function createHttpApp(opts: HttpAppOptions): Express {
 
   app.use(requestLogger(logger));
   app.use(metrics.middleware);
+  // Shutting down: every answer closes its connection, so that a balancer keeping connections
+  // alive holds none to this instance when it stops accepting (docs/deploy.md).
+  const isDraining = opts.isDraining ?? (() => false);
+  app.use((_req, res, next) => {
+    if (isDraining()) res.setHeader('Connection', 'close');
+    next();
+  });
   // Security headers, with a CSP that allows no inline script; pages may not be framed.
   const https = opts.publicBaseUrl.startsWith('https:');
   app.use(
@@ -58,7 +65,7 @@ export function createHttpApp(opts: HttpAppOptions): Express {
   );
 
   // Operations first: an adapter mounted at / (the account pages) answers its own unknown paths.
-  app.use(operationsRoutes(opts.deps, { metrics, metricsToken: opts.metricsToken, isDraining: opts.isDraining ?? (() => false) }));
+  app.use(operationsRoutes(opts.deps, { metrics, metricsToken: opts.metricsToken, isDraining }));
   for (const adapter of opts.adapters) app.use(adapter.path, adapter.router);
 
   app.use((_req, res) => sendError(res, 404, 'not_found_error', 'unknown_route', 'Unknown route.'));

@@ -21,11 +21,15 @@ export async function listen(app: Express, opts: { port: number; host: string; s
     async drain() {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeIdleConnections();
+      // A kept-alive connection whose request (a stream) ends later stays open, idle, until its
+      // keep-alive timeout: close such connections as they become idle.
+      const idle = setInterval(() => server.closeIdleConnections(), 200);
       const timeout = setTimeout(() => {
         opts.logger.warn('requests still in flight after the shutdown timeout: closing their connections');
         server.closeAllConnections();
       }, opts.shutdownTimeoutSeconds * 1000);
       await closed;
+      clearInterval(idle);
       clearTimeout(timeout);
     },
   };

@@ -51,12 +51,12 @@ describe('process roles', () => {
     expect(proc.output().trim()).toBe('npm run start:api starts no embedded servers: set DATABASE_URL and TEMPORAL_ADDRESS (npm start runs everything on one machine).');
   });
 
-  it('an API instance, a worker and the CLI refuse a database with pending migrations and name the command', async () => {
+  it('an API instance, a worker and the CLI refuse a database with pending migrations and name the command', { timeout: 180_000 }, async () => {
     const api = run('api.ts', env({ PORT: String(await freePort()) }));
     const worker = run('worker.ts', env());
     expect(await api.exited).toBe(1);
     expect(await worker.exited).toBe(1);
-    for (const proc of [api, worker]) expect(proc.output()).toMatch(/^The database has \d+ migration\(s\) not yet applied \(Migration2026.*\)\. Run `npm run migrate` once/);
+    for (const proc of [api, worker]) expect(proc.output()).toMatch(/The database has \d+ migration\(s\) not yet applied \(Migration2026.*\)\. Run `npm run migrate` once/);
     const cli = await runCli(['balance', '--account', 'nobody@example.com', '--json'], env());
     expect(cli.code).toBe(2);
     expect(JSON.parse(cli.stdout)).toMatchObject({ error: { code: 'invalid_configuration', message: expect.stringContaining('npm run migrate') } });
