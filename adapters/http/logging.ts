@@ -27,7 +27,7 @@ declare module 'node:http' {
 /**
  * The request id (a sane incoming x-request-id, else a new one, echoed in the answer), a
  * logger for the request (`req.log`, its lines carry the id as request_id), and one line when
- * the answer is done: method, path and status (5xx at error), or `aborted` for a client that
+ * the answer is done: method, path and status (5xx at error, but for a not-ready /readyz), or `aborted` for a client that
  * left first. Only those are logged: never headers (Authorization, Cookie), bodies or query
  * strings, which can carry secrets.
  *
@@ -47,7 +47,9 @@ export function requestLogger(logger: Logger): (req: IncomingMessage, res: Serve
       res.removeListener('finish', done);
       res.removeListener('close', done);
       const failed = res.statusCode >= 500;
-      const level = failed ? 'error' : 'info';
+      // A not-ready answer is the readiness probe doing its job (shutting down, the database
+      // away: that is logged where it is found), not a failure of this request.
+      const level = failed && (res as { locals?: { route?: string } }).locals?.route !== '/readyz' ? 'error' : 'info';
       if (!req.log.isLevelEnabled(level)) return;
       const path = loggablePath(originalUrl(req));
       const outcome = failed || res.writableFinished ? res.statusCode : 'aborted';
