@@ -12,31 +12,24 @@ import { Migration } from '@mikro-orm/migrations';
  */
 export class Migration20261128000000_change_notices extends Migration {
   override async up(): Promise<void> {
-    this.addSql(`create or replace function mas_notify_catalog() returns trigger language plpgsql as $$
+    // One function for every trigger: the kind is the trigger's argument; row triggers add the row's id.
+    this.addSql(`create or replace function mas_notify_change() returns trigger language plpgsql as $$
       begin
-        perform pg_notify('mas_changes', '{"kind":"catalog"}');
+        if tg_level = 'ROW' then
+          perform pg_notify('mas_changes', json_build_object('kind', tg_argv[0], 'id', new.id)::text);
+        else
+          perform pg_notify('mas_changes', json_build_object('kind', tg_argv[0])::text);
+        end if;
         return null;
       end $$;`);
     this.addSql(`create trigger models_changed after insert or update or delete or truncate on models
-      for each statement execute function mas_notify_catalog();`);
+      for each statement execute function mas_notify_change('catalog');`);
     this.addSql(`create trigger model_prices_changed after insert or update or delete or truncate on model_prices
-      for each statement execute function mas_notify_catalog();`);
-
-    this.addSql(`create or replace function mas_notify_key_revoked() returns trigger language plpgsql as $$
-      begin
-        perform pg_notify('mas_changes', json_build_object('kind', 'key', 'id', new.id)::text);
-        return null;
-      end $$;`);
+      for each statement execute function mas_notify_change('catalog');`);
     this.addSql(`create trigger api_keys_revoked after update of revoked_at on api_keys
-      for each row when (old.revoked_at is null and new.revoked_at is not null) execute function mas_notify_key_revoked();`);
-
-    this.addSql(`create or replace function mas_notify_account_state() returns trigger language plpgsql as $$
-      begin
-        perform pg_notify('mas_changes', json_build_object('kind', 'account', 'id', new.id)::text);
-        return null;
-      end $$;`);
+      for each row when (old.revoked_at is null and new.revoked_at is not null) execute function mas_notify_change('key');`);
     this.addSql(`create trigger accounts_state_changed after update of disabled_at on accounts
-      for each row when (old.disabled_at is distinct from new.disabled_at) execute function mas_notify_account_state();`);
+      for each row when (old.disabled_at is distinct from new.disabled_at) execute function mas_notify_change('account');`);
   }
 
   override async down(): Promise<void> {
@@ -44,8 +37,6 @@ export class Migration20261128000000_change_notices extends Migration {
     this.addSql('drop trigger if exists api_keys_revoked on api_keys;');
     this.addSql('drop trigger if exists model_prices_changed on model_prices;');
     this.addSql('drop trigger if exists models_changed on models;');
-    this.addSql('drop function if exists mas_notify_account_state();');
-    this.addSql('drop function if exists mas_notify_key_revoked();');
-    this.addSql('drop function if exists mas_notify_catalog();');
+    this.addSql('drop function if exists mas_notify_change();');
   }
 }
