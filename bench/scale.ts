@@ -391,7 +391,7 @@ function conclusion(runs: Run[]): string[] {
       const cost = perReq(direct);
       text +=
         perReq(one) > cost * 1.3 && !upstreamKeepalive
-          ? `, at ${fmt(cost, 2)} ms of CPU per request: nginx's upstream has no \`keepalive\`, so every request through it is a new connection to the instance.`
+          ? `, at ${fmt(cost, 2)} ms of CPU per request: nginx's upstream has no \`keepalive\` (on purpose: a kept-alive connection to an instance that is closing can lose a POST; docs/deploy.md), so every request through it is a new connection to the instance.`
           : '.';
     }
     out.push(text);
