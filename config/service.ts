@@ -42,9 +42,9 @@ export class RoleConfigError extends Error {}
 export async function startService(
   env: Env,
   logger: Logger,
-  hooks: { role?: ServiceRole; onDemoKey?: (key: string, loginUrl: string) => void; onTemporalUi?: (url: string) => void } = {},
+  opts: { role?: ServiceRole; onDemoKey?: (key: string, loginUrl: string) => void; onTemporalUi?: (url: string) => void } = {},
 ): Promise<RunningService> {
-  const role = hooks.role ?? 'all';
+  const role = opts.role ?? 'all';
   if (role === 'api') {
     const missing = (['DATABASE_URL', 'TEMPORAL_ADDRESS'] as const).filter((name) => !env[name]);
     if (missing.length > 0) {
@@ -59,13 +59,13 @@ export async function startService(
     const added = await seedModels(deps.orm.em.fork(), runtime.catalog);
     if (added.length > 0) logger.info({ models: added }, 'added catalog models to the database');
     const demo = await ensureDemoAccount(deps.orm.em.fork(), env.DEMO_COINS);
-    if (demo) hooks.onDemoKey?.(demo.key, `${env.PUBLIC_BASE_URL}/login/link?token=${encodeURIComponent(demo.loginToken)}`);
+    if (demo) opts.onDemoKey?.(demo.key, `${env.PUBLIC_BASE_URL}/login/link?token=${encodeURIComponent(demo.loginToken)}`);
     await ensureSchedules(temporal.client, env);
   }
   const worker = role === 'all' && env.RUN_WORKER
     ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE, shutdownGraceSeconds: env.SHUTDOWN_TIMEOUT_SECONDS })
     : undefined;
-  if (temporal.uiUrl) hooks.onTemporalUi?.(temporal.uiUrl);
+  if (temporal.uiUrl) opts.onTemporalUi?.(temporal.uiUrl);
 
   const uploadSpoolDir = await uploadSpool(env.DATA_DIR);
 
