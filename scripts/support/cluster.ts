@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import type { Logger } from 'pino';
+import pino, { type Logger } from 'pino';
 import { freePort, startEmbeddedPostgres, type EmbeddedPostgres } from '../../adapters/embedded/postgres.ts';
 import { startEmbeddedTemporal, type EmbeddedTemporal } from '../../adapters/embedded/temporal.ts';
 import { jobSearchAttributeNames } from '../../config/temporal.ts';
@@ -73,13 +73,9 @@ export interface Cluster {
 const NGINX = process.env.NGINX_BIN || '/usr/sbin/nginx';
 const REDIS = process.env.REDIS_SERVER_BIN || 'redis-server';
 
-/** Quiet logger for the embedded servers' helpers: warnings and worse on stderr. */
+/** The embedded servers' helpers log here: warnings and worse, one line each, through `say`. */
 function quietLogger(say: (line: string) => void): Logger {
-  const log = (level: string) => (obj: unknown, msg?: string) => say(`${level}: ${typeof obj === 'string' ? obj : (msg ?? JSON.stringify(obj))}`);
-  const noop = () => undefined;
-  const logger = { info: noop, debug: noop, trace: noop, warn: log('warn'), error: log('error'), fatal: log('fatal'), flush: noop } as unknown as Logger;
-  (logger as unknown as { child: () => Logger }).child = () => logger;
-  return logger;
+  return pino({ level: 'warn', base: null, timestamp: false }, { write: (line: string) => say(`${(JSON.parse(line) as { msg?: string }).msg ?? line.trim()}`) });
 }
 
 export async function startCluster(opts: ClusterOptions): Promise<Cluster> {

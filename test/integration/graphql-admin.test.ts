@@ -6,6 +6,7 @@ import { printSdl, SDL_FILE } from '../../adapters/graphql/schema.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { createContext } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
+import { startSession } from '../../core/auth/sessions.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { makeAccount, makeKey, uniqueEmail } from '../support/db.ts';
 import { startAdminApi } from '../support/graphql.ts';
@@ -340,6 +341,19 @@ describe("the admin actions' mutations", () => {
     await data(operator, state.replace('%s', 'disableAccount'), { a: a.email });
     expect((await data(operator, state.replace('%s', 'enableAccount'), { a: a.email })).enableAccount).toEqual({ id: a.id, disabledAt: null });
     expect(await auditOf('account.enable', a.id)).toEqual([{ reason: 'investigated', before: { disabled: true }, after: { disabled: false } }]);
+  });
+
+  it("end an account's sessions: every one ends, audited; a viewer may not", async () => {
+    const a = await makeAccount(orm);
+    const other = await makeAccount(orm);
+    for (const id of [a.id, a.id, other.id]) await startSession(orm.em.fork(), id, new Date());
+    const m = 'mutation($a: String!) { endAccountSessions(input: {account: $a, reason: "lost laptop"}) { account { id } sessionsEnded } }';
+    const refused = await gql(viewer, m, { a: a.email });
+    expect(refused.body.errors![0]!.extensions).toMatchObject({ code: 'FORBIDDEN' });
+    expect((await data(operator, m, { a: a.email })).endAccountSessions).toEqual({ account: { id: a.id }, sessionsEnded: 2 });
+    const left = await orm.em.fork().execute<{ account_id: string }[]>('select account_id from sessions where account_id in (?, ?)', [a.id, other.id]);
+    expect(left).toEqual([{ account_id: other.id }]);
+    expect(await auditOf('account.end_sessions', a.id)).toEqual([{ reason: 'lost laptop', before: null, after: { sessions_ended: 2 } }]);
   });
 });
 

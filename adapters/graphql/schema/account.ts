@@ -56,6 +56,20 @@ const AccountStateInput = builder.inputType('AccountStateInput', {
   }),
 });
 
+const EndSessionsInput = builder.inputType('EndSessionsInput', {
+  fields: (t) => ({
+    account: t.string({ required: true, description: 'An account id or email.' }),
+    reason: t.string({ description: 'Why, for the audit log.' }),
+  }),
+});
+
+const EndedSessions = builder.objectRef<{ id: string; sessions_ended: number }>('EndedSessions').implement({
+  fields: (t) => ({
+    account: t.field({ type: Account, resolve: (r) => r.id }),
+    sessionsEnded: t.exposeInt('sessions_ended', { description: 'How many sessions ended.' }),
+  }),
+});
+
 builder.mutationFields((t) => ({
   disableAccount: t.field({
     type: Account,
@@ -67,5 +81,11 @@ builder.mutationFields((t) => ({
     type: Account,
     args: { input: t.arg({ type: AccountStateInput, required: true }) },
     resolve: async (_root, { input }, ctx) => (await ctx.core.admin.actions.enableAccount(input)).id,
+  }),
+  endAccountSessions: t.field({
+    type: EndedSessions,
+    description: "Signs the account's person out of the account pages everywhere, at once; keys and app connections are not touched.",
+    args: { input: t.arg({ type: EndSessionsInput, required: true }) },
+    resolve: (_root, { input }, ctx) => ctx.core.admin.actions.endSessions(present({ account: input.account, reason: input.reason })),
   }),
 }));
