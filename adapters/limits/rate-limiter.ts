@@ -55,13 +55,3 @@ export function createLimiters(opts: { redisUrl?: string | undefined }): Limiter
   };
 }
 
-/** One window limiter with its own connection (tests). */
-export function createWindowLimiter(opts: WindowOptions & { redisUrl?: string | undefined }): RateLimiter & { close(): Promise<void> } {
-  const limiters = createLimiters({ redisUrl: opts.redisUrl });
-  return { ...limiters.window(opts), close: () => limiters.close() };
-}
-
-/** SPEC part 8's requests per minute per key (tests). */
-export function createRateLimiter(opts: { perMinute: number; redisUrl?: string | undefined }): RateLimiter & { close(): Promise<void> } {
-  return createWindowLimiter({ points: opts.perMinute, durationSeconds: 60, prefix: 'mas:rl', redisUrl: opts.redisUrl });
-}

@@ -5,6 +5,7 @@ import { tokenHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/tok
 import type { OAuthServerProvider } from '@modelcontextprotocol/sdk/server/auth/provider.js';
 import type { OAuthClientInformationFull } from '@modelcontextprotocol/sdk/shared/auth.js';
 import { Router, type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
+import { ipKeyGenerator } from 'express-rate-limit';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import type { RateLimiter } from '../../core/ports.ts';
@@ -27,10 +28,10 @@ import { MCP_PATH, mcpResourceUrl } from './resource.ts';
 export interface OAuthOptions {
   publicBaseUrl: string;
   /**
-   * Makes the endpoints' per-address limits on the process's limit store (Redis when set, so
-   * that every instance shares one count). Without it, each process counts in its own memory.
+   * Makes the endpoints' per-address limits on the process's limit store (Redis when REDIS_URL
+   * is set, so that every instance shares one count; else this process's memory).
    */
-  windowLimiter?: ((w: { points: number; durationSeconds: number; prefix: string }) => RateLimiter) | undefined;
+  windowLimiter: (w: { points: number; durationSeconds: number; prefix: string }) => RateLimiter;
 }
 
 /** Requests per client address: token and revoke 60 a minute, registrations 60 an hour. */
@@ -41,22 +42,19 @@ const ENDPOINT_LIMITS = {
 } as const;
 
 /**
- * The endpoints' limits: on the shared store when there is one (the SDK's own limiter is then
- * turned off), else the SDK's in-memory limiter with the same numbers. Over the limit, the same
- * answer as the SDK's: 429 `too_many_requests`, with Retry-After.
+ * An endpoint's limit, counted on the process's store (the SDK's own in-memory limiter is
+ * turned off). Over the limit, the SDK's answer: 429 `too_many_requests`, with Retry-After.
  */
-function endpointLimit(name: keyof typeof ENDPOINT_LIMITS, make: OAuthOptions['windowLimiter']) {
-  const { points, durationSeconds } = ENDPOINT_LIMITS[name];
-  if (!make) return { before: [] as RequestHandler[], sdk: { windowMs: durationSeconds * 1000, limit: points } };
-  const limiter = make({ points, durationSeconds, prefix: `mas:oauth:${name}` });
-  const before: RequestHandler = (req, res, next) => {
-    limiter.consume(req.ip ?? 'unknown').then((state) => {
+function endpointLimit(name: keyof typeof ENDPOINT_LIMITS, make: OAuthOptions['windowLimiter']): RequestHandler {
+  const limiter = make({ ...ENDPOINT_LIMITS[name], prefix: `mas:oauth:${name}` });
+  return (req, res, next) => {
+    // One count per IPv4 address or IPv6 /56 (a client holds a whole IPv6 prefix).
+    limiter.consume(ipKeyGenerator(req.ip ?? 'unknown')).then((state) => {
       if (state.allowed) return next();
       res.setHeader('Retry-After', String(state.resetSeconds));
       res.status(429).json(new TooManyRequestsError(`You have exceeded the rate limit for ${name} requests.`).toResponseObject());
     }, next);
   };
-  return { before: [before], sdk: false as const };
 }
 
 /** The metadata documents' paths (RFC 9728, section 3.1): the MCP server's, then the root fallback. */
@@ -187,10 +185,9 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
   });
   router.get(PROTECTED_RESOURCE_PATHS, label('/.well-known/oauth-protected-resource'), metadata(resourceMetadata));
   router.get('/.well-known/oauth-authorization-server', label('/.well-known/oauth-authorization-server'), metadata(serverMetadata));
-  const limits = { token: endpointLimit('token', opts.windowLimiter), register: endpointLimit('register', opts.windowLimiter), revoke: endpointLimit('revoke', opts.windowLimiter) };
-  router.use('/token', label('/token'), ...limits.token.before, tokenHandler({ provider, rateLimit: limits.token.sdk }));
-  router.use('/register', label('/register'), ...limits.register.before, clientRegistrationHandler({ clientsStore: provider.clientsStore, rateLimit: limits.register.sdk }));
-  router.use('/revoke', label('/revoke'), ...limits.revoke.before, revocationHandler({ provider, rateLimit: limits.revoke.sdk }));
+  router.use('/token', label('/token'), endpointLimit('token', opts.windowLimiter), tokenHandler({ provider, rateLimit: false }));
+  router.use('/register', label('/register'), endpointLimit('register', opts.windowLimiter), clientRegistrationHandler({ clientsStore: provider.clientsStore, rateLimit: false }));
+  router.use('/revoke', label('/revoke'), endpointLimit('revoke', opts.windowLimiter), revocationHandler({ provider, rateLimit: false }));
   // A body the SDK's parsers refuse (too large, malformed, an unknown charset) is the client's
   // fault: an OAuth error with its 4xx status, never the server's 500.
   router.use(((err, req, res, next) => {

@@ -2,7 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createTestApp } from '../support/http.ts';
-import { createRateLimiter } from '../../adapters/limits/rate-limiter.ts';
+import { createLimiters, type Limiters } from '../../adapters/limits/rate-limiter.ts';
 import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
 import { bearer } from '../support/http.ts';
 import { freePort } from '../support/process.ts';
@@ -18,7 +18,7 @@ let orm: MikroORM;
 let redis: ChildProcess | undefined;
 let redisUrl: string;
 const servers: Server[] = [];
-const limiters: { close(): Promise<void> }[] = [];
+const limiters: Limiters[] = [];
 
 beforeAll(async () => {
   orm = await openTestOrm();
@@ -39,9 +39,9 @@ afterAll(async () => {
 });
 
 async function instance(): Promise<string> {
-  const rateLimiter = createRateLimiter({ perMinute: 10, redisUrl });
-  limiters.push(rateLimiter);
-  const deps = { ...testDeps(orm), rateLimiter };
+  const store = createLimiters({ redisUrl });
+  limiters.push(store);
+  const deps = { ...testDeps(orm), rateLimiter: store.window({ points: 10, durationSeconds: 60, prefix: 'mas:rl' }) };
   const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
   const server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));

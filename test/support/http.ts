@@ -3,6 +3,7 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Express } from 'express';
 import type { Logger } from 'pino';
 import { createHttpApp } from '../../adapters/http/app.ts';
+import { createLimiters } from '../../adapters/limits/rate-limiter.ts';
 import { mcpAdapter } from '../../adapters/mcp/mcp.ts';
 import { oauthAdapter } from '../../adapters/mcp/oauth.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
@@ -24,7 +25,7 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
     adapters: [
       mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100 }),
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
-      oauthAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost' }),
+      oauthAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', windowLimiter: (w) => createLimiters({}).window(w) }),
       graphqlAdapter(opts.deps, { logger, uiUrl: 'http://temporal-ui.test', namespace: 'default' }),
       adminPagesAdapter(opts.deps, { kit, logger, temporal: { uiUrl: 'http://temporal-ui.test', namespace: 'default' } }),
       webAdapter(opts.deps, { kit, logger }),
