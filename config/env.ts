@@ -75,10 +75,13 @@ const envSchema = z
     /** On SIGTERM, how long an API instance keeps serving with /readyz failing before it stops accepting (for balancers that probe readiness). */
     SHUTDOWN_READINESS_DELAY_SECONDS: z.coerce.number().int().min(0).max(300).default(0),
     METRICS_TOKEN: optional,
+    /** false; true: one proxy (the balancer) in front; a number: that many proxies in front. */
     TRUST_PROXY: z
-      .enum(['true', 'false', ''])
+      .string()
+      .trim()
       .default('false')
-      .transform((v) => v === 'true'),
+      .refine((v) => /^(true|false|[1-9]|)$/.test(v), 'must be true, false or a number of proxies from 1 to 9')
+      .transform((v) => (v === 'true' ? 1 : /^[1-9]$/.test(v) ? Number(v) : false)),
     MCP_GENERATE_WAIT_SECONDS: z.coerce.number().int().min(0).max(600).default(100),
     SIGNUP: z
       .enum(['open', 'closed', ''])

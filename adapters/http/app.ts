@@ -25,7 +25,11 @@ export interface HttpAppOptions {
   adapters: HttpAdapter[];
   metrics?: HttpMetrics | undefined;
   metricsToken?: string | undefined;
-  trustProxy?: boolean | undefined;
+  /**
+   * How many proxies in front to trust for the client's address (X-Forwarded-For, read from the
+   * right); false: none. Never "all": a client could then name any address it likes.
+   */
+  trustProxy?: number | false | undefined;
   /** True once shutdown has begun: /readyz answers 503 so load balancers move away. */
   isDraining?: (() => boolean) | undefined;
 }

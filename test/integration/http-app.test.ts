@@ -64,3 +64,20 @@ describe('the HTTP app', () => {
     expect(await init.text()).toContain('SwaggerUIBundle');
   });
 });
+
+describe('behind a proxy (TRUST_PROXY)', () => {
+  it('takes the address the proxy saw, not one the client wrote into X-Forwarded-For', async () => {
+    const echo = Router();
+    echo.get('/ip', (req, res) => void res.json({ ip: req.ip }));
+    const app = createHttpApp({ deps: testDeps(orm), logger: silentLogger, publicBaseUrl: 'http://localhost', trustProxy: 1, adapters: [{ path: '/echo', router: echo }] });
+    const behind = await serve(app);
+    try {
+      // nginx appends the address it saw ($proxy_add_x_forwarded_for) to whatever the client sent.
+      const ip = async (xff: string) => ((await (await fetch(`${behind.base}/echo/ip`, { headers: { 'x-forwarded-for': xff } })).json()) as { ip: string }).ip;
+      expect(await ip('203.0.113.7')).toBe('203.0.113.7');
+      expect(await ip('6.6.6.6, 203.0.113.7')).toBe('203.0.113.7');
+    } finally {
+      await behind.close();
+    }
+  });
+});

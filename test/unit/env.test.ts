@@ -39,6 +39,14 @@ describe('configuration', () => {
     }
   });
 
+  it('TRUST_PROXY trusts a number of proxies, never every hop (a client could name its own address)', () => {
+    expect(loadEnv({}).TRUST_PROXY).toBe(false);
+    expect(loadEnv({ TRUST_PROXY: 'false' }).TRUST_PROXY).toBe(false);
+    expect(loadEnv({ TRUST_PROXY: 'true' }).TRUST_PROXY).toBe(1);
+    expect(loadEnv({ TRUST_PROXY: '2' }).TRUST_PROXY).toBe(2);
+    for (const bad of ['yes', '0', '10', '1.5']) expect(() => loadEnv({ TRUST_PROXY: bad })).toThrow(/TRUST_PROXY: must be true, false or a number of proxies/);
+  });
+
   it('needs a bucket for the S3 storage driver', () => {
     expect(() => loadEnv({ STORAGE_DRIVER: 's3' })).toThrow(/S3_BUCKET: is required when STORAGE_DRIVER=s3/);
     expect(loadEnv({ STORAGE_DRIVER: 's3', S3_BUCKET: 'b', S3_FORCE_PATH_STYLE: 'true' })).toMatchObject({ S3_BUCKET: 'b', S3_FORCE_PATH_STYLE: true });
