@@ -55,6 +55,15 @@ export function start(command: string, args: string[], env: Record<string, strin
 
 export { freePort } from '../adapters/embedded/postgres.ts';
 
+/**
+ * The node arguments that run one of the service's entry points (`main`, `api`, `worker`,
+ * `migrate`) as production runs it: the built JavaScript in dist/ when it is there (`npm ci`
+ * builds it), else the TypeScript sources through tsx.
+ */
+export function serviceArgs(entry: 'main' | 'api' | 'worker' | 'migrate'): string[] {
+  return fs.existsSync(path.join(ROOT, 'dist', `${entry}.js`)) ? [`dist/${entry}.js`] : ['--import', 'tsx', `${entry}.ts`];
+}
+
 export function median(values: number[]): number {
   const s = [...values].sort((a, b) => a - b);
   const mid = Math.floor(s.length / 2);
