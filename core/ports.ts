@@ -3,6 +3,7 @@
  * providers, storage, net, limits; config/temporal.ts for the workflow starter); the
  * composition root (config/compose.ts) wires them. Core never imports an adapter.
  */
+import type { Readable } from 'node:stream';
 
 /** The time, injectable so tests can move it. */
 export type Clock = () => Date;
@@ -104,13 +105,40 @@ export interface MediaProviderRegistry {
 
 // ---------------------------------------------------------------- storage and the network
 
+/** Bytes `start` to `end` of an object, both included (as in HTTP's `bytes=start-end`). */
+export interface ByteRange {
+  start: number;
+  end: number;
+}
+
+/**
+ * A stored object opened for reading: what it is (size, a strong validator, when it was
+ * written) without its bytes, and a way to stream all or part of them. Opening reads no
+ * bytes and holds nothing open; each `stream()` opens its own read (a file or an S3 GET),
+ * which ends when the stream ends or is destroyed.
+ */
+export interface StoredObject {
+  size: number;
+  /** A strong entity tag, quoted (`"…"`): equal for equal bytes of the same object. */
+  etag: string;
+  lastModified: Date;
+  /**
+   * The bytes, or the bytes of `range` (which the caller has checked against `size`). The
+   * stream emits 'error' if the read fails (the object vanished, the bucket broke off);
+   * destroying it releases the file descriptor or the S3 connection.
+   */
+  stream(range?: ByteRange): Readable;
+}
+
 /** Uploaded files and job results: local disk or an S3 bucket. */
 export interface ResultStorage {
   put(key: string, bytes: Uint8Array): Promise<void>;
   /** Moves a local file (an upload spooled to disk) into storage. */
   putFile(key: string, sourcePath: string): Promise<void>;
-  /** The bytes, or undefined once deleted. */
+  /** The whole object in memory, or undefined once deleted: for small reads (a job's input file). Downloads use `open`. */
   get(key: string): Promise<Uint8Array | undefined>;
+  /** The object, to stream (downloads), or undefined once deleted. */
+  open(key: string): Promise<StoredObject | undefined>;
   delete(key: string): Promise<void>;
 }
 

@@ -104,6 +104,43 @@ const FILE_ID_MAX = 100;
 const MODEL_ID_MAX = 200;
 const idempotencyKey = idempotencyKeySchema.optional().describe('Same key and body: the first response, one job (kept 24 hours); 1 to 255 printable ASCII characters, no spaces');
 
+/**
+ * The signed download links (adapters/rest/download.ts): streamed, with validators, one byte
+ * range, conditional requests, and HEAD (the same answer without the bytes; HEAD is not a
+ * separate operation here, as everywhere in this document).
+ */
+const DOWNLOAD_TEXT =
+  'Streams the bytes. Every answer has `ETag` (strong), `Last-Modified` and `Accept-Ranges: bytes`. ' +
+  '`Range: bytes=a-b` (also `a-` and `-n`) answers 206 with that one range; a range outside the object answers 416 with `Content-Range: bytes */size`; ' +
+  'a malformed Range header, another unit, or several ranges that do not merge into one are ignored (200, the whole object). ' +
+  '`If-Range` with an older ETag or date is ignored too (200 whole). `If-None-Match` (or `If-Modified-Since`) that still matches answers 304. ' +
+  'HEAD answers the same headers without the bytes.';
+const downloadHeaders = z.object({
+  Range: z.string().optional().describe('bytes=first-last, bytes=first-, or bytes=-suffix: one range; anything else is ignored'),
+  'If-Range': z.string().optional().describe('an ETag or an HTTP date: Range applies only while it still names this object'),
+  'If-None-Match': z.string().optional().describe('ETags the client holds: 304 when one matches'),
+  'If-Modified-Since': z.string().optional().describe('an HTTP date: 304 when the object is not newer (If-None-Match wins when both are sent)'),
+});
+const header = (description: string, type: 'string' | 'integer' = 'string') => ({ description, schema: { type } });
+const objectHeaders = {
+  ETag: header('strong entity tag of the stored object'),
+  'Last-Modified': header('when the object was stored'),
+  'Accept-Ranges': header('bytes'),
+};
+const downloadResponses = (what: string): RouteConfig['responses'] => ({
+  200: {
+    description: `${what}, whole`,
+    headers: { ...objectHeaders, 'Content-Length': header('the object’s size in bytes', 'integer'), 'Content-Disposition': header('inline; filename="…"') },
+  },
+  206: {
+    description: `One byte range of ${what.toLowerCase()}`,
+    headers: { ...objectHeaders, 'Content-Length': header('the range’s length in bytes', 'integer'), 'Content-Range': header('bytes first-last/size') },
+  },
+  304: { description: 'Not modified: If-None-Match or If-Modified-Since still matches; no body', headers: objectHeaders },
+  416: { ...json(ErrorBody, 'The range is outside the object (`range_not_satisfiable`)'), headers: { 'Content-Range': header('bytes */size') } },
+  ...errors(400, 403, 404, 500),
+});
+
 export function buildOpenApiDocument(publicBaseUrl: string) {
   const registry = new OpenAPIRegistry();
   const bearer = registry.registerComponent('securitySchemes', 'bearerAuth', {
@@ -198,8 +235,9 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     operationId: 'getGenerationOutput',
     summary: 'A job’s result, through its signed link (no API key)',
     security: [],
-    request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }) },
-    responses: { 200: { description: 'The file' }, ...errors(400, 403, 404, 500) },
+    description: DOWNLOAD_TEXT,
+    request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }), headers: downloadHeaders },
+    responses: downloadResponses('The result'),
   });
   path({
     method: 'post',
@@ -238,8 +276,9 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     operationId: 'getFileContent',
     summary: 'A file’s bytes, through its signed link (no API key)',
     security: [],
-    request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }) },
-    responses: { 200: { description: 'The file' }, ...errors(400, 403, 404, 500) },
+    description: DOWNLOAD_TEXT,
+    request: { params: idParam('id', JOB_ID_MAX), query: z.object({ expires: z.string(), signature: z.string() }), headers: downloadHeaders },
+    responses: downloadResponses('The file'),
   });
   path({
     method: 'get',

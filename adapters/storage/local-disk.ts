@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { ResultStorage } from '../../core/ports.ts';
@@ -39,6 +40,26 @@ export function localDiskStorage(root: string): ResultStorage {
         if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
         throw err;
       }
+    },
+    async open(key) {
+      const file = resolve(key);
+      let stat;
+      try {
+        stat = await fs.stat(file, { bigint: true });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+        throw err;
+      }
+      if (!stat.isFile()) return undefined;
+      return {
+        size: Number(stat.size),
+        // Objects are written whole under a new name and never rewritten in place: size and
+        // modification time (to the nanosecond) name one content, a strong validator.
+        etag: `"${stat.size.toString(16)}-${stat.mtimeNs.toString(16)}"`,
+        lastModified: stat.mtime,
+        // A read of its own per call, closed when it ends or is destroyed (autoClose).
+        stream: (range) => createReadStream(file, range ? { start: range.start, end: range.end } : {}),
+      };
     },
     async delete(key) {
       await fs.rm(resolve(key), { force: true });

@@ -1,7 +1,8 @@
 import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
-import { DeleteObjectCommand, GetObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
-import type { ResultStorage } from '../../core/ports.ts';
+import { PassThrough, pipeline, type Readable } from 'node:stream';
+import { DeleteObjectCommand, GetObjectCommand, HeadObjectCommand, NoSuchKey, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import type { ByteRange, ResultStorage } from '../../core/ports.ts';
 
 /**
  * Results and uploads in an S3-compatible bucket (AWS S3, MinIO, R2…), through the AWS SDK.
@@ -32,6 +33,34 @@ export function s3Storage(config: S3StorageConfig): ResultStorage & { client: S3
       : {}),
   });
   const key = (k: string) => `${config.prefix ?? ''}${k}`;
+  /**
+   * One GET (of a range, when given) streamed through a PassThrough that the caller owns:
+   * a failed request or a body that breaks off destroys it with the error (never an
+   * unhandled 'error' on the SDK's body), and destroying it (a client gone) aborts the
+   * request and destroys the body, which frees the connection. `If-Match` ties the bytes to
+   * the ETag `open` answered with.
+   */
+  const streamObject = (fullKey: string, etag: string, range?: ByteRange): Readable => {
+    const out = new PassThrough();
+    const abort = new AbortController();
+    out.once('close', () => abort.abort());
+    client
+      .send(
+        new GetObjectCommand({ Bucket: config.bucket, Key: fullKey, ...(etag ? { IfMatch: etag } : {}), ...(range ? { Range: `bytes=${range.start}-${range.end}` } : {}) }),
+        { abortSignal: abort.signal },
+      )
+      .then(
+        (res) => {
+          const body = res.Body as Readable | undefined;
+          if (!body) return out.destroy(new Error(`s3: no body for ${fullKey}`));
+          pipeline(body, out, (err) => {
+            if (err) out.destroy(err);
+          });
+        },
+        (err: Error) => out.destroy(err),
+      );
+    return out;
+  };
   return {
     client,
     async put(k, bytes) {
@@ -58,6 +87,24 @@ export function s3Storage(config: S3StorageConfig): ResultStorage & { client: S3
         if (err instanceof NoSuchKey || (err as { name?: string }).name === 'NoSuchKey') return undefined;
         throw err;
       }
+    },
+    async open(k) {
+      let head;
+      try {
+        head = await client.send(new HeadObjectCommand({ Bucket: config.bucket, Key: key(k) }));
+      } catch (err) {
+        // A HEAD has no body, so no NoSuchKey: the SDK names a 404 NotFound.
+        if ((err as { name?: string }).name === 'NotFound' || (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 404) return undefined;
+        throw err;
+      }
+      const etag = head.ETag ?? '';
+      return {
+        size: head.ContentLength ?? 0,
+        // S3's ETag is strong (an MD5, or the multipart form "…-N"); quoted as HTTP wants it.
+        etag: etag.startsWith('"') ? etag : `"${etag}"`,
+        lastModified: head.LastModified ?? new Date(0),
+        stream: (range) => streamObject(key(k), etag, range),
+      };
     },
     async delete(k) {
       await client.send(new DeleteObjectCommand({ Bucket: config.bucket, Key: key(k) }));

@@ -10,7 +10,10 @@ export async function getFile(deps: { signer: UrlSigner; clock: Clock }, em: Ent
   return fileView(deps, row);
 }
 
-/** The bytes behind a signed file link: the signature is the credential. */
+/**
+ * What a signed file link opens (the signature is the credential): the stored object, to
+ * stream whole or in part, with the type and name it is served under. Nothing is read yet.
+ */
 export async function readFileContent(
   deps: { signer: UrlSigner; clock: Clock; storage: ResultStorage },
   em: EntityManager,
@@ -20,9 +23,9 @@ export async function readFileContent(
 ) {
   deps.signer.verify(id, expires, signature, deps.clock(), 'file');
   const row = await loadFile(em, id);
-  const bytes = row ? await deps.storage.get(row.storage_key) : undefined;
-  if (!row || !bytes) throw notFound('file_not_found', 'This file is no longer stored.');
-  return { bytes, mimeType: row.mime_type, filename: row.filename };
+  const object = row ? await deps.storage.open(row.storage_key) : undefined;
+  if (!row || !object) throw notFound('file_not_found', 'This file is no longer stored.');
+  return { object, mimeType: row.mime_type, filename: row.filename };
 }
 
 /** Reads a file's bytes for a job (the local provider feeds them into its seed). */

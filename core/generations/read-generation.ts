@@ -35,7 +35,10 @@ export async function waitForEnd(deps: { signer: UrlSigner }, em: EntityManager,
   }
 }
 
-/** The result bytes behind a signed link: the signature is the credential. */
+/**
+ * What a signed result link opens (the signature is the credential): the stored result, to
+ * stream whole or in part, with the type and name it is served under. Nothing is read yet.
+ */
 export async function readGenerationOutput(
   deps: { signer: UrlSigner; clock: Clock; storage: ResultStorage },
   em: EntityManager,
@@ -59,7 +62,7 @@ export async function readGenerationOutput(
     if (!retained) throw notFound('result_expired', 'This result was deleted when its retention period ended.');
     throw new CoreError('forbidden', 'This link has expired. Fetch the object again for a fresh link.', { reason: 'url_expired' });
   }
-  const bytes = output && !output.deleted ? await deps.storage.get(output.key) : undefined;
-  if (!output || !bytes) throw notFound(output?.deleted ? 'result_expired' : 'output_not_found', output?.deleted ? 'This result was deleted when its retention period ended.' : 'This result is no longer stored.');
-  return { bytes, mimeType: output.mime_type, filename: output.filename };
+  const object = output && !output.deleted ? await deps.storage.open(output.key) : undefined;
+  if (!output || !object) throw notFound(output?.deleted ? 'result_expired' : 'output_not_found', output?.deleted ? 'This result was deleted when its retention period ended.' : 'This result is no longer stored.');
+  return { object, mimeType: output.mime_type, filename: output.filename };
 }

@@ -5,6 +5,7 @@ import type { CoreDeps } from '../../../core/context.ts';
 import type { SpooledUpload } from '../../../core/files/files.ts';
 import { callApi, publicCaller } from '../caller.ts';
 import { sendError, sendHttpError } from '../errors.ts';
+import { sendStoredObject } from '../download.ts';
 import { spoolUpload, UploadError } from '../multipart.ts';
 import { route } from './route.ts';
 
@@ -46,7 +47,8 @@ export function fileRoutes(deps: CoreDeps, opts: { spoolDir?: string | undefined
       const out = await publicCaller(deps, req).files.content({ id: String(req.params.id), expires: req.query.expires, signature: req.query.signature });
       res.setHeader('Content-Type', out.mimeType);
       res.setHeader('Content-Disposition', `inline; filename="${out.filename.replace(/["\\\r\n]/g, '_')}"`);
-      res.send(Buffer.from(out.bytes));
+      // Streamed from storage, with Range, ETag and HEAD (adapters/rest/download.ts).
+      sendStoredObject(req, res, out.object);
     },
   });
   return router;

@@ -2,6 +2,7 @@ import { Router } from 'express';
 import type { CoreDeps } from '../../../core/context.ts';
 import { callApi, publicCaller } from '../caller.ts';
 import { jsonObject } from '../body.ts';
+import { sendStoredObject } from '../download.ts';
 import { route } from './route.ts';
 
 export function generationRoutes(deps: CoreDeps): Router {
@@ -41,7 +42,8 @@ export function generationRoutes(deps: CoreDeps): Router {
       res.setHeader('Content-Type', out.mimeType);
       res.setHeader('Content-Disposition', `inline; filename="${out.filename}"`);
       res.setHeader('Cache-Control', 'private, max-age=300');
-      res.send(Buffer.from(out.bytes));
+      // Streamed from storage, with Range, ETag and HEAD (adapters/rest/download.ts).
+      sendStoredObject(req, res, out.object);
     },
   });
   return router;
