@@ -51,7 +51,9 @@ export function spoolUpload(req: Request, dir: string, limits: { fileBytes?: num
         defCharset: 'latin1',
         // Fields are held in memory until they end (busboy buffers every field it reports), so few
         // of them: at most 5 × 1 MB for a request, whatever its other parts.
-        limits: { fileSize: fileBytes, fieldSize: fieldFileBytes, files: 1, fields: 5, parts: 20, headerPairs: 20 },
+        // busboy reports 'limit' when a file *reaches* fileSize: one byte more, so that a file of
+        // exactly the limit (50 MB, which the limit allows) is accepted and one byte over is not.
+        limits: { fileSize: fileBytes + 1, fieldSize: fieldFileBytes, files: 1, fields: 5, parts: 20, headerPairs: 20 },
       });
     } catch {
       reject(new UploadError(400, 'invalid_multipart', "Send the file as multipart/form-data in a part named 'file'."));
