@@ -4,12 +4,17 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
-import { freePort, machine, median, percentile, start, stealMeter, type Proc } from './support.ts';
+import { ensureLiteLLM, generateVirtualKey, LITELLM_VERSION, LITELLM_WORKERS, MASTER_KEY, prepareDatabaseMode, startLiteLLM } from './litellm.ts';
+import { freePort, machine, median, percentile, serviceArgs, start, stealMeter, type Proc } from './support.ts';
 
 /**
  * npm run bench:chat — our gateway against a mock upstream that answers at once, beside the
- * mock called directly and the Portkey gateway in front of the same mock. Real billing on
- * every request (reserve, settle, ledger). Several runs; the table shows medians.
+ * mock called directly and, in front of the same mock, the Portkey gateway and LiteLLM Proxy
+ * (bench/litellm.ts: a pinned release in a venv under ~/.cache/mas, one worker) twice: stateless
+ * (master key, no database) and with its PostgreSQL and a virtual key, which is where its spend
+ * tracking lives (skipped, with the reason printed, where its Prisma engines cannot be had).
+ * Real billing on every request through ours (reserve, settle, ledger). Several runs; the
+ * table shows medians.
  *   RUNS (3), DURATION seconds per autocannon run (10), SAMPLES sequential requests for
  *   latency (2000)
  */
@@ -23,6 +28,8 @@ interface Target {
   url: string;
   headers: Record<string, string>;
   proc?: Proc;
+  /** Peak RSS of the whole process tree (a Python server and what it runs), not only the child. */
+  tree?: boolean;
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
@@ -95,7 +102,7 @@ async function main() {
     );
     const port = await freePort();
     const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
-    const ours = start(process.execPath, ['--import', 'tsx', 'main.ts'], env);
+    const ours = start(process.execPath, serviceArgs('main'), env);
     procs.push(ours);
     await ours.waitFor(/listening on/);
     const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
@@ -126,6 +133,43 @@ async function main() {
         proc: portkey,
       },
     ];
+
+    // LiteLLM Proxy, stateless and then with its database. Its absence is reported, not fatal.
+    const say = (line: string) => process.stderr.write(`${line}\n`);
+    const skipped: string[] = [];
+    const liteStateless = 'LiteLLM, stateless';
+    const liteDb = 'LiteLLM, PostgreSQL + virtual key';
+    let venv: string | undefined;
+    try {
+      venv = await ensureLiteLLM(say);
+    } catch (err) {
+      skipped.push(`LiteLLM: not installed (${(err as Error).message})`);
+    }
+    if (venv) {
+      const stateless = await startLiteLLM({ venv, dir: path.join(dataDir, 'litellm-stateless'), mockUrl });
+      procs.push(stateless.proc);
+      targets.push({ name: liteStateless, url: `${stateless.url}/v1/chat/completions`, headers: { authorization: `Bearer ${MASTER_KEY}` }, proc: stateless.proc, tree: true });
+      const dbMode = await prepareDatabaseMode(venv, say);
+      if (!dbMode.ok) skipped.push(`${liteDb}: skipped: ${dbMode.reason}`);
+      else {
+        // A database of its own on the bench's PostgreSQL server (ours is 'mas').
+        const state = JSON.parse(await fs.readFile(path.join(dataDir, 'postgres.json'), 'utf8')) as { password: string };
+        const pgPort = Number((await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[3]);
+        const admin = new pg.Client({ host: '127.0.0.1', port: pgPort, user: 'postgres', password: state.password, database: 'postgres' });
+        await admin.connect();
+        await admin.query('create database litellm');
+        await admin.end();
+        const withDb = await startLiteLLM({
+          venv,
+          dir: path.join(dataDir, 'litellm-db'),
+          mockUrl,
+          databaseUrl: `postgresql://postgres:${encodeURIComponent(state.password)}@127.0.0.1:${pgPort}/litellm`,
+        });
+        procs.push(withDb.proc);
+        const virtualKey = await generateVirtualKey(withDb);
+        targets.push({ name: liteDb, url: `${withDb.url}/v1/chat/completions`, headers: { authorization: `Bearer ${virtualKey}` }, proc: withDb.proc, tree: true });
+      }
+    }
 
     for (const t of targets) await ready(t);
 
@@ -169,6 +213,8 @@ async function main() {
     const med = (xs: number[]) => median(xs);
     const direct = rows['mock, direct']!;
     const fmt = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : 'n/a');
+    const c32 = (name: string) => (rows[name] ? med(rows[name].c32.map((x) => x.rps)) : NaN);
+    const ratio = (name: string) => (rows[name] ? `${fmt(c32('this gateway') / c32(name), 2)}×` : 'n/a (not run: see below)');
     const lines = [
       `Machine: ${machine()}`,
       `Date: ${new Date().toISOString()}; ${RUNS} runs, medians; c=1 latency from ${SAMPLES} sequential keep-alive requests per run, throughput from autocannon (${DURATION} s per run).`,
@@ -181,13 +227,17 @@ async function main() {
         const p99 = med(r.c1.map((x) => x.p99));
         const added50 = p50 - med(direct.c1.map((x) => x.p50));
         const added99 = p99 - med(direct.c1.map((x) => x.p99));
-        return `| ${t.name} | ${fmt(p50)} | ${fmt(p99)} | ${t.proc ? fmt(added50) : '–'} | ${t.proc ? fmt(added99) : '–'} | ${fmt(med(r.rps1), 0)} | ${fmt(med(r.c32.map((x) => x.rps)), 0)} | ${fmt(med(r.c32.map((x) => x.p50)))} | ${fmt(med(r.c32.map((x) => x.p99)))} | ${fmt(med(r.stream.map((x) => x.firstP50)))} / ${fmt(med(r.stream.map((x) => x.firstP99)))} | ${t.proc ? fmt(t.proc.peakRssMiB(), 0) : '–'} |`;
+        return `| ${t.name} | ${fmt(p50)} | ${fmt(p99)} | ${t.proc ? fmt(added50) : '–'} | ${t.proc ? fmt(added99) : '–'} | ${fmt(med(r.rps1), 0)} | ${fmt(med(r.c32.map((x) => x.rps)), 0)} | ${fmt(med(r.c32.map((x) => x.p50)))} | ${fmt(med(r.c32.map((x) => x.p99)))} | ${fmt(med(r.stream.map((x) => x.firstP50)))} / ${fmt(med(r.stream.map((x) => x.firstP99)))} | ${t.proc ? fmt(t.tree ? t.proc.peakTreeRssMiB() : t.proc.peakRssMiB(), 0) : '–'} |`;
       }),
       '',
       `Database round trips (PostgreSQL transactions) per request through this gateway: ${fmt(roundTrips, 2)} one at a time, ${fmt(loadedTrips, 2)} at c=32 (statements of concurrent requests are batched)`,
       ...Object.entries(failures).map(([name, f]) => `Failed requests, ${name}: ${f.count} (first: ${f.sample || 'connection errors'})`),
       `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
-      `This gateway / Portkey requests per second at c=32: ${fmt(med(rows['this gateway']!.c32.map((x) => x.rps)) / med(rows['Portkey gateway']!.c32.map((x) => x.rps)), 2)}×`,
+      `This gateway / Portkey requests per second at c=32: ${ratio('Portkey gateway')}`,
+      `This gateway / LiteLLM (stateless) requests per second at c=32: ${ratio(liteStateless)}`,
+      `This gateway / LiteLLM (PostgreSQL + virtual key) requests per second at c=32: ${ratio(liteDb)}`,
+      `LiteLLM Proxy ${LITELLM_VERSION}: \`litellm --config … --num_workers ${LITELLM_WORKERS}\` (one worker, as our gateway is one process; LiteLLM recommends one worker per CPU core), LITELLM_MODE=PRODUCTION, LITELLM_LOG=ERROR, no callbacks, telemetry off, local model cost map; its peak RSS is its whole process tree (the sum of each process's peak).`,
+      ...skipped,
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
   } catch (err) {

@@ -11,6 +11,12 @@ export interface Proc {
   waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
   /** Peak resident memory (VmHWM) so far, in MiB. */
   peakRssMiB(): number;
+  /**
+   * The process and every descendant still running (a Python server's workers, a database
+   * engine it runs as a subprocess): the sum of their peak resident memories (VmHWM), in MiB.
+   * A sum of peaks, so at most a little above the tree's true peak.
+   */
+  peakTreeRssMiB(): number;
   stop(): Promise<void>;
 }
 
@@ -38,12 +44,11 @@ export function start(command: string, args: string[], env: Record<string, strin
       });
     },
     peakRssMiB() {
-      try {
-        const status = fs.readFileSync(`/proc/${child.pid}/status`, 'utf8');
-        return Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024;
-      } catch {
-        return NaN;
-      }
+      return child.pid === undefined ? NaN : vmHwmKiB(child.pid) / 1024;
+    },
+    peakTreeRssMiB() {
+      if (child.pid === undefined) return NaN;
+      return processTree(child.pid).reduce((sum, pid) => sum + (vmHwmKiB(pid) || 0), 0) / 1024;
     },
     async stop() {
       if (child.exitCode !== null) return;
@@ -51,6 +56,36 @@ export function start(command: string, args: string[], env: Record<string, strin
       await new Promise((r) => child.once('exit', r));
     },
   };
+}
+
+/** A process's VmHWM in KiB (NaN when it is gone). */
+function vmHwmKiB(pid: number): number {
+  try {
+    return Number(/VmHWM:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
+  } catch {
+    return NaN;
+  }
+}
+
+/** pid and its running descendants, from /proc/<pid>/stat's parent field. */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // The command name (field 2) is in parentheses and may hold spaces: read after its last ')'.
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const list = children.get(ppid) ?? [];
+      list.push(Number(entry));
+      children.set(ppid, list);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const tree = [pid];
+  for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i]!) ?? []));
+  return tree;
 }
 
 export { freePort } from '../adapters/embedded/postgres.ts';

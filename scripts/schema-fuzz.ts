@@ -1,8 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { ensurePythonVenv } from './support/python-venv.ts';
 import { killLeftoversOnExit, positiveInt as envInt, printServerErrors, root, sayer, startServer, stopServer, type Server } from './support/server.ts';
 
 /**
@@ -31,32 +31,18 @@ const venv = process.env.SCHEMATHESIS_VENV || path.join(os.homedir(), '.cache', 
 const say = sayer('schema-fuzz');
 const positiveInt = (name: string, fallback?: number) => envInt(say, name, fallback);
 
-/**
- * The venv's schemathesis, installed from PyPI on first use. A venv cannot be moved (its scripts
- * name their interpreter by absolute path), so it is built in place and marked complete only
- * once pip has succeeded; an unmarked one (an interrupted install) is built again.
- */
+/** The venv's schemathesis, installed from PyPI on first use (scripts/support/python-venv.ts). */
 async function ensureSchemathesis(): Promise<string> {
-  const bin = path.join(venv, 'bin', 'schemathesis');
-  const marker = path.join(venv, '.mas-complete');
-  if (existsSync(marker) && spawnSync(bin, ['--version'], { encoding: 'utf8' }).stdout?.includes(SCHEMATHESIS_VERSION)) return bin;
-  say(`installing schemathesis ${SCHEMATHESIS_VERSION} into ${venv} (first time only)`);
-  await fs.rm(venv, { recursive: true, force: true });
-  await fs.mkdir(path.dirname(venv), { recursive: true });
-  const python = process.env.PYTHON || 'python3';
-  const steps: [string, string[]][] = [
-    [python, ['-m', 'venv', venv]],
-    [path.join(venv, 'bin', 'python'), ['-m', 'pip', 'install', '--quiet', '--disable-pip-version-check', `schemathesis==${SCHEMATHESIS_VERSION}`]],
-  ];
-  for (const [cmd, args] of steps) {
-    const r = spawnSync(cmd, args, { stdio: ['ignore', 'inherit', 'inherit'] });
-    if (r.status !== 0) {
-      await fs.rm(venv, { recursive: true, force: true });
-      throw new Error(`${cmd} ${args.join(' ')} failed (${r.error?.message ?? `exit ${r.status}`})`);
-    }
-  }
-  await fs.writeFile(marker, `${SCHEMATHESIS_VERSION}\n`);
-  return bin;
+  const bin = (dir: string) => path.join(dir, 'bin', 'schemathesis');
+  const dir = await ensurePythonVenv({
+    dir: venv,
+    name: 'schemathesis',
+    version: SCHEMATHESIS_VERSION,
+    installs: [[`schemathesis==${SCHEMATHESIS_VERSION}`]],
+    say,
+    works: (d) => spawnSync(bin(d), ['--version'], { encoding: 'utf8' }).stdout?.includes(SCHEMATHESIS_VERSION) ?? false,
+  });
+  return bin(dir);
 }
 
 async function main(): Promise<number> {
