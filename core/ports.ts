@@ -147,6 +147,12 @@ export interface UrlGuard {
   check(url: string): Promise<void>;
   /** GETs a URL's bytes over a connection that applies the same check. */
   fetch(url: string, init?: { maxBytes?: number; timeoutMs?: number }): Promise<Uint8Array>;
+  /**
+   * GETs a URL's bytes into the file `target` (created with mode 0600), streamed and hashed on
+   * the way, over the same guarded connection: for uploads by URL, which must not hold up to
+   * 50 MB in memory. Over `maxBytes`, a redirect or an HTTP error: rejects, and no file is left.
+   */
+  download(url: string, target: string, init?: { maxBytes?: number; timeoutMs?: number }): Promise<{ bytes: number; sha256: string }>;
 }
 
 /** Sends a job's webhook: POSTs to a public URL (checked again at connect time); returns the HTTP status. */

@@ -1,7 +1,12 @@
+import { createHash } from 'node:crypto';
 import dns from 'node:dns';
+import { createWriteStream, type WriteStream } from 'node:fs';
+import fs from 'node:fs/promises';
 import http from 'node:http';
 import https from 'node:https';
 import net, { BlockList } from 'node:net';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import type { UrlGuard } from '../../core/ports.ts';
 
 /**
@@ -133,6 +138,62 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
     });
   };
 
+  /**
+   * One guarded GET streamed into `target`, counted and hashed on the way; nothing of it is
+   * held in memory. Any failure (the request, the limit, a redirect, an HTTP error, the disk)
+   * destroys the request and removes the partial file before rejecting.
+   */
+  const download = (raw: string, target: string, init: { maxBytes?: number | undefined; timeoutMs?: number | undefined }) => {
+    const url = parse(raw);
+    const host = url.hostname.replace(/^\[|\]$/g, '');
+    if (net.isIP(host) && isPrivateAddress(host) && !isAllowed(host)) return Promise.reject(new Error('the address is private, loopback or link-local'));
+    const maxBytes = init.maxBytes ?? 50 * 1024 * 1024;
+    const client = url.protocol === 'https:' ? https : http;
+    return new Promise<{ bytes: number; sha256: string }>((resolve, reject) => {
+      let settled = false;
+      let sink: WriteStream | undefined;
+      const fail = (err: Error) => {
+        if (settled) return;
+        settled = true;
+        req.destroy();
+        // The file may still be opening: remove it once it is closed (so it exists, if it ever will).
+        const closed = !sink || sink.closed ? Promise.resolve() : new Promise<void>((r) => sink!.once('close', () => r()));
+        void closed
+          .then(() => fs.rm(target, { force: true }))
+          .catch(() => undefined)
+          .finally(() => reject(err));
+      };
+      const req = client.request(url, { method: 'GET', lookup: guardedLookup, timeout: init.timeoutMs ?? 30_000 }, (res) => {
+        const status = res.statusCode ?? 0;
+        // Redirects are not followed (their target would escape this check), nor taken as content.
+        if (status >= 300 && status < 400) return fail(new Error(`the URL answered HTTP ${status} (a redirect: redirects are not followed)`));
+        if (status >= 400) return fail(new Error(`the URL answered HTTP ${status}`));
+        const hash = createHash('sha256');
+        let bytes = 0;
+        const count = new Transform({
+          transform(chunk: Buffer, _enc, done) {
+            bytes += chunk.length;
+            if (bytes > maxBytes) return done(new Error(`the answer is larger than ${maxBytes} bytes`));
+            hash.update(chunk);
+            done(null, chunk);
+          },
+        });
+        sink = createWriteStream(target, { mode: 0o600 });
+        pipeline(res, count, sink).then(
+          () => {
+            if (settled) return;
+            settled = true;
+            resolve({ bytes, sha256: hash.digest('hex') });
+          },
+          (err: Error) => fail(err),
+        );
+      });
+      req.on('timeout', () => req.destroy(new Error('the URL did not answer in time')));
+      req.on('error', fail);
+      req.end();
+    });
+  };
+
   return {
     async check(raw) {
       const url = parse(raw);
@@ -157,6 +218,10 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
       if (res.status >= 300 && res.status < 400) throw new Error(`the URL answered HTTP ${res.status} (a redirect: redirects are not followed)`);
       if (res.status >= 400) throw new Error(`the URL answered HTTP ${res.status}`);
       return res.body;
+    },
+
+    download(raw, target, init = {}) {
+      return download(raw, target, { maxBytes: init.maxBytes, timeoutMs: init.timeoutMs });
     },
 
     async post(raw, body, headers, timeoutMs = 10_000) {

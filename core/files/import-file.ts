@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -23,7 +22,8 @@ const FETCH_TIMEOUT_MS = 60_000;
 /**
  * Uploads the file at a public URL, for callers that cannot send multipart (AI agents): the
  * bytes are fetched through the URL guard (no private, loopback or link-local address, checked
- * again at connect time; no redirects), up to the upload limit, then stored as an upload.
+ * again at connect time; no redirects), up to the upload limit, streamed to a temporary file,
+ * then stored as an upload.
  */
 export async function importFile(
   deps: { urlGuard: UrlGuard; storage: ResultStorage; signer: UrlSigner; clock: Clock },
@@ -31,15 +31,14 @@ export async function importFile(
   principal: SpendingPrincipal,
   input: z.output<typeof importFileInput>,
 ) {
-  const bytes = await deps.urlGuard.fetch(input.url, { maxBytes: MAX_UPLOAD_BYTES, timeoutMs: FETCH_TIMEOUT_MS }).catch((err: unknown) => {
-    throw invalid('url', `Invalid value for 'url': ${(err as Error).message}.`, 'invalid_url');
-  });
+  // Streamed to a temporary file and hashed on the way, like a multipart upload: never held in memory.
   const file = path.join(os.tmpdir(), `import-${randomBytes(8).toString('hex')}`);
-  await fs.writeFile(file, bytes, { mode: 0o600 });
   try {
+    const { bytes, sha256 } = await deps.urlGuard.download(input.url, file, { maxBytes: MAX_UPLOAD_BYTES, timeoutMs: FETCH_TIMEOUT_MS }).catch((err: unknown) => {
+      throw invalid('url', `Invalid value for 'url': ${(err as Error).message}.`, 'invalid_url');
+    });
     const filename = input.filename ?? (decodeURIComponent(new URL(input.url).pathname.split('/').pop() ?? '') || 'upload').slice(0, 255);
-    const sha256 = createHash('sha256').update(bytes).digest('hex');
-    return await createFile(deps, em, principal, { path: file, filename, bytes: bytes.length, sha256 }, input.idempotency_key);
+    return await createFile(deps, em, principal, { path: file, filename, bytes, sha256 }, input.idempotency_key);
   } finally {
     await fs.rm(file, { force: true });
   }

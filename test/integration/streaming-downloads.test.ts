@@ -7,6 +7,8 @@ import type { Readable } from 'node:stream';
 import S3rver from 's3rver';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { s3Storage } from '../../adapters/storage/s3.ts';
+import { createContext } from '../../core/context.ts';
+import { createCaller } from '../../core/router.ts';
 import type { ResultStorage, StoredObject } from '../../core/ports.ts';
 import { makeAccount, makeKey } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
@@ -410,3 +412,37 @@ describe('a job result link', () => {
     expect((await request(url, { range: 'bytes=999999999-' })).status).toBe(416);
   });
 });
+
+describe('an upload by URL (MCP upload_file with url: files.import)', () => {
+  it('streams the fetched file to disk while hashing it: 50 MB arrive intact; over the limit, a redirect or an error leave no temporary file', async () => {
+    const big = randomBytes(50 * MB);
+    const source = http.createServer((req, res) => {
+      if (req.url === '/big.bin') return void res.end(big);
+      if (req.url === '/too-big.bin') {
+        res.write(big);
+        return void res.end(randomBytes(10));
+      }
+      if (req.url === '/moved') return void res.writeHead(302, { location: 'http://127.0.0.1:1/' }).end();
+      res.writeHead(500).end('broken');
+    });
+    await new Promise<void>((r) => source.listen(0, '127.0.0.1', () => r()));
+    const at = (p: string) => `http://127.0.0.1:${(source.address() as { port: number }).port}${p}`;
+    const core = createCaller(createContext(h.deps, { kind: 'bearer', token: key }));
+    const leftovers = async () => (await fs.readdir(os.tmpdir())).filter((f) => f.startsWith('import-'));
+    const before = await leftovers();
+    try {
+      const { file } = await core.files.import({ url: at('/big.bin') });
+      expect(file.bytes).toBe(50 * MB);
+      const res = await hashDownload(`${h.base}${new URL(file.url).pathname}${new URL(file.url).search}`);
+      expect(res.sha256).toBe(sha(big));
+      for (const [p, message] of [['/too-big.bin', /larger than/], ['/moved', /redirect/], ['/error', /HTTP 500/]] as const) {
+        await expect(core.files.import({ url: at(p) }), p).rejects.toThrow(message);
+      }
+      await vi.waitFor(async () => expect(await leftovers()).toEqual(before));
+    } finally {
+      source.closeAllConnections();
+      await new Promise((r) => source.close(r));
+    }
+  });
+});
+
