@@ -1,25 +1,31 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
-import { createHttpApp } from '../adapters/http/app.ts';
+import { createHttpApp, lazyAdapter } from '../adapters/http/app.ts';
 import { listen } from '../adapters/http/server.ts';
-import { mcpAdapter } from '../adapters/mcp/mcp.ts';
 import { oauthAdapter } from '../adapters/mcp/oauth.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
 import { browserKit } from '../adapters/http/browser.ts';
 import { webAdapter } from '../adapters/web/web.ts';
 import { adminPagesAdapter } from '../adapters/web/admin/admin.ts';
-import { graphqlAdapter } from '../adapters/graphql/graphql.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
-import { startWorker } from '../workflows/worker.ts';
 import { openRuntime } from './compose.ts';
 import type { Env } from './env.ts';
 import { ensureSchedules } from './temporal.ts';
+import { startWorkerProcess } from './worker-process.ts';
 
-const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+/** The service's version, from the package.json above this file (config/ in the sources, dist/config/ when built). */
+function packageVersion(): string {
+  for (let dir = import.meta.dirname; ; dir = path.dirname(dir)) {
+    const file = path.join(dir, 'package.json');
+    if (existsSync(file)) return (JSON.parse(readFileSync(file, 'utf8')) as { version: string }).version;
+    if (path.dirname(dir) === dir) return '0.0.0';
+  }
+}
+const VERSION = packageVersion();
 
 export interface RunningService {
   server: Server;
@@ -62,8 +68,9 @@ export async function startService(
     if (demo) opts.onDemoKey?.(demo.key, `${env.PUBLIC_BASE_URL}/login/link?token=${encodeURIComponent(demo.loginToken)}`);
     await ensureSchedules(temporal.client, env);
   }
+  // The worker runs as a process of its own (config/worker-process.ts), on the servers this one opened.
   const worker = role === 'all' && env.RUN_WORKER
-    ? await startWorker({ deps, address: temporal.address, namespace: temporal.namespace, logger, taskQueue: env.TEMPORAL_TASK_QUEUE, shutdownGraceSeconds: env.SHUTDOWN_TIMEOUT_SECONDS })
+    ? startWorkerProcess({ env: { DATABASE_URL: runtime.databaseUrl, TEMPORAL_ADDRESS: temporal.address, TEMPORAL_NAMESPACE: temporal.namespace }, logger })
     : undefined;
   if (temporal.uiUrl) opts.onTemporalUi?.(temporal.uiUrl);
 
@@ -80,11 +87,14 @@ export async function startService(
     isDraining: () => draining,
     // Each HTTP adapter is one line here; more specific paths first.
     adapters: [
-      mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
+      // The MCP server and the admin API load on their first request (lazyAdapter: memory an instance nobody calls them on never pays).
+      lazyAdapter('/api/v1/mcp', async () =>
+        (await import('../adapters/mcp/mcp.ts')).mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
+      ),
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, uploadSpoolDir }),
       // The OAuth authorization server and metadata for MCP clients (its consent page is one of the account pages).
       oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, windowLimiter: (w) => deps.limiters.window(w) }),
-      graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace }),
+      lazyAdapter('/admin/graphql', async () => (await import('../adapters/graphql/graphql.ts')).graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace })),
       // The admin pages (/admin), after the admin API's /admin/graphql and before the account pages.
       adminPagesAdapter(deps, { kit, logger, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } }),
       // The account pages at the root, last: they answer every path no other adapter has.
@@ -107,7 +117,7 @@ export async function startService(
       }
       logger.info('shutting down: no new connections, finishing requests in flight');
       await http.drain();
-      await worker?.shutdown();
+      await worker?.stop();
       await runtime.close();
       logger.info('stopped');
     })());

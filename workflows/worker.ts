@@ -1,11 +1,20 @@
-import { createRequire } from 'node:module';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Logger } from 'pino';
 import type { CoreDeps } from '../core/context.ts';
 import { createActivities } from './activities.ts';
 import { TASK_QUEUE } from './shared.ts';
 
-const require = createRequire(import.meta.url);
+/**
+ * The workflow code: the bundle `npm run build` made (dist/workflows/bundle.js, beside this
+ * file when it runs from dist/), or else the sources, bundled by webpack at start (tests, tsx).
+ */
+function workflowCode(): { workflowBundle: { codePath: string } } | { workflowsPath: string } {
+  const bundle = fileURLToPath(new URL('./bundle.js', import.meta.url));
+  if (existsSync(bundle)) return { workflowBundle: { codePath: bundle } };
+  return { workflowsPath: fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './index.ts' : './index.js', import.meta.url)) };
+}
 
 export interface RunningWorker {
   /** Resolves when the worker has stopped. */
@@ -31,7 +40,7 @@ export async function startWorker(opts: {
     connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue ?? TASK_QUEUE,
-    workflowsPath: require.resolve('./index.ts'),
+    ...workflowCode(),
     activities: createActivities(opts.deps),
     shutdownGraceTime: `${opts.shutdownGraceSeconds ?? 0}s`,
   });

@@ -8,6 +8,7 @@ import { startEmbeddedTemporal, type EmbeddedTemporal } from '../../adapters/emb
 import { createLogger } from '../../config/logger.ts';
 import { migrate, openOrm } from '../../core/orm.ts';
 import { SEARCH_ATTRIBUTES } from '../../workflows/shared.ts';
+import { build, buildIsStale } from '../../scripts/build.ts';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -30,6 +31,9 @@ let forgetExit: (() => void) | undefined;
  * the test database and applies the migrations once; starts a Temporal dev server.
  */
 export async function setup(project: TestProject): Promise<void> {
+  // The tests that run `npm start` run the built JavaScript, as production does: built again
+  // here (beside the servers' start-up) when a source is newer than dist/.
+  const built = buildIsStale().then((stale) => (stale ? build() : undefined));
   dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-test-'));
   forgetExit = stopServersOnExit(dataDir);
   const logger = createLogger('warn', process.stderr);
@@ -43,6 +47,7 @@ export async function setup(project: TestProject): Promise<void> {
   temporal = await startEmbeddedTemporal({ dataDir: path.join(dataDir, 'data'), logger, searchAttributes: Object.values(SEARCH_ATTRIBUTES).map((k) => k.name) });
   project.provide('temporalUiUrl', temporal.uiUrl);
   project.provide('temporalAddress', temporal.address);
+  await built;
 }
 
 export async function teardown(): Promise<void> {
