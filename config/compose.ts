@@ -112,6 +112,8 @@ export interface Runtime {
   temporal: TemporalHandle | undefined;
   /** True when this process uses the embedded PostgreSQL. */
   embeddedDatabase: boolean;
+  /** The database's connection URL (it holds the password: never log it). */
+  databaseUrl: string;
   /** Keys the browser pages' CSRF tokens: derived from the signing secret, so every instance shares it. */
   csrfSecret: string;
   close(): Promise<void>;
@@ -143,6 +145,7 @@ export async function openRuntime(
     deps,
     temporal,
     embeddedDatabase: db.embedded,
+    databaseUrl: db.url,
     csrfSecret: createHmac('sha256', signingSecret).update('csrf').digest('base64url'),
     async close() {
       await feed?.close();

@@ -18,6 +18,8 @@ import type { Logger } from 'pino';
  *   every half second): its parent gone, npm gone, or the shell in between woken while it
  *   only waits for us (it was signalled) all run the same graceful stop. Started directly
  *   with `node`, nothing is watched: a process whose parent exits is left alone.
+ * - Started by another process of the service with an IPC channel (`npm start`'s worker): the
+ *   channel closing (that process ended, even by SIGKILL) runs the graceful stop.
  * - An uncaught exception: logged (fatal), graceful stop, exit 1; the process does not go on
  *   in an unknown state. Before the stop is set (during start-up), there is nothing to stop
  *   gracefully: exit 1 at once.
@@ -99,6 +101,17 @@ export function manageProcessLifecycle(logger: Logger, opts: LifecycleOptions = 
   });
 
   watchLauncher(logger, opts.pollMs ?? 500, (reason) => shutdown(reason));
+  // Started by another process of this service with an IPC channel (`npm start`'s worker,
+  // config/worker-process.ts): the channel closes when that process is gone, however it ended.
+  // It may have closed already, while this process was still loading its modules.
+  if (typeof process.send === 'function') {
+    const gone = () => shutdown('the process that started this one is gone');
+    if (!process.connected) gone();
+    else {
+      process.channel?.unref();
+      process.once('disconnect', gone);
+    }
+  }
 
   return {
     setStop(fn) {

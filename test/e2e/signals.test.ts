@@ -55,14 +55,16 @@ async function npmRunWorker(): Promise<Spawned> {
 }
 
 const find = (pattern: RegExp) => processesOfDataDir(dataDir).filter((p) => pattern.test(p.cmd));
-const API = /^node .*main\.ts/;
-const WORKER = /^node .*worker\.ts/;
+// `npm start` runs the built JavaScript (dist/main.js), which runs its worker as a child (dist/worker.js).
+const API = /^(\S*\/)?node .*main\.(js|ts)/;
+const WORKER = /^(\S*\/)?node .*worker\.(js|ts)/;
 const POSTMASTER = /postgres -D /;
 const TEMPORAL = /temporal server start-dev/;
 
-/** The API process, PostgreSQL and the Temporal dev server of this DATA_DIR run. */
+/** The API process, its worker process, PostgreSQL and the Temporal dev server of this DATA_DIR run. */
 function expectRunning(): void {
   expect(find(API)).toHaveLength(1);
+  expect(find(WORKER)).toHaveLength(1);
   expect(find(POSTMASTER)).toHaveLength(1);
   expect(find(TEMPORAL)).toHaveLength(1);
 }
@@ -102,6 +104,8 @@ describe.runIf(process.platform === 'linux')('stopping `npm start`', () => {
     process.kill(api!.pid, 'SIGKILL');
     await first.npm.exited;
     await vi.waitFor(() => expect(find(API)).toEqual([]), { timeout: 10_000 });
+    // Its worker process saw it go (the IPC channel closed) and stopped too.
+    await vi.waitFor(() => expect(find(WORKER)).toEqual([]), { timeout: 60_000, interval: 250 });
     // Left running by the crash, for the next start to adopt.
     expect(isRunning(postmaster)).toBe(true);
     expect(isRunning(temporal)).toBe(true);
@@ -122,7 +126,8 @@ describe.runIf(process.platform === 'linux')('stopping `npm start`', () => {
     const api = await npmStart();
     const worker = await npmRunWorker();
     expect(worker.output()).toContain('attached to the running embedded Temporal dev server');
-    expect(find(WORKER)).toHaveLength(1);
+    // npm start's own worker process and this one.
+    expect(find(WORKER)).toHaveLength(2);
 
     api.npm.child.kill('SIGTERM');
     await vi.waitFor(() => expect(find(API)).toEqual([]), { timeout: 60_000, interval: 250 });

@@ -1,0 +1,60 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { Logger } from 'pino';
+
+/**
+ * `npm start`'s Temporal worker, run as a process of its own (worker.ts, the same program as
+ * `npm run worker`): its workflow code, V8 isolates and the SDK's native core take their
+ * memory apart from the API's, and a worker that dies does not take the API with it.
+ *
+ * The child gets the servers this process opened (the embedded PostgreSQL and Temporal dev
+ * server, or the external ones) through DATABASE_URL and TEMPORAL_ADDRESS, and an IPC channel
+ * whose closing tells it that this process is gone, even killed with SIGKILL
+ * (config/process-lifecycle.ts): it then stops too. A worker that exits on its own is started
+ * again after a second, and the exit is logged.
+ */
+export interface WorkerProcess {
+  /** SIGTERM, then waits for the worker to finish its activities in flight and exit. */
+  stop(): Promise<void>;
+}
+
+/** How the worker entry point is run: the built JavaScript beside this file, or the TypeScript sources through tsx. */
+export function workerCommand(): string[] {
+  const fromSources = import.meta.url.endsWith('.ts');
+  const entry = fileURLToPath(new URL(fromSources ? '../worker.ts' : '../worker.js', import.meta.url));
+  return fromSources ? ['--import', 'tsx', entry] : [entry];
+}
+
+export function startWorkerProcess(opts: { env: Record<string, string>; logger: Logger; restartDelayMs?: number }): WorkerProcess {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env };
+  // The child is ours, not npm's: it watches the IPC channel, not npm's chain of processes.
+  delete env.npm_lifecycle_event;
+  let child: ChildProcess | undefined;
+  let stopping = false;
+  let restart: NodeJS.Timeout | undefined;
+
+  const run = () => {
+    const started = spawn(process.execPath, workerCommand(), { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    child = started;
+    started.once('exit', (code, signal) => {
+      child = undefined;
+      if (stopping) return;
+      opts.logger.error({ code, signal }, 'the worker process exited: starting it again');
+      restart = setTimeout(run, opts.restartDelayMs ?? 1000);
+    });
+    started.on('error', (err) => opts.logger.error({ err }, 'could not start the worker process'));
+  };
+  run();
+
+  return {
+    async stop() {
+      stopping = true;
+      clearTimeout(restart);
+      const running = child;
+      if (!running || running.exitCode !== null || running.signalCode !== null) return;
+      const exited = new Promise((resolve) => running.once('exit', resolve));
+      running.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
