@@ -16,6 +16,31 @@ export interface HttpAdapter {
   router: Router;
 }
 
+/**
+ * An adapter whose code is imported on its first request (the MCP server, the admin API):
+ * their libraries (the MCP SDK; graphql, yoga and the Pothos schema) take memory that an
+ * instance nobody calls them on never pays. A failed load answers that request with the
+ * error and is tried again on the next.
+ */
+export function lazyAdapter(path: string, load: () => Promise<HttpAdapter>): HttpAdapter {
+  let loading: Promise<Router> | undefined;
+  const router = express.Router();
+  router.use((req, res, next) => {
+    loading ??= load().then((adapter) => {
+      if (adapter.path !== path) throw new Error(`lazy adapter for ${path} loaded one for ${adapter.path}`);
+      return adapter.router;
+    });
+    loading.then(
+      (loaded) => loaded(req, res, next),
+      (err: unknown) => {
+        loading = undefined;
+        next(err);
+      },
+    );
+  });
+  return { path, router };
+}
+
 export interface HttpAppOptions {
   deps: CoreDeps;
   logger: Logger;

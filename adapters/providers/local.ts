@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { decode, encode } from 'gpt-tokenizer/encoding/o200k_base';
+import { o200k } from '../../core/chat/tokenizer.ts';
 import type { ChatProvider, ProviderChatRequest, ProviderEvent } from '../../core/ports.ts';
 
 /**
@@ -23,12 +23,12 @@ export function localProvider(): ChatProvider {
     async *stream(request: ProviderChatRequest, signal: AbortSignal): AsyncGenerator<ProviderEvent> {
       const delayMs = request.model === 'echo-slow' ? 50 : 0;
       const { text, finishReason } = answer(request);
-      const tokens = encode(text, { disallowedSpecial: new Set() });
+      const tokens = o200k().encode(text, { disallowedSpecial: new Set() });
       // Stream a few tokens per chunk, as real upstreams do.
       for (let i = 0; i < tokens.length; i += 4) {
         if (signal.aborted) throw signal.reason ?? new Error('aborted');
         if (delayMs) await new Promise((r) => setTimeout(r, delayMs));
-        yield { type: 'delta', content: decode(tokens.slice(i, i + 4)) };
+        yield { type: 'delta', content: o200k().decode(tokens.slice(i, i + 4)) };
       }
       yield { type: 'finish', reason: finishReason };
       // The prompt is not counted again here: core's own count (bounded in time) is billed.
@@ -44,7 +44,7 @@ function answer(request: ProviderChatRequest): { text: string; finishReason: 'st
   const words = [`You said: "${lastUser.slice(0, 200)}".`];
   for (let i = 0; i < wanted; i++) words.push(WORDS[seed[(i % 31) + 1]! % WORDS.length]!);
   const full = `${words.join(' ')}.`;
-  const tokens = encode(full, { disallowedSpecial: new Set() });
+  const tokens = o200k().encode(full, { disallowedSpecial: new Set() });
   if (tokens.length <= request.maxTokens) return { text: full, finishReason: 'stop' };
-  return { text: decode(tokens.slice(0, request.maxTokens)), finishReason: 'length' };
+  return { text: o200k().decode(tokens.slice(0, request.maxTokens)), finishReason: 'length' };
 }

@@ -1,5 +1,5 @@
-import { countTokens as countO200k } from 'gpt-tokenizer/encoding/o200k_base';
 import type { ChatMessage } from './schema.ts';
+import { o200k } from './tokenizer.ts';
 
 /**
  * Token counts with a real tokenizer (o200k_base, the encoding of current OpenAI models).
@@ -62,11 +62,11 @@ export const BLIND_CUT_MARGIN = 3;
 const YIELD_AFTER_MS = 4;
 
 export function countTextTokens(text: string): number {
-  if (text.length <= MAX_PIECE) return text.length === 0 ? 0 : countO200k(text, PLAIN);
+  if (text.length <= MAX_PIECE) return text.length === 0 ? 0 : o200k().countTokens(text, PLAIN);
   let total = 0;
   for (let start = 0; start < text.length; ) {
     const cut = nextCut(text, start, MAX_PIECE);
-    total += countO200k(text.slice(start, cut.end), PLAIN) + (cut.exact ? 0 : BLIND_CUT_MARGIN);
+    total += o200k().countTokens(text.slice(start, cut.end), PLAIN) + (cut.exact ? 0 : BLIND_CUT_MARGIN);
     start = cut.end;
   }
   return total;
@@ -98,7 +98,7 @@ export async function countChatTokensAsync(messages: Message[], opts: { stopAbov
     const text = m.content;
     for (let start = 0; start < text.length; ) {
       const cut = nextCut(text, start, MAX_PIECE);
-      total += countO200k(start === 0 && cut.end === text.length ? text : text.slice(start, cut.end), PLAIN) + (cut.exact ? 0 : BLIND_CUT_MARGIN);
+      total += o200k().countTokens(start === 0 && cut.end === text.length ? text : text.slice(start, cut.end), PLAIN) + (cut.exact ? 0 : BLIND_CUT_MARGIN);
       start = cut.end;
       if (total > stopAbove) return total;
       if (performance.now() - lastBreak >= YIELD_AFTER_MS) {
