@@ -95,5 +95,5 @@ function ifRangeHolds(req: Request, object: StoredObject): boolean {
 }
 
 function isClientGone(err: NodeJS.ErrnoException, res: Response): boolean {
-  return err.code === 'ERR_STREAM_PREMATURE_CLOSE' || res.destroyed && !res.writableFinished && err.code === 'ECONNRESET';
+  return err.code === 'ERR_STREAM_PREMATURE_CLOSE' || (res.destroyed && !res.writableFinished && err.code === 'ECONNRESET');
 }
