@@ -4,11 +4,13 @@ import path from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import proto from '@temporalio/proto';
 import pg from 'pg';
-import { freePort, machine, median, percentile, start, stealMeter, type Proc } from './support.ts';
+import fsSync from 'node:fs';
+import { freePort, machine, median, percentile, processTree, serviceArgs, start, stealMeter, type Proc } from './support.ts';
 
 /**
  * npm run bench:generations — media jobs on the `local` provider with no artificial delay,
- * end to end through the API, the embedded Temporal dev server and the in-process worker.
+ * end to end through the API, the embedded Temporal dev server and the worker process
+ * (`npm start`'s child), as production runs them (the built JavaScript when there is one).
  *
  * Two phases per run, each on fresh jobs:
  * - throughput: JOBS jobs in lanes (5 per key, the per-key limit, over KEYS keys, so 50 in
@@ -19,13 +21,13 @@ import { freePort, machine, median, percentile, start, stealMeter, type Proc } f
  * Submit-to-succeeded times come from the database (`completed_at - created_at`), so they do
  * not include the client's own waiting. RUNS runs (each a fresh server and data directory);
  * the table shows each run and the medians.
- *   RUNS (3), JOBS (400), KEYS (10), RATE (20), RATE_JOBS (300), SERVER_NODE_FLAGS (e.g. --cpu-prof)
+ *   RUNS (3), JOBS (400), KEYS (10), RATE (50), RATE_JOBS (500), SERVER_NODE_FLAGS (e.g. --cpu-prof)
  */
 const RUNS = Number(process.env.RUNS ?? 3);
 const JOBS = Number(process.env.JOBS ?? 400);
 const KEYS = Number(process.env.KEYS ?? 10);
-const RATE = Number(process.env.RATE ?? 20);
-const RATE_JOBS = Number(process.env.RATE_JOBS ?? 300);
+const RATE = Number(process.env.RATE ?? 50);
+const RATE_JOBS = Number(process.env.RATE_JOBS ?? 500);
 
 interface RunResult {
   throughput: { jobs: number; succeeded: number; jobsPerSecond: number; p50: number; p99: number };
@@ -33,6 +35,8 @@ interface RunResult {
   historyEvents: number;
   historyTypes: string;
   peakRssMiB: number;
+  /** The worker process's (npm start runs it as a child of the API process). */
+  workerPeakRssMiB: number;
 }
 
 async function run(): Promise<RunResult> {
@@ -42,7 +46,7 @@ async function run(): Promise<RunResult> {
     const port = await freePort();
     const env = { DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0' };
     const flags = (process.env.SERVER_NODE_FLAGS ?? '').split(' ').filter(Boolean);
-    const server = start(process.execPath, [...flags, '--import', 'tsx', 'main.ts'], env);
+    const server = start(process.execPath, [...flags, ...serviceArgs('main')], env);
     procs.push(server);
     await server.waitFor(/listening on/);
     const cli = async (...args: string[]) => {
@@ -169,11 +173,25 @@ async function run(): Promise<RunResult> {
       historyEvents: events.length,
       historyTypes: [...types].map(([k, v]) => `${k} ×${v}`).join(', '),
       peakRssMiB: server.peakRssMiB(),
+      workerPeakRssMiB: workerPeakMiB(server),
     };
   } finally {
     for (const p of procs.reverse()) await p.stop();
     await fs.rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
   }
+}
+
+/** Peak RSS (VmHWM) of the server's worker child process, in MiB. */
+function workerPeakMiB(server: Proc): number {
+  for (const pid of processTree(server.child.pid!)) {
+    try {
+      if (!/worker\.(js|ts)/.test(fsSync.readFileSync(`/proc/${pid}/cmdline`, 'utf8'))) continue;
+      return Number(/VmHWM:\s+(\d+)/.exec(fsSync.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
+    } catch {
+      // gone
+    }
+  }
+  return NaN;
 }
 
 async function main() {
@@ -184,10 +202,10 @@ async function main() {
     results.push(await run());
   }
   const f = (v: number, d = 0) => v.toFixed(d);
-  const row = (label: string, r: Pick<RunResult, 'throughput' | 'latency' | 'peakRssMiB'>) =>
+  const row = (label: string, r: Pick<RunResult, 'throughput' | 'latency' | 'peakRssMiB' | 'workerPeakRssMiB'>) =>
     `| ${label} | ${r.throughput.succeeded}/${r.throughput.jobs} | ${f(r.throughput.jobsPerSecond, 1)} | ${f(r.throughput.p50)} / ${f(r.throughput.p99)} | ` +
     `${r.latency.succeeded}/${RATE_JOBS}${r.latency.refused ? ` (${r.latency.refused} refused: per-key limit)` : ''} | ${f(r.latency.jobsPerSecond, 1)} | ${f(r.latency.p50)} / ${f(r.latency.p99)} | ` +
-    `${f(r.latency.queuedP50)} / ${f(r.latency.runningP50)} | ${f(r.peakRssMiB)} |`;
+    `${f(r.latency.queuedP50)} / ${f(r.latency.runningP50)} | ${f(r.peakRssMiB)} / ${f(r.workerPeakRssMiB)} |`;
   const med = (pick: (r: RunResult) => number) => median(results.map(pick));
   const medians = {
     throughput: {
@@ -208,14 +226,15 @@ async function main() {
       refused: med((r) => r.latency.refused),
     },
     peakRssMiB: med((r) => r.peakRssMiB),
+    workerPeakRssMiB: med((r) => r.workerPeakRssMiB),
   };
   process.stdout.write(
     [
       `Machine: ${machine()}`,
       `Date: ${new Date().toISOString()}; ${RUNS} runs; throughput phase ${JOBS} jobs, ${KEYS} keys × 5 lanes (50 in flight); ` +
-        `latency phase ${RATE_JOBS} jobs at ${RATE}/s; local provider, no delay, embedded PostgreSQL and Temporal dev server, worker in the server process`,
+        `latency phase ${RATE_JOBS} jobs at ${RATE}/s; local provider, no delay, embedded PostgreSQL and Temporal dev server, the worker as npm start runs it (a child process)`,
       '',
-      '| run | 50 in flight: succeeded | jobs/s | submit→succeeded p50 / p99 ms | at the steady rate: succeeded | jobs/s | submit→succeeded p50 / p99 ms | queued / running p50 ms | peak RSS MiB |',
+      '| run | 50 in flight: succeeded | jobs/s | submit→succeeded p50 / p99 ms | at the steady rate: succeeded | jobs/s | submit→succeeded p50 / p99 ms | queued / running p50 ms | peak RSS MiB: API / worker |',
       '|---|---|---|---|---|---|---|---|---|',
       ...results.map((r, i) => row(String(i + 1), r)),
       row('median', medians),

@@ -1,0 +1,144 @@
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import autocannon from 'autocannon';
+import { freePort, machine, percentile, serviceArgs, start, type Proc } from './support.ts';
+
+/**
+ * npm run bench:profile — where the API process spends its CPU on the chat hot path: the
+ * service (as production runs it, RUN_WORKER=false) under `--cpu-prof` in front of the mock
+ * upstream, SAMPLES chats one at a time then DURATION seconds at c=32 with real billing; the
+ * profile's self time grouped by package (or by folder of this project) and its top functions.
+ * The .cpuprofile is left in PROFILE_DIR (default: a temporary folder) for Chrome DevTools.
+ */
+const SAMPLES = Number(process.env.SAMPLES ?? 3000);
+const DURATION = Number(process.env.DURATION ?? 10);
+const body = JSON.stringify({ model: 'bench/mock', messages: [{ role: 'user', content: 'Hello, ledger.' }], max_tokens: 16 });
+
+interface Node {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: Node[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+/** node_modules/<package> (scoped too), a folder of this project, or node's own. */
+function owner(url: string): string {
+  if (!url) return '(native / V8)';
+  const nm = url.lastIndexOf('node_modules/');
+  if (nm >= 0) {
+    const parts = url.slice(nm + 'node_modules/'.length).split('/');
+    return parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
+  }
+  if (url.startsWith('node:')) return 'node (built-in modules)';
+  const dist = url.indexOf('/dist/');
+  if (dist >= 0) return `this service: ${url.slice(dist + 6).split('/').slice(0, -1).join('/') || '.'}`;
+  return url;
+}
+
+export function summarize(profile: Profile): { total: number; byOwner: [string, number][]; byFunction: [string, number][] } {
+  const nodes = new Map(profile.nodes.map((n) => [n.id, n]));
+  const self = new Map<number, number>();
+  profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  let total = 0;
+  const byOwner = new Map<string, number>();
+  const byFunction = new Map<string, number>();
+  for (const [id, us] of self) {
+    const n = nodes.get(id)!;
+    const { functionName, url, lineNumber } = n.callFrame;
+    if (functionName === '(idle)') continue;
+    total += us;
+    const o = functionName === '(garbage collector)' ? '(garbage collector)' : functionName === '(program)' ? '(program)' : owner(url);
+    byOwner.set(o, (byOwner.get(o) ?? 0) + us);
+    const f = `${functionName || '(anonymous)'} ${url ? `${url.split('/').slice(-2).join('/')}:${lineNumber + 1}` : ''}`;
+    byFunction.set(f, (byFunction.get(f) ?? 0) + us);
+  }
+  const sort = (m: Map<string, number>) => [...m].sort((a, b) => b[1] - a[1]);
+  return { total, byOwner: sort(byOwner), byFunction: sort(byFunction) };
+}
+
+async function main() {
+  const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-profile-'));
+  const profileDir = process.env.PROFILE_DIR ?? path.join(dataDir, 'profile');
+  const procs: Proc[] = [];
+  try {
+    const mockPort = await freePort();
+    const mock = start(process.execPath, ['--import', 'tsx', 'bench/mock-upstream.ts', String(mockPort)]);
+    procs.push(mock);
+    const mockUrl = (await mock.waitFor(/(http:\/\/127\.0\.0\.1:\d+\/v1)/))[1]!;
+    const catalog = path.join(dataDir, 'models.yaml');
+    await fs.writeFile(
+      catalog,
+      `providers:\n  mock: { kind: openai-compatible, base_url: "${mockUrl}", timeout_seconds: 30 }\n` +
+        `models:\n  - { id: bench/mock, name: Mock, type: text, generation_types: [chat], provider: { name: mock, model: mock },\n` +
+        `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
+    );
+    const port = await freePort();
+    const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
+    const ours = start(process.execPath, ['--cpu-prof', '--cpu-prof-dir', profileDir, ...serviceArgs('main')], env);
+    procs.push(ours);
+    await ours.waitFor(/listening on/);
+    const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
+    await cli('account', 'create', '--email', 'bench@example.com').waitFor(/"id"/);
+    await cli('wallet', 'topup', '--account', 'bench@example.com', '--coins', '100000000').waitFor(/"object"/);
+    const key = JSON.parse((await cli('key', 'create', '--account', 'bench@example.com').waitFor(/\{.*\}/))[0]).key as string;
+    const url = `http://127.0.0.1:${port}/api/v1/chat/completions`;
+    const headers = { 'content-type': 'application/json', authorization: `Bearer ${key}` };
+
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const one = () =>
+      new Promise<number>((resolve, reject) => {
+        const began = process.hrtime.bigint();
+        http
+          .request(url, { method: 'POST', agent, headers }, (res) => {
+            res.resume();
+            res.on('end', () => (res.statusCode === 200 ? resolve(Number(process.hrtime.bigint() - began) / 1e6) : reject(new Error(`status ${res.statusCode}`))));
+          })
+          .on('error', reject)
+          .end(body);
+      });
+    const cpuBefore = await cpuMs(ours.child.pid!);
+    const ms: number[] = [];
+    for (let i = 0; i < SAMPLES; i++) ms.push(await one());
+    const cpuSequential = (await cpuMs(ours.child.pid!)) - cpuBefore;
+    const loaded = await autocannon({ url, method: 'POST', headers, body, connections: 32, duration: DURATION });
+    const cpuLoaded = (await cpuMs(ours.child.pid!)) - cpuBefore - cpuSequential;
+    await ours.stop();
+    const file = (await fs.readdir(profileDir)).find((f) => f.endsWith('.cpuprofile'))!;
+    const { total, byOwner, byFunction } = summarize(JSON.parse(await fs.readFile(path.join(profileDir, file), 'utf8')) as Profile);
+    const pct = (us: number) => `${((us / total) * 100).toFixed(1)} %`;
+    const lines = [
+      `Machine: ${machine()}`,
+      `Date: ${new Date().toISOString()}; ${SAMPLES} chats one at a time (p50 ${percentile(ms, 50).toFixed(2)} ms, p99 ${percentile(ms, 99).toFixed(2)} ms), then ${DURATION} s at c=32 (${Math.round(loaded.requests.average)} req/s).`,
+      `API process CPU per chat: ${(cpuSequential / SAMPLES).toFixed(3)} ms one at a time, ${(cpuLoaded / loaded.requests.total).toFixed(3)} ms at c=32 (whole run in the profile: ${(total / 1000).toFixed(0)} ms of samples, start-up included).`,
+      '',
+      '| where (self time) | share |',
+      '|---|---|',
+      ...byOwner.slice(0, 16).map(([o, us]) => `| ${o} | ${pct(us)} |`),
+      '',
+      '| top functions (self time) | share |',
+      '|---|---|',
+      ...byFunction.slice(0, 25).map(([f, us]) => `| ${f.replace(/\|/g, '\\|')} | ${pct(us)} |`),
+      '',
+      `Profile: ${path.join(profileDir, file)}`,
+    ];
+    process.stdout.write(`${lines.join('\n')}\n`);
+  } finally {
+    for (const p of procs.reverse()) await p.stop();
+    if (!process.env.PROFILE_DIR) await fs.rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+/** User + system CPU time of a process so far, in ms (/proc/<pid>/stat, clock ticks of 10 ms). */
+async function cpuMs(pid: number): Promise<number> {
+  const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+await main();
