@@ -9,7 +9,6 @@ import { oauthAdapter } from '../adapters/mcp/oauth.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
 import { browserKit } from '../adapters/http/browser.ts';
 import { webAdapter } from '../adapters/web/web.ts';
-import { adminPagesAdapter } from '../adapters/web/admin/admin.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
 import { openRuntime } from './compose.ts';
@@ -87,7 +86,8 @@ export async function startService(
     isDraining: () => draining,
     // Each HTTP adapter is one line here; more specific paths first.
     adapters: [
-      // The MCP server and the admin API load on their first request (lazyAdapter: memory an instance nobody calls them on never pays).
+      // The MCP server, the admin API and the admin pages load on their first request
+      // (lazyAdapter: memory an instance nobody calls them on never pays).
       lazyAdapter('/api/v1/mcp', async () =>
         (await import('../adapters/mcp/mcp.ts')).mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
       ),
@@ -96,7 +96,7 @@ export async function startService(
       oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, windowLimiter: (w) => deps.limiters.window(w) }),
       lazyAdapter('/admin/graphql', async () => (await import('../adapters/graphql/graphql.ts')).graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace })),
       // The admin pages (/admin), after the admin API's /admin/graphql and before the account pages.
-      adminPagesAdapter(deps, { kit, logger, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } }),
+      lazyAdapter('/admin', async () => (await import('../adapters/web/admin/admin.ts')).adminPagesAdapter(deps, { kit, logger, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } })),
       // The account pages at the root, last: they answer every path no other adapter has.
       webAdapter(deps, { kit, logger }),
     ],

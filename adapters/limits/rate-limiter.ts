@@ -1,6 +1,9 @@
-import { Redis } from 'ioredis';
+import { createRequire } from 'node:module';
+import type { Redis as RedisClient } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { RateLimiter, RateLimitState } from '../../core/ports.ts';
+
+const require = createRequire(import.meta.url);
 
 /** A window: `points` per `durationSeconds` per key, in fixed windows, its keys under `prefix`. */
 export interface WindowOptions {
@@ -23,7 +26,10 @@ export interface Limiters {
  * rather than refuse every request.
  */
 export function createLimiters(opts: { redisUrl?: string | undefined }): Limiters {
-  const redis = opts.redisUrl ? new Redis(opts.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 }) : undefined;
+  // ioredis is loaded only when there is a Redis to talk to.
+  const redis: RedisClient | undefined = opts.redisUrl
+    ? new (require('ioredis') as typeof import('ioredis')).Redis(opts.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 })
+    : undefined;
   // A refused connection is retried by ioredis; the insurance limiter answers meanwhile.
   redis?.on('error', () => undefined);
   return {
