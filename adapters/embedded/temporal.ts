@@ -78,6 +78,11 @@ export async function startEmbeddedTemporal(opts: { dataDir: string; logger: Log
           // Write-ahead log: same durability (each commit still synced), far fewer syncs than the
           // rollback journal; measured 18 → 28 jobs/s on the generations benchmark.
           '--sqlite-pragma', 'journal_mode=wal',
+          // In WAL mode, NORMAL syncs at checkpoints rather than at every commit: a commit
+          // survives the dev server or this machine's processes being killed (the tests kill
+          // them), not a power cut (SQLite's documented trade-off). The embedded server is the
+          // one-machine default; a cluster keeps its own database's durability.
+          '--sqlite-pragma', 'synchronous=normal',
           // The job workflows' search attributes (workflows/shared.ts), registered on the namespace.
           ...(opts.searchAttributes ?? []).flatMap((name) => ['--search-attribute', `${name}=Keyword`])],
         // Its own session (no terminal signals), and this process may exit before it.
