@@ -11,7 +11,11 @@ import { freePort, machine, percentile, serviceArgs, start, type Proc } from './
  * upstream, SAMPLES chats one at a time then DURATION seconds at c=32 with real billing; the
  * profile's self time grouped by package (or by folder of this project) and its top functions.
  * The .cpuprofile is left in PROFILE_DIR (default: a temporary folder) for Chrome DevTools.
+ * NODE_FLAGS adds node flags to the service's (e.g. `--max-semi-space-size=4`); PROFILE=0 runs
+ * it without the profiler (to read its peak RSS alone).
  */
+const PROFILE = process.env.PROFILE !== '0';
+const NODE_FLAGS = (process.env.NODE_FLAGS ?? '').split(' ').filter(Boolean);
 const SAMPLES = Number(process.env.SAMPLES ?? 3000);
 const DURATION = Number(process.env.DURATION ?? 10);
 const body = JSON.stringify({ model: 'bench/mock', messages: [{ role: 'user', content: 'Hello, ledger.' }], max_tokens: 16 });
@@ -80,7 +84,7 @@ async function main() {
     );
     const port = await freePort();
     const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
-    const ours = start(process.execPath, ['--cpu-prof', '--cpu-prof-dir', profileDir, ...serviceArgs('main')], env);
+    const ours = start(process.execPath, [...(PROFILE ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : []), ...NODE_FLAGS, ...serviceArgs('main')], env);
     procs.push(ours);
     await ours.waitFor(/listening on/);
     const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
@@ -108,14 +112,24 @@ async function main() {
     const cpuSequential = (await cpuMs(ours.child.pid!)) - cpuBefore;
     const loaded = await autocannon({ url, method: 'POST', headers, body, connections: 32, duration: DURATION });
     const cpuLoaded = (await cpuMs(ours.child.pid!)) - cpuBefore - cpuSequential;
+    const peak = ours.peakRssMiB();
+    const rssNow = Number(/VmRSS:\s+(\d+)/.exec(await fs.readFile(`/proc/${ours.child.pid}/status`, 'utf8'))?.[1] ?? 0) / 1024;
     await ours.stop();
+    const head = [
+      `Machine: ${machine()}`,
+      `Date: ${new Date().toISOString()}; node flags: ${NODE_FLAGS.join(' ') || 'none'}${PROFILE ? ', under --cpu-prof' : ''}; ${SAMPLES} chats one at a time (p50 ${percentile(ms, 50).toFixed(2)} ms, p99 ${percentile(ms, 99).toFixed(2)} ms), then ${DURATION} s at c=32 (${Math.round(loaded.requests.average)} req/s, p50 ${loaded.latency.p50} ms, p99 ${loaded.latency.p99} ms).`,
+      `API process: peak RSS ${peak.toFixed(0)} MiB, ${rssNow.toFixed(0)} MiB after the load; CPU per chat ${(cpuSequential / SAMPLES).toFixed(3)} ms one at a time, ${(cpuLoaded / loaded.requests.total).toFixed(3)} ms at c=32.`,
+    ];
+    if (!PROFILE) {
+      process.stdout.write(`${head.join('\n')}\n`);
+      return;
+    }
     const file = (await fs.readdir(profileDir)).find((f) => f.endsWith('.cpuprofile'))!;
     const { total, byOwner, byFunction } = summarize(JSON.parse(await fs.readFile(path.join(profileDir, file), 'utf8')) as Profile);
     const pct = (us: number) => `${((us / total) * 100).toFixed(1)} %`;
     const lines = [
-      `Machine: ${machine()}`,
-      `Date: ${new Date().toISOString()}; ${SAMPLES} chats one at a time (p50 ${percentile(ms, 50).toFixed(2)} ms, p99 ${percentile(ms, 99).toFixed(2)} ms), then ${DURATION} s at c=32 (${Math.round(loaded.requests.average)} req/s).`,
-      `API process CPU per chat: ${(cpuSequential / SAMPLES).toFixed(3)} ms one at a time, ${(cpuLoaded / loaded.requests.total).toFixed(3)} ms at c=32 (whole run in the profile: ${(total / 1000).toFixed(0)} ms of samples, start-up included).`,
+      ...head,
+      `Samples in the profile: ${(total / 1000).toFixed(0)} ms (start-up included).`,
       '',
       '| where (self time) | share |',
       '|---|---|',
