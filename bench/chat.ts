@@ -5,7 +5,7 @@ import path from 'node:path';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { ensureLiteLLM, generateVirtualKey, LITELLM_VERSION, LITELLM_WORKERS, MASTER_KEY, prepareDatabaseMode, startLiteLLM } from './litellm.ts';
-import { freePort, machine, median, percentile, serviceArgs, start, stealMeter, type Proc } from './support.ts';
+import { freePort, machine, median, percentile, start, startChatService, stealMeter, type Proc } from './support.ts';
 
 /**
  * npm run bench:chat — our gateway against a mock upstream that answers at once, beside the
@@ -15,10 +15,10 @@ import { freePort, machine, median, percentile, serviceArgs, start, stealMeter, 
  * tracking lives (skipped, with the reason printed, where its Prisma engines cannot be had).
  * Real billing on every request through ours (reserve, settle, ledger). Several runs; the
  * table shows medians.
- *   RUNS (3), DURATION seconds per autocannon run (10), SAMPLES sequential requests for
+ *   RUNS (2), DURATION seconds per autocannon run (10), SAMPLES sequential requests for
  *   latency (2000)
  */
-const RUNS = Number(process.env.RUNS ?? 3);
+const RUNS = Number(process.env.RUNS ?? 2);
 const DURATION = Number(process.env.DURATION ?? 10);
 const SAMPLES = Number(process.env.SAMPLES ?? 2000);
 const body = JSON.stringify({ model: 'bench/mock', messages: [{ role: 'user', content: 'Hello, ledger.' }], max_tokens: 16 });
@@ -88,28 +88,7 @@ async function main() {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-bench-'));
   const procs: Proc[] = [];
   try {
-    const mockPort = await freePort();
-    const mock = start(process.execPath, ['--import', 'tsx', 'bench/mock-upstream.ts', String(mockPort)]);
-    procs.push(mock);
-    const mockUrl = (await mock.waitFor(/(http:\/\/127\.0\.0\.1:\d+\/v1)/))[1]!;
-
-    const catalog = path.join(dataDir, 'models.yaml');
-    await fs.writeFile(
-      catalog,
-      `providers:\n  mock: { kind: openai-compatible, base_url: "${mockUrl}", timeout_seconds: 30 }\n` +
-        `models:\n  - { id: bench/mock, name: Mock, type: text, generation_types: [chat], provider: { name: mock, model: mock },\n` +
-        `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
-    );
-    const port = await freePort();
-    const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
-    const ours = start(process.execPath, serviceArgs('main'), env);
-    procs.push(ours);
-    await ours.waitFor(/listening on/);
-    const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
-    const created = cli('account', 'create', '--email', 'bench@example.com');
-    await created.waitFor(/"id"/);
-    await cli('wallet', 'topup', '--account', 'bench@example.com', '--coins', '100000000').waitFor(/"object"/);
-    const key = JSON.parse((await cli('key', 'create', '--account', 'bench@example.com').waitFor(/\{.*\}/))[0]).key as string;
+    const { mockUrl, port, ours, key } = await startChatService(dataDir, procs);
 
     const portkeyPort = await freePort();
     const portkey = start(process.execPath, ['node_modules/@portkey-ai/gateway/build/start-server.js', `--port=${portkeyPort}`, '--headless']);

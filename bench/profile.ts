@@ -3,7 +3,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
-import { freePort, machine, percentile, serviceArgs, start, type Proc } from './support.ts';
+import { machine, percentile, startChatService, type Proc } from './support.ts';
 
 /**
  * npm run bench:profile — where the API process spends its CPU on the chat hot path: the
@@ -71,26 +71,7 @@ async function main() {
   const profileDir = process.env.PROFILE_DIR ?? path.join(dataDir, 'profile');
   const procs: Proc[] = [];
   try {
-    const mockPort = await freePort();
-    const mock = start(process.execPath, ['--import', 'tsx', 'bench/mock-upstream.ts', String(mockPort)]);
-    procs.push(mock);
-    const mockUrl = (await mock.waitFor(/(http:\/\/127\.0\.0\.1:\d+\/v1)/))[1]!;
-    const catalog = path.join(dataDir, 'models.yaml');
-    await fs.writeFile(
-      catalog,
-      `providers:\n  mock: { kind: openai-compatible, base_url: "${mockUrl}", timeout_seconds: 30 }\n` +
-        `models:\n  - { id: bench/mock, name: Mock, type: text, generation_types: [chat], provider: { name: mock, model: mock },\n` +
-        `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
-    );
-    const port = await freePort();
-    const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
-    const ours = start(process.execPath, [...(PROFILE ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : []), ...NODE_FLAGS, ...serviceArgs('main')], env);
-    procs.push(ours);
-    await ours.waitFor(/listening on/);
-    const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
-    await cli('account', 'create', '--email', 'bench@example.com').waitFor(/"id"/);
-    await cli('wallet', 'topup', '--account', 'bench@example.com', '--coins', '100000000').waitFor(/"object"/);
-    const key = JSON.parse((await cli('key', 'create', '--account', 'bench@example.com').waitFor(/\{.*\}/))[0]).key as string;
+    const { port, ours, key } = await startChatService(dataDir, procs, [...(PROFILE ? ['--cpu-prof', '--cpu-prof-dir', profileDir] : []), ...NODE_FLAGS]);
     const url = `http://127.0.0.1:${port}/api/v1/chat/completions`;
     const headers = { 'content-type': 'application/json', authorization: `Bearer ${key}` };
 

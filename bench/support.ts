@@ -88,7 +88,9 @@ export function processTree(pid: number): number[] {
   return tree;
 }
 
-export { freePort } from '../adapters/embedded/postgres.ts';
+import { freePort } from '../adapters/embedded/postgres.ts';
+
+export { freePort };
 
 /**
  * The node arguments that run one of the service's entry points (`main`, `api`, `worker`,
@@ -134,4 +136,34 @@ export function stealMeter(): () => string {
     if (!start || !end || end.total === start.total) return 'unknown';
     return `${((100 * (end.steal - start.steal)) / (end.total - start.total)).toFixed(1)}%`;
   };
+}
+
+/**
+ * The chat benchmarks' set-up: the mock upstream (bench/mock-upstream.ts), a catalog with one
+ * model on it (`bench/mock`), the service API-only (RUN_WORKER=false, the rate limit raised,
+ * LOG_LEVEL=warn) with `nodeArgs` before its entry point, and an account with coins and a key
+ * made through the CLI. Every process started is pushed onto `procs` for the caller to stop.
+ */
+export async function startChatService(dataDir: string, procs: Proc[], nodeArgs: string[] = []) {
+  const mockPort = await freePort();
+  const mock = start(process.execPath, ['--import', 'tsx', 'bench/mock-upstream.ts', String(mockPort)]);
+  procs.push(mock);
+  const mockUrl = (await mock.waitFor(/(http:\/\/127\.0\.0\.1:\d+\/v1)/))[1]!;
+  const catalog = path.join(dataDir, 'models.yaml');
+  fs.writeFileSync(
+    catalog,
+    `providers:\n  mock: { kind: openai-compatible, base_url: "${mockUrl}", timeout_seconds: 30 }\n` +
+      `models:\n  - { id: bench/mock, name: Mock, type: text, generation_types: [chat], provider: { name: mock, model: mock },\n` +
+      `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
+  );
+  const port = await freePort();
+  const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
+  const ours = start(process.execPath, [...nodeArgs, ...serviceArgs('main')], env);
+  procs.push(ours);
+  await ours.waitFor(/listening on/);
+  const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
+  await cli('account', 'create', '--email', 'bench@example.com').waitFor(/"id"/);
+  await cli('wallet', 'topup', '--account', 'bench@example.com', '--coins', '100000000').waitFor(/"object"/);
+  const key = JSON.parse((await cli('key', 'create', '--account', 'bench@example.com').waitFor(/\{.*\}/))[0]).key as string;
+  return { mockUrl, port, env, ours, key };
 }
