@@ -10,8 +10,11 @@ import type { Logger } from 'pino';
  * The child gets the servers this process opened (the embedded PostgreSQL and Temporal dev
  * server, or the external ones) through DATABASE_URL and TEMPORAL_ADDRESS, and an IPC channel
  * whose closing tells it that this process is gone, even killed with SIGKILL
- * (config/process-lifecycle.ts): it then stops too. A worker that exits on its own is started
- * again after a second, and the exit is logged.
+ * (config/process-lifecycle.ts): it then stops too. It runs in a process group of its own, so
+ * that a terminal's Ctrl-C reaches this process only, which then stops the worker with one
+ * SIGTERM (a second signal would make the worker exit at once). A worker that exits on its own
+ * is logged and started again, after 1 s, doubling up to 30 s while it keeps failing within a
+ * minute of its start.
  */
 export interface WorkerProcess {
   /** SIGTERM, then waits for the worker to finish its activities in flight and exit. */
@@ -26,21 +29,27 @@ export function workerCommand(): string[] {
 }
 
 export function startWorkerProcess(opts: { env: Record<string, string>; logger: Logger; restartDelayMs?: number }): WorkerProcess {
+  const firstDelayMs = opts.restartDelayMs ?? 1000;
   const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env };
   // The child is ours, not npm's: it watches the IPC channel, not npm's chain of processes.
   delete env.npm_lifecycle_event;
   let child: ChildProcess | undefined;
   let stopping = false;
   let restart: NodeJS.Timeout | undefined;
+  // Exits in a row, each within a minute of its start.
+  let failures = 0;
 
   const run = () => {
-    const started = spawn(process.execPath, workerCommand(), { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const startedAt = Date.now();
+    const started = spawn(process.execPath, workerCommand(), { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'], detached: true });
     child = started;
     started.once('exit', (code, signal) => {
       child = undefined;
       if (stopping) return;
-      opts.logger.error({ code, signal }, 'the worker process exited: starting it again');
-      restart = setTimeout(run, opts.restartDelayMs ?? 1000);
+      failures = Date.now() - startedAt > 60_000 ? 1 : failures + 1;
+      const delayMs = Math.min(firstDelayMs * 2 ** (failures - 1), 30_000);
+      opts.logger.error({ code, signal, restartInMs: delayMs }, 'the worker process exited: starting it again');
+      restart = setTimeout(run, delayMs);
     });
     started.on('error', (err) => opts.logger.error({ err }, 'could not start the worker process'));
   };

@@ -122,6 +122,19 @@ describe.runIf(process.platform === 'linux')('stopping `npm start`', () => {
     expect(second.npm.output()).toContain('stopped embedded Temporal dev server');
   }, 400_000);
 
+  it('a worker process that dies is started again, and the clean stop stops the new one', async () => {
+    const { npm, port } = await npmStart();
+    await npm.waitFor(/worker running/, 120_000);
+    const [first] = find(WORKER);
+    process.kill(first!.pid, 'SIGKILL');
+    await vi.waitFor(() => expect(find(WORKER).map((p) => p.pid).filter((pid) => pid !== first!.pid)).toHaveLength(1), { timeout: 30_000, interval: 250 });
+    expect(npm.output()).toContain('the worker process exited: starting it again');
+    expect(await readyz(port)).toBe(200);
+
+    npm.child.kill('SIGTERM');
+    await expectNothingLeft();
+  }, 300_000);
+
   it('`npm run worker` shares the servers: they outlive the API while the worker runs, and the last one out stops them', async () => {
     const api = await npmStart();
     const worker = await npmRunWorker();
