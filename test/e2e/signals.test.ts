@@ -55,9 +55,9 @@ async function npmRunWorker(): Promise<Spawned> {
 }
 
 const find = (pattern: RegExp) => processesOfDataDir(dataDir).filter((p) => pattern.test(p.cmd));
-// `npm start` runs the built JavaScript (dist/main.js), which runs its worker as a child (dist/worker.js).
-const API = /^(\S*\/)?node .*main\.(js|ts)/;
-const WORKER = /^(\S*\/)?node .*worker\.(js|ts)/;
+// `npm start` runs the built JavaScript (dist/main.js, no transpiler), which runs its worker as a child (dist/worker.js).
+const API = /^(\S*\/)?node (\S*\/)?dist\/main\.js/;
+const WORKER = /^(\S*\/)?node (\S*\/)?dist\/worker\.js/;
 const POSTMASTER = /postgres -D /;
 const TEMPORAL = /temporal server start-dev/;
 
