@@ -103,16 +103,20 @@ export async function startEmbeddedPostgres(opts: {
     } catch (err) {
       // Another process may have started it at the same moment: attach to that one.
       port = await runningPort(pgDir);
-      if (port === undefined && attempt >= 2) {
+      if (port === undefined && attempt >= 5) {
         throw new Error(`embedded PostgreSQL did not start: ${(err as Error).message.trim()}\n` +
           `See ${path.join(pgDir, 'server.log')}`);
       }
+      // Or a postmaster killed outright is still a zombie, which PostgreSQL takes for a running
+      // server (its postmaster.pid names a live pid) until the system reaps it: wait a little.
+      if (port === undefined) await new Promise((resolve) => setTimeout(resolve, 1000 * (attempt + 1)));
     }
   }
   if (!startedHere) logger.info({ port }, 'attached to the running embedded PostgreSQL');
 
   const base = `postgres://${SUPERUSER}:${encodeURIComponent(state.password)}@127.0.0.1:${port}`;
-  const presence = new pg.Client({ connectionString: `${base}/postgres`, application_name: PRESENCE_APP });
+  // A connect timeout: whatever answers on the port must speak PostgreSQL within seconds.
+  const presence = new pg.Client({ connectionString: `${base}/postgres`, application_name: PRESENCE_APP, connectionTimeoutMillis: 10_000 });
   await connectWithRetry(presence);
   presence.on('error', (err) => logger.warn({ err }, 'embedded PostgreSQL presence connection lost'));
   await ensureDatabase(presence, database);
@@ -202,12 +206,31 @@ async function runningPort(pgDir: string): Promise<number | undefined> {
   const pid = Number(lines[0]);
   const port = Number(lines[3]);
   if (!Number.isInteger(pid) || !Number.isInteger(port) || port <= 0) return undefined;
+  if (!(await isLivePostmaster(pid))) return undefined;
+  return (await canConnect(port)) ? port : undefined;
+}
+
+/**
+ * Whether `pid` is a running PostgreSQL. On Linux its /proc entry must name postgres and not be
+ * a zombie: a postmaster killed outright stays a zombie until reaped, and `kill(pid, 0)` says
+ * yes to a zombie (or to another program that got the pid); attaching then to whatever holds
+ * its old port hung the start. Elsewhere, `kill(pid, 0)`.
+ */
+async function isLivePostmaster(pid: number): Promise<boolean> {
+  const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  if (stat !== undefined) {
+    // pid (comm) state …
+    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+    const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+    return comm.startsWith('postgres') && state !== 'Z' && state !== 'X';
+  }
+  if (process.platform === 'linux') return false;
   try {
     process.kill(pid, 0);
+    return true;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return undefined;
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
-  return (await canConnect(port)) ? port : undefined;
 }
 
 function canConnect(port: number): Promise<boolean> {
