@@ -72,7 +72,9 @@ afterAll(async () => {
 
 const POSTMASTER = /postgres -D /;
 const TEMPORAL = /temporal server start-dev/;
-const API = /^node .*main\.ts/;
+// `npm start` runs the built dist/main.js, which runs its worker as a child process (dist/worker.js).
+const API = /^(\S*\/)?node (\S*\/)?dist\/main\.js/;
+const WORKER = /^(\S*\/)?node (\S*\/)?dist\/worker\.js/;
 
 async function freshDataDir(name: string): Promise<string> {
   const dir = path.join(tmp, name, 'data');
@@ -121,6 +123,7 @@ describe.runIf(process.platform === 'linux')('signals to `npm start` and leftove
         expect(pids.temporal).toBeGreaterThan(0);
         const before = processesOfDataDir(dataDir);
         expect(before.filter((p) => API.test(p.cmd))).toHaveLength(1);
+        expect(before.filter((p) => WORKER.test(p.cmd))).toHaveLength(1);
         expect(before.filter((p) => POSTMASTER.test(p.cmd))).toHaveLength(1);
         expect(before.filter((p) => TEMPORAL.test(p.cmd))).toHaveLength(1);
 
@@ -162,6 +165,8 @@ describe.runIf(process.platform === 'linux')('signals to `npm start` and leftove
     process.kill(first.npm.child.pid!, 'SIGKILL');
     await first.npm.exited;
     await vi.waitFor(() => expect(processesOfDataDir(dataDir).filter((p) => API.test(p.cmd))).toEqual([]), { timeout: 10_000 });
+    // Its worker process saw it go (the IPC channel closed) and stopped by itself.
+    await vi.waitFor(() => expect(processesOfDataDir(dataDir).filter((p) => WORKER.test(p.cmd))).toEqual([]), { timeout: 60_000, interval: 250 });
     expect(isRunning(pids.postmaster!)).toBe(true);
     expect(isRunning(pids.temporal!)).toBe(true);
 
