@@ -113,13 +113,21 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
     );
   };
 
-  /** One HTTP request whose connection only reaches public addresses (or allowlisted hosts). */
-  const send = (raw: string, init: { method: 'GET' | 'POST'; body?: string; headers?: Record<string, string>; maxBytes?: number | undefined; timeoutMs?: number | undefined }) => {
+  /**
+   * A URL to request: parsed (http or https, no credentials), its literal address checked (a
+   * name is checked at connect time by guardedLookup), with the client module for its scheme.
+   */
+  const target = (raw: string) => {
     const url = parse(raw);
     const host = url.hostname.replace(/^\[|\]$/g, '');
-    if (net.isIP(host) && isPrivateAddress(host) && !isAllowed(host)) return Promise.reject(new Error('the address is private, loopback or link-local'));
+    if (net.isIP(host) && isPrivateAddress(host) && !isAllowed(host)) throw new Error('the address is private, loopback or link-local');
+    return { url, client: url.protocol === 'https:' ? https : http };
+  };
+
+  /** One HTTP request whose connection only reaches public addresses (or allowlisted hosts). */
+  const send = async (raw: string, init: { method: 'GET' | 'POST'; body?: string; headers?: Record<string, string>; maxBytes?: number | undefined; timeoutMs?: number | undefined }) => {
+    const { url, client } = target(raw);
     const maxBytes = init.maxBytes ?? 50 * 1024 * 1024;
-    const client = url.protocol === 'https:' ? https : http;
     return new Promise<{ status: number; body: Uint8Array }>((resolve, reject) => {
       const req = client.request(url, { method: init.method, headers: init.headers, lookup: guardedLookup, timeout: init.timeoutMs ?? 30_000 }, (res) => {
         const chunks: Buffer[] = [];
@@ -139,16 +147,14 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
   };
 
   /**
-   * One guarded GET streamed into `target`, counted and hashed on the way; nothing of it is
+   * One guarded GET streamed into `file`, counted and hashed on the way; nothing of it is
    * held in memory. Any failure (the request, the limit, a redirect, an HTTP error, the disk)
    * destroys the request and removes the partial file before rejecting.
    */
-  const download = (raw: string, target: string, init: { maxBytes?: number | undefined; timeoutMs?: number | undefined }) => {
-    const url = parse(raw);
-    const host = url.hostname.replace(/^\[|\]$/g, '');
-    if (net.isIP(host) && isPrivateAddress(host) && !isAllowed(host)) return Promise.reject(new Error('the address is private, loopback or link-local'));
+  const download = async (raw: string, file: string, init: { maxBytes?: number | undefined; timeoutMs?: number | undefined }) => {
+    // Async: a URL refused here (credentials, another scheme) rejects like any other failure.
+    const { url, client } = target(raw);
     const maxBytes = init.maxBytes ?? 50 * 1024 * 1024;
-    const client = url.protocol === 'https:' ? https : http;
     return new Promise<{ bytes: number; sha256: string }>((resolve, reject) => {
       let settled = false;
       let sink: WriteStream | undefined;
@@ -159,7 +165,7 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
         // The file may still be opening: remove it once it is closed (so it exists, if it ever will).
         const closed = !sink || sink.closed ? Promise.resolve() : new Promise<void>((r) => sink!.once('close', () => r()));
         void closed
-          .then(() => fs.rm(target, { force: true }))
+          .then(() => fs.rm(file, { force: true }))
           .catch(() => undefined)
           .finally(() => reject(err));
       };
@@ -178,7 +184,7 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
             done(null, chunk);
           },
         });
-        sink = createWriteStream(target, { mode: 0o600 });
+        sink = createWriteStream(file, { mode: 0o600 });
         pipeline(res, count, sink).then(
           () => {
             if (settled) return;
@@ -220,8 +226,8 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
       return res.body;
     },
 
-    download(raw, target, init = {}) {
-      return download(raw, target, { maxBytes: init.maxBytes, timeoutMs: init.timeoutMs });
+    download(raw, file, init = {}) {
+      return download(raw, file, { maxBytes: init.maxBytes, timeoutMs: init.timeoutMs });
     },
 
     async post(raw, body, headers, timeoutMs = 10_000) {

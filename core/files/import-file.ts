@@ -37,9 +37,19 @@ export async function importFile(
     const { bytes, sha256 } = await deps.urlGuard.download(input.url, file, { maxBytes: MAX_UPLOAD_BYTES, timeoutMs: FETCH_TIMEOUT_MS }).catch((err: unknown) => {
       throw invalid('url', `Invalid value for 'url': ${(err as Error).message}.`, 'invalid_url');
     });
-    const filename = input.filename ?? (decodeURIComponent(new URL(input.url).pathname.split('/').pop() ?? '') || 'upload').slice(0, 255);
+    const filename = input.filename ?? (lastSegment(input.url) || 'upload').slice(0, 255);
     return await createFile(deps, em, principal, { path: file, filename, bytes, sha256 }, input.idempotency_key);
   } finally {
     await fs.rm(file, { force: true });
+  }
+}
+
+/** The URL's last path segment, decoded; as written when its percent-escapes are not valid UTF-8 (`%E0`). */
+function lastSegment(url: string): string {
+  const segment = new URL(url).pathname.split('/').pop() ?? '';
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
   }
 }

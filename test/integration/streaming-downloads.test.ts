@@ -423,6 +423,7 @@ describe('an upload by URL (MCP upload_file with url: files.import)', () => {
         return void res.end(randomBytes(10));
       }
       if (req.url === '/moved') return void res.writeHead(302, { location: 'http://127.0.0.1:1/' }).end();
+      if (req.url?.startsWith('/bad-escape')) return void res.end(randomBytes(100));
       res.writeHead(500).end('broken');
     });
     await new Promise<void>((r) => source.listen(0, '127.0.0.1', () => r()));
@@ -438,6 +439,14 @@ describe('an upload by URL (MCP upload_file with url: files.import)', () => {
       for (const [p, message] of [['/too-big.bin', /larger than/], ['/moved', /redirect/], ['/error', /HTTP 500/]] as const) {
         await expect(core.files.import({ url: at(p) }), p).rejects.toThrow(message);
       }
+      // Hostile URLs: refused as a bad 'url' (a clear 4xx), never a crash or a 500. A URL with
+      // credentials is refused before any request; a last segment whose escapes are not UTF-8
+      // is kept as written for the file's name.
+      const port = (source.address() as { port: number }).port;
+      await expect(core.files.import({ url: `http://user:secret@127.0.0.1:${port}/big.bin` })).rejects.toThrow(/^Invalid value for 'url': URLs with credentials/);
+      await expect(core.files.import({ url: 'ftp://127.0.0.1/x' })).rejects.toThrow(/^Invalid value for 'url'/);
+      const odd = await core.files.import({ url: at('/bad-escape%E0%A4') });
+      expect(odd.file.filename).toBe('bad-escape%E0%A4');
       await vi.waitFor(async () => expect(await leftovers()).toEqual(before));
     } finally {
       source.closeAllConnections();
