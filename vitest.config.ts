@@ -1,6 +1,8 @@
 import { defineConfig } from 'vitest/config';
+import { nodeConditions } from './vitest.node-conditions.ts';
 
 export default defineConfig({
+  ...nodeConditions,
   test: {
     // One real PostgreSQL (embedded, in a fresh temporary DATA_DIR) for the whole run.
     globalSetup: ['test/support/global-setup.ts'],

@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { nodeConditions } from './vitest.node-conditions.ts';
 
 /**
  * `npm run test:reliability` (scripts/reliability.ts runs this, then the schema fuzzer): real
@@ -7,6 +8,7 @@ import { defineConfig } from 'vitest/config';
  * (killed processes, stopped servers) and the figures it measures are its own.
  */
 export default defineConfig({
+  ...nodeConditions,
   test: {
     globalSetup: ['test/support/global-setup.ts'],
     include: ['test/reliability/**/*.test.ts'],

@@ -1,4 +1,5 @@
 import { defineConfig } from 'vitest/config';
+import { nodeConditions } from './vitest.node-conditions.ts';
 
 /**
  * `npm run test:scale`: the production layout on one machine (scripts/support/cluster.ts:
@@ -7,6 +8,7 @@ import { defineConfig } from 'vitest/config';
  * real processes behind a real balancer.
  */
 export default defineConfig({
+  ...nodeConditions,
   test: {
     include: ['test/scale/**/*.test.ts'],
     reporters: ['default', './test/support/summary-reporter.ts'],
