@@ -1,3 +1,4 @@
+import './config/require-node.ts';
 import { runServer } from './config/entry.ts';
 
 /**

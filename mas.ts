@@ -1,3 +1,4 @@
+import './config/require-node.ts';
 import { runCli } from './adapters/cli/mas.ts';
 import { readCatalogYaml } from './config/catalog.ts';
 import { openRuntime } from './config/compose.ts';

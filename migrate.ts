@@ -1,3 +1,4 @@
+import './config/require-node.ts';
 import { loadCatalogFile } from './config/catalog.ts';
 import { openDatabase } from './config/database.ts';
 import { failedToStart } from './config/entry.ts';

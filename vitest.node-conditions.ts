@@ -1,4 +1,4 @@
-import type { UserConfig } from 'vitest/config';
+import type { ViteUserConfig } from 'vitest/config';
 
 /**
  * Resolve packages as Node does in production, without Vite's `development` condition.
@@ -6,7 +6,7 @@ import type { UserConfig } from 'vitest/config';
  * would load `graphql/__dev__` while the packages Node loads itself (Pothos, yoga) load
  * `graphql/index.mjs`, and graphql refuses two copies of itself in one process.
  */
-export const nodeConditions: Pick<UserConfig, 'resolve' | 'ssr'> = {
+export const nodeConditions: Pick<ViteUserConfig, 'resolve' | 'ssr'> = {
   resolve: { conditions: ['module-sync', 'node'] },
   ssr: { resolve: { conditions: ['module-sync', 'node'], externalConditions: ['module-sync', 'node'] } },
 };

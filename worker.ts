@@ -1,3 +1,4 @@
+import './config/require-node.ts';
 import { openRuntime, type Runtime } from './config/compose.ts';
 import { failedToStart } from './config/entry.ts';
 import { loadEnvOrExit } from './config/env.ts';

@@ -5,7 +5,7 @@ import type { Browser, Page } from 'playwright-core';
 import { freePort } from '../adapters/embedded/postgres.ts';
 import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
 import { launchChromium } from '../test/support/browser.ts';
-import { compareWithBaseline, findSuite, knownScenarios, loadBaseline, nodeCompatArgs, readResults, redactFiles, runSuite, type SuiteRun } from './support/conformance.ts';
+import { compareWithBaseline, findSuite, knownScenarios, loadBaseline, readResults, redactFiles, runSuite, type SuiteRun } from './support/conformance.ts';
 import {
   killLeftoversOnExit,
   positiveInt as envInt,
@@ -140,14 +140,12 @@ async function main(): Promise<number> {
     await signIn(page, base, loginUrl);
     say(`server up, client ${clientId} registered, demo account signed in; running conformance ${suite.version} (authorization server scenarios) against ${base}`);
 
-    const compat = await nodeCompatArgs(work);
-    const known = await knownScenarios(compat, suite.bin, work, 'authorization');
+    const known = await knownScenarios(suite.bin, work, 'authorization');
     const unknown = known ? [...baseline.scenarios.keys()].filter((s) => !known.has(s)) : [];
     if (unknown.length > 0) say(`the baseline lists scenarios the suite does not have (misspelt, or renamed?): ${unknown.join(', ')}`);
     // All scenarios in one run: authorization-code-grant reads the metadata that
     // authorization-server-metadata-endpoint fetched, and has none when run alone.
     const args = [
-      ...compat,
       suite.bin,
       'authorization',
       '--url', base,

@@ -2,7 +2,7 @@ import { type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { compareWithBaseline, findSuite, knownScenarios, loadBaseline, nodeCompatArgs, readResults, redactFiles, runSuite } from './support/conformance.ts';
+import { compareWithBaseline, findSuite, knownScenarios, loadBaseline, readResults, redactFiles, runSuite } from './support/conformance.ts';
 import {
   killLeftoversOnExit,
   positiveInt as envInt,
@@ -36,10 +36,7 @@ import {
  * The key never appears in this script's output: the URL is printed as …/mcp/<API_KEY>, and
  * the suite's output and results (which repeat the URL) are shown with the key replaced.
  *
- * The suite (0.1.16) imports `globSync` from 'fs', which Node.js has only from 22 on; it uses it
- * only in its `tier-check` command. On an older Node.js the suite is run with a module hook
- * (written into the temporary folder) that gives it an `fs` whose globSync throws. That hook, the
- * baseline's rules and the comparison are in scripts/support/conformance.ts, shared with
+ * The baseline's rules and the comparison are in scripts/support/conformance.ts, shared with
  * mcp-auth-conformance.ts (`npm run test:mcp-auth`).
  *
  * Settings (environment): MCP_CONFORMANCE_SCENARIO (run one scenario), MCP_CONFORMANCE_SUITE
@@ -96,12 +93,10 @@ async function main(): Promise<number> {
     const url = `${server.base}/api/v1/mcp/${key}`;
     say(`server up; running conformance ${suite.version} (${only ? `scenario ${only}` : `${suiteName} suite`}) against ${redact(url)}`);
 
-    const compat = await nodeCompatArgs(work);
-    const known = await knownScenarios(compat, suite.bin, work, 'server');
+    const known = await knownScenarios(suite.bin, work, 'server');
     const unknown = known ? [...baseline.scenarios.keys()].filter((s) => !known.has(s)) : [];
     if (unknown.length > 0) say(`the baseline lists scenarios the suite does not have (misspelt, or renamed?): ${unknown.join(', ')}`);
     const args = [
-      ...compat,
       suite.bin,
       'server',
       '--url', url,

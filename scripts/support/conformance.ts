@@ -3,7 +3,6 @@ import * as nodeFs from 'node:fs';
 import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { pathToFileURL } from 'node:url';
 import { root, type Say } from './server.ts';
 
 /**
@@ -96,34 +95,9 @@ export async function findSuite(name: string): Promise<{ bin: string; version: s
   return { bin: path.join(path.dirname(pkgFile), bin), version: pkg.version };
 }
 
-/**
- * Node.js before 22 has no fs.globSync, which the suite's bundle (0.1.16 and the 0.2.0 alphas)
- * imports by name, for its tier-check command only: a resolve hook, written into `work`, gives
- * the bundle (under node_modules/@modelcontextprotocol/conformance or …/conformance-next) an
- * `fs` that has one, throwing. Returns the node options that load the hook, none on a Node.js
- * that has globSync.
- */
-export async function nodeCompatArgs(work: string): Promise<string[]> {
-  if (typeof (nodeFs as Record<string, unknown>).globSync === 'function') return [];
-  const shim = `import fs from 'node:fs'; export * from 'node:fs'; export default fs;
-export function globSync() { throw new Error('fs.globSync needs Node.js 22 or later'); }`;
-  const hooks = `const shim = 'data:text/javascript,' + encodeURIComponent(${JSON.stringify(shim)});
-export async function resolve(specifier, context, next) {
-  if ((specifier === 'fs' || specifier === 'node:fs') && context.parentURL?.includes('/@modelcontextprotocol/conformance')) {
-    return { url: shim, shortCircuit: true };
-  }
-  return next(specifier, context);
-}
-`;
-  await fs.writeFile(path.join(work, 'node-compat-hooks.mjs'), hooks);
-  const register = path.join(work, 'node-compat-register.mjs');
-  await fs.writeFile(register, `import { register } from 'node:module';\nregister('./node-compat-hooks.mjs', import.meta.url);\n`);
-  return ['--import', pathToFileURL(register).href];
-}
-
 /** Every scenario of one kind the installed suite knows (`conformance list --server`), to catch a misspelt baseline entry. */
-export async function knownScenarios(compat: string[], bin: string, cwd: string, kind: 'server' | 'authorization'): Promise<Set<string> | undefined> {
-  const child = spawn(process.execPath, [...compat, bin, 'list', `--${kind}`], { cwd, stdio: ['ignore', 'pipe', 'ignore'] });
+export async function knownScenarios(bin: string, cwd: string, kind: 'server' | 'authorization'): Promise<Set<string> | undefined> {
+  const child = spawn(process.execPath, [bin, 'list', `--${kind}`], { cwd, stdio: ['ignore', 'pipe', 'ignore'] });
   let out = '';
   child.stdout.setEncoding('utf8');
   child.stdout.on('data', (c: string) => (out += c));
@@ -258,7 +232,7 @@ export async function compareWithBaseline(o: {
   return unexpected.length;
 }
 
-/** Runs the suite (`node [compat] <bin> <args>`) from `cwd`; its output, redacted, goes to `logFile`. */
+/** Runs the suite (`node <bin> <args>`) from `cwd`; its output, redacted, goes to `logFile`. */
 export interface SuiteRun {
   child: ChildProcess;
   /** The scenarios the suite announced (`=== Running scenario: … ===`), in order. */

@@ -1,3 +1,4 @@
+import { realpathSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -61,10 +62,15 @@ const WORKER = /^(\S*\/)?node (\S*\/)?dist\/worker\.js/;
 const POSTMASTER = /postgres -D /;
 const TEMPORAL = /temporal server start-dev/;
 
-/** The API process, its worker process, PostgreSQL and the Temporal dev server of this DATA_DIR run. */
+// The Node.js npm ci installed from the lockfile (node_modules/.bin/node): what npm start's processes must run.
+const PINNED_NODE = realpathSync(path.join(ROOT, 'node_modules', '.bin', 'node'));
+const executable = (pid: number) => realpathSync(`/proc/${pid}/exe`);
+
+/** The API process, its worker process, PostgreSQL and the Temporal dev server of this DATA_DIR run; both Node processes on the pinned Node.js. */
 function expectRunning(): void {
   expect(find(API)).toHaveLength(1);
   expect(find(WORKER)).toHaveLength(1);
+  expect([...find(API), ...find(WORKER)].map((p) => executable(p.pid))).toEqual([PINNED_NODE, PINNED_NODE]);
   expect(find(POSTMASTER)).toHaveLength(1);
   expect(find(TEMPORAL)).toHaveLength(1);
 }
