@@ -2,7 +2,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { ensurePythonVenv } from './support/python-venv.ts';
+import { defaultVenvDir, ensurePythonVenv } from './support/python-venv.ts';
 import { killLeftoversOnExit, positiveInt as envInt, printServerErrors, root, sayer, startServer, stopServer, type Server } from './support/server.ts';
 
 /**
@@ -27,7 +27,7 @@ import { killLeftoversOnExit, positiveInt as envInt, printServerErrors, root, sa
  * (keep the temporary DATA_DIR and the server log).
  */
 const SCHEMATHESIS_VERSION = '4.32.5';
-const venv = process.env.SCHEMATHESIS_VENV || path.join(os.homedir(), '.cache', 'mas', `schemathesis-${SCHEMATHESIS_VERSION}`);
+const venv = process.env.SCHEMATHESIS_VENV || defaultVenvDir('schemathesis', SCHEMATHESIS_VERSION);
 const say = sayer('schema-fuzz');
 const positiveInt = (name: string, fallback?: number) => envInt(say, name, fallback);
 
@@ -38,8 +38,9 @@ async function ensureSchemathesis(): Promise<string> {
     dir: venv,
     name: 'schemathesis',
     version: SCHEMATHESIS_VERSION,
+    why: 'the schema fuzz run (npm run test:schema, part of npm run test:reliability) needs it; SCHEMATHESIS_VENV names another venv',
     installs: [[`schemathesis==${SCHEMATHESIS_VERSION}`]],
-    say,
+    out: say,
     works: (d) => spawnSync(bin(d), ['--version'], { encoding: 'utf8' }).stdout?.includes(SCHEMATHESIS_VERSION) ?? false,
   });
   return bin(dir);

@@ -1,10 +1,10 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
+import { firstUseBuild, masCacheDir, type BuildOutput } from './first-use-build.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -18,54 +18,70 @@ const execFileAsync = promisify(execFile);
  *      into the cache (later tags carry a `replace` directive that go install rejects);
  *      minutes of compiling the first time;
  *   4. else the official release archive, on a machine with internet.
+ * Steps 3 and 4 run one process at a time per machine, with progress (first-use-build.ts).
  */
 export const TEMPORAL_CLI_VERSION = '1.5.1';
+const MODULE = `github.com/temporalio/cli/cmd/temporal@v${TEMPORAL_CLI_VERSION}`;
 
 export function temporalCacheDir(): string {
-  const base = process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache');
-  return path.join(base, 'mas', `temporal-cli-v${TEMPORAL_CLI_VERSION}`);
+  return path.join(masCacheDir(), `temporal-cli-v${TEMPORAL_CLI_VERSION}`);
 }
 
-export async function ensureTemporalCli(logger: Logger): Promise<string> {
+/** The CLI's path; builds it on first use, one process at a time per machine (first-use-build.ts). */
+export async function ensureTemporalCli(logger: Logger, output: BuildOutput = {}): Promise<string> {
   const onPath = await which('temporal');
   if (onPath) return onPath;
 
   const dir = temporalCacheDir();
   const cached = path.join(dir, 'temporal');
-  if (existsSync(cached)) return cached;
+  const go = await which('go');
+  const alternatives = 'or install `temporal` on PATH (https://docs.temporal.io/cli), or set TEMPORAL_ADDRESS to use a Temporal cluster instead of the embedded dev server';
+  await firstUseBuild({
+    ...output,
+    logger,
+    name: 'the Temporal CLI',
+    how: go ? `v${TEMPORAL_CLI_VERSION} with go install (a few minutes)` : `v${TEMPORAL_CLI_VERSION} from its release archive (Go is not installed)`,
+    why: 'the embedded Temporal dev server needs it; set TEMPORAL_ADDRESS to use a cluster instead',
+    cacheDir: dir,
+    isReady: () => existsSync(cached),
+    howToFix: go
+      ? `run \`GOBIN=${dir} CGO_ENABLED=0 go install ${MODULE}\` by hand to see the whole error, ${alternatives}.`
+      : `download ${releaseUrl()} and put its \`temporal\` in ${dir}, or install Go and start again, ${alternatives}.`,
+    build: () => install(dir, cached, go),
+  });
+  return cached;
+}
 
+async function install(dir: string, cached: string, go: string | undefined): Promise<void> {
   await fs.mkdir(dir, { recursive: true });
-  // Build into a private folder, then move into place: a concurrent install never sees half a binary.
+  // Build into a private folder, then move into place: nothing ever sees half a binary, even
+  // if this process is killed mid-build and the lock is taken over.
   const staging = await fs.mkdtemp(path.join(dir, '.staging-'));
   try {
-    const go = await which('go');
     if (go) {
-      logger.warn({ dir }, `installing the Temporal CLI v${TEMPORAL_CLI_VERSION} with "go install" (first time only; this takes a few minutes)`);
-      await execFileAsync(go, ['install', `github.com/temporalio/cli/cmd/temporal@v${TEMPORAL_CLI_VERSION}`], {
+      await execFileAsync(go, ['install', MODULE], {
         env: { ...process.env, GOBIN: staging, CGO_ENABLED: process.env.CGO_ENABLED ?? '0' },
         maxBuffer: 64 * 1024 * 1024,
       });
     } else {
-      await downloadRelease(staging, logger);
+      await downloadRelease(staging);
     }
     await fs.rename(path.join(staging, 'temporal'), cached);
-    logger.warn({ path: cached }, 'installed the Temporal CLI');
-    return cached;
-  } catch (err) {
-    if (existsSync(cached)) return cached; // another process finished first
-    throw new Error(`could not install the Temporal CLI: ${(err as Error).message}. Install it (https://docs.temporal.io/cli) or set TEMPORAL_ADDRESS.`);
   } finally {
     await fs.rm(staging, { recursive: true, force: true });
   }
 }
 
-async function downloadRelease(into: string, logger: Logger): Promise<void> {
+function releaseUrl(): string {
   const osName = process.platform === 'darwin' ? 'darwin' : 'linux';
   const arch = process.arch === 'arm64' ? 'arm64' : 'amd64';
-  const url = `https://temporal.download/cli/archive/v${TEMPORAL_CLI_VERSION}?platform=${osName}&arch=${arch}`;
-  logger.warn({ url }, 'downloading the Temporal CLI release archive');
+  return `https://temporal.download/cli/archive/v${TEMPORAL_CLI_VERSION}?platform=${osName}&arch=${arch}`;
+}
+
+async function downloadRelease(into: string): Promise<void> {
+  const url = releaseUrl();
   const res = await fetch(url);
-  if (!res.ok) throw new Error(`download failed with HTTP ${res.status}`);
+  if (!res.ok) throw new Error(`download of ${url} failed with HTTP ${res.status}`);
   const archive = path.join(into, 'temporal.tar.gz');
   await fs.writeFile(archive, Buffer.from(await res.arrayBuffer()));
   await execFileAsync('tar', ['-xzf', archive, '-C', into, 'temporal']);
