@@ -14,6 +14,7 @@ import type { AddressInfo } from 'node:net';
  *   fail-mid      two chunks, then the connection drops
  *   slow          30 chunks, one every 100 ms
  *   echo-body     answers with the JSON body it received
+ *   usage:P:C     like ok, but reports usage {prompt P, completion C}
  */
 export interface FakeUpstream {
   url: string;
@@ -87,6 +88,9 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
   const sse = () => res.writeHead(200, { 'content-type': 'text/event-stream' });
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+  const reported = /^usage:(\d+):(\d+)$/.exec(model);
+  const [prompt, completion] = reported ? [Number(reported[1]), Number(reported[2])] : [11, 5];
+
   switch (model) {
     case 'error':
       res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'the upstream exploded', type: 'server_error' } }));
@@ -132,13 +136,13 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
     default: {
       if (!stream) {
         res.writeHead(200, { 'content-type': 'application/json' });
-        res.end(JSON.stringify({ ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: WORDS.join('') }, finish_reason: 'stop' }], usage: { prompt_tokens: 11, completion_tokens: 5 } }));
+        res.end(JSON.stringify({ ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: WORDS.join('') }, finish_reason: 'stop' }], usage: { prompt_tokens: prompt, completion_tokens: completion } }));
         return done();
       }
       sse();
       WORDS.forEach((w, i) => res.write(chunk(i === 0 ? { role: 'assistant', content: w } : { content: w })));
       res.write(chunk({}, 'stop'));
-      if (model === 'ok') res.write(usage(11, 5));
+      if (model === 'ok' || reported) res.write(usage(prompt, completion));
       if (model === 'over-limit') res.write(usage(11, 100_000));
       res.write('data: [DONE]\n\n');
       return done();

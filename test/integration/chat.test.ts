@@ -3,7 +3,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it, vi } from 'vites
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { parseCoins } from '../../core/money/coins.ts';
 import { countChatTokens } from '../../core/chat/tokens.ts';
-import { useTestCatalog } from '../support/catalog.ts';
+import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
+import { TEST_CATALOG, useTestCatalog } from '../support/catalog.ts';
 import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
 import { bearer, getJson, startTestApi } from '../support/http.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
@@ -217,6 +218,67 @@ describe('billing edge cases: nothing left open, the ledger always sums', () => 
     } finally {
       await em.execute(`update models set definition = jsonb_set(definition, '{pricing}', '{"input_per_million": 2, "output_per_million": 4}') where id = 'test/slow'`);
     }
+  });
+});
+
+describe("the provider's reported usage, billed as docs/chat.md says: clamped to what was reserved", () => {
+  // Prices written out by hand: in-app 3 and 7 coins per million tokens; at API_PRICE_PERCENT
+  // 50 that is 1_500_000 and 3_500_000 micro-coins per million tokens (1.5 and 3.5 a token),
+  // so most charges have half a micro-coin, which is rounded up once per request.
+  const INPUT_PER_MILLION = 1_500_000n;
+  const OUTPUT_PER_MILLION = 3_500_000n;
+  const charge = (input: number, output: number) => {
+    const millionths = BigInt(input) * INPUT_PER_MILLION + BigInt(output) * OUTPUT_PER_MILLION;
+    return (millionths + 999_999n) / 1_000_000n;
+  };
+  const priced = (id: string, upstream: string) => ({
+    id,
+    name: id,
+    type: 'text',
+    generation_types: ['chat'],
+    provider: { name: 'fake', model: upstream },
+    pricing: { input_per_million: 3, output_per_million: 7 },
+    context_window: 4096,
+    max_output_tokens: 1000,
+    default_max_tokens: 100,
+  });
+  beforeAll(async () => {
+    const models = [priced('test/reports-fewer', 'usage:4:3'), priced('test/reports-more', 'usage:1000:4')];
+    await seedModels(orm.em.fork(), validateCatalog({ providers: TEST_CATALOG.providers, models }, 50n));
+  });
+
+  it('fewer prompt tokens than our count: the reported count is charged', async () => {
+    // Our count of "Say hello": 3 for the message, 1 for the role, 2 for the text, 3 to prime the reply.
+    expect(promptTokens).toBe(9);
+    const completion = await client.chat.completions.create({ model: 'test/reports-fewer', messages, max_tokens: 50 });
+    // 4 x 1.5 + 3 x 3.5 = 16.5 -> 17 micro-coins (on our count of 9 it would be 24).
+    const expected = charge(4, 3);
+    expect(expected).toBe(17n);
+    expect(await capturedFor(orm, completion.id)).toBe(expected);
+    expect(completion.usage).toMatchObject({ prompt_tokens: 4, completion_tokens: 3, total_tokens: 7, cost_coins: 0.000017 });
+    const state = await expectSettledWallet(orm, account.id);
+    expect(state.balance.purchased).toBe(10_000_000n - expected);
+  });
+
+  it('more prompt tokens than our count: clamped to our count, which is what was reserved', async () => {
+    const stream = await client.chat.completions.create({ model: 'test/reports-more', messages, max_tokens: 50, stream: true, stream_options: { include_usage: true } });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const last = chunks.at(-1)!;
+    // 9 x 1.5 + 4 x 3.5 = 27.5 -> 28 micro-coins, not 1000 x 1.5 + 14.
+    const expected = charge(9, 4);
+    expect(expected).toBe(28n);
+    expect(await capturedFor(orm, last.id)).toBe(expected);
+    expect(last.usage).toMatchObject({ prompt_tokens: 9, completion_tokens: 4, total_tokens: 13, cost_coins: 0.000028 });
+    // What was reserved, and released but for the charge: 9 x 1.5 + 50 x 3.5 = 188.5 -> 189.
+    const [hold] = await orm.em.fork().execute<{ amount: string; captured: string }[]>(
+      `select amount_micro::text as amount, captured_micro::text as captured from holds where reference = ?`,
+      [last.id],
+    );
+    expect(hold).toEqual({ amount: String(charge(9, 50)), captured: String(expected) });
+    expect(charge(9, 50)).toBe(189n);
+    const state = await expectSettledWallet(orm, account.id);
+    expect(state.balance.purchased).toBe(10_000_000n - expected);
   });
 });
 

@@ -1,16 +1,19 @@
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import http from 'node:http';
 import type { Server } from 'node:http';
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createTestApp } from '../support/http.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
-import { makeAccount, makeKey, silentLogger } from '../support/db.ts';
+import { makeAccount, makeKey, silentLogger, walletInvariants } from '../support/db.ts';
 import { bearer, getJson } from '../support/http.ts';
 import { expectReplays, startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
+import { releaseExpiredHolds } from '../../core/money/sweep.ts';
 
 /**
  * Media jobs end to end: the REST app over HTTP, a real Temporal dev server, a real worker,
@@ -66,34 +69,91 @@ async function waitEnded(key: string, id: string, timeout = 30_000) {
 /** The signed link, aimed at this test's server (links carry PUBLIC_BASE_URL). */
 const local = (url: string) => `${base}${new URL(url).pathname}${new URL(url).search}`;
 
+/**
+ * A media job's API price, written out from config/models.yaml in integer micro-coins:
+ * (base + per-unit price x value) x factor, at API_PRICE_PERCENT (50), rounded up to a whole
+ * micro-coin. A factor is a fraction [numerator, denominator].
+ */
+const API_PRICE_PERCENT = 50n;
+function apiPrice(inAppMicro: bigint, [num, den]: [bigint, bigint] = [1n, 1n]): bigint {
+  const numerator = inAppMicro * num * API_PRICE_PERCENT;
+  const denominator = den * 100n;
+  return (numerator + denominator - 1n) / denominator;
+}
+const COIN = 1_000_000n;
+const coins = (micro: bigint) => Number(micro) / 1e6;
+
 describe('generations', () => {
-  const kinds: [string, Record<string, unknown>, string, (b: Buffer) => void][] = [
-    ['mas/image-demo', { size: 128, seed: 7 }, 'image/png', (b) => expect(b.subarray(0, 8).toString('hex')).toBe('89504e470d0a1a0a')],
-    ['mas/audio-demo', { duration: 1 }, 'audio/wav', (b) => expect([b.subarray(0, 4).toString(), b.subarray(8, 12).toString()]).toEqual(['RIFF', 'WAVE'])],
-    ['mas/video-demo', { duration: 1 }, 'video/x-msvideo', (b) => expect([b.subarray(0, 4).toString(), b.subarray(8, 12).toString()]).toEqual(['RIFF', 'AVI '])],
-    ['mas/3d-demo', { detail: 'low' }, 'model/gltf+json', (b) => expect(JSON.parse(b.toString()).asset.version).toBe('2.0')],
+  const kinds: [string, Record<string, unknown>, bigint, string, (b: Buffer) => void][] = [
+    // base 20 coins, size 128 x 0.5: 10 in-app -> 5 coins.
+    ['mas/image-demo', { size: 128, seed: 7 }, apiPrice(20n * COIN, [1n, 2n]), 'image/png', (b) => expect(b.subarray(0, 8).toString('hex')).toBe('89504e470d0a1a0a')],
+    // base 2 + 2 per second x 1 s: 4 in-app -> 2 coins.
+    ['mas/audio-demo', { duration: 1 }, apiPrice(2n * COIN + 2n * COIN * 1n), 'audio/wav', (b) => expect([b.subarray(0, 4).toString(), b.subarray(8, 12).toString()]).toEqual(['RIFF', 'WAVE'])],
+    // base 10 + 10 per second x 1 s, resolution 64 (the default) x 1: 20 in-app -> 10 coins.
+    ['mas/video-demo', { duration: 1 }, apiPrice(10n * COIN + 10n * COIN * 1n, [1n, 1n]), 'video/x-msvideo', (b) => expect([b.subarray(0, 4).toString(), b.subarray(8, 12).toString()]).toEqual(['RIFF', 'AVI '])],
+    // base 30, detail low x 1: 30 in-app -> 15 coins.
+    ['mas/3d-demo', { detail: 'low' }, apiPrice(30n * COIN, [1n, 1n]), 'model/gltf+json', (b) => expect(JSON.parse(b.toString()).asset.version).toBe('2.0')],
   ];
-  for (const [model, settings, mime, check] of kinds) {
-    it(`${model}: 202 queued, then succeeded with a downloadable file, charged exactly cost_coins`, async () => {
+  it('the prices these tests expect, worked out by hand', () => {
+    expect(kinds.map(([model, , price]) => [model, price])).toEqual([
+      ['mas/image-demo', 5_000_000n],
+      ['mas/audio-demo', 2_000_000n],
+      ['mas/video-demo', 10_000_000n],
+      ['mas/3d-demo', 15_000_000n],
+    ]);
+  });
+  for (const [model, settings, price, mime, check] of kinds) {
+    it(`${model}: 202 queued, then succeeded with a downloadable file, charged exactly its price`, async () => {
       const { account, key } = await customer();
       const res = await submit(key, { model, prompt: 'a lighthouse at dusk', settings });
       expect(res.status).toBe(202);
       expect(res.body).toMatchObject({ id: expect.stringMatching(/^gen_/), object: 'generation', status: 'queued', model, cost_coins: null, output: null });
-      expect(res.body.price_coins).toBeGreaterThan(0);
+      expect(res.body.price_coins).toBe(coins(price));
       const job = await waitEnded(key, res.body.id);
       expect(job.status).toBe('succeeded');
-      expect(job.cost_coins).toBe(res.body.price_coins);
+      expect(job.cost_coins).toBe(coins(price));
       expect(Date.parse(job.output.expires_at) - Date.parse(job.completed_at)).toBeGreaterThan(3_590_000);
       expect(job.output.url).not.toContain(key);
       const file = await fetch(local(job.output.url));
       expect(file.status).toBe(200);
       expect(file.headers.get('content-type')).toBe(mime);
       check(Buffer.from(await file.arrayBuffer()));
-      expect(Number(await capturedFor(orm, job.id))).toBe(job.cost_coins * 1e6);
+      expect(await capturedFor(orm, job.id)).toBe(price);
       const state = await expectSettledWallet(orm, account.id);
-      expect(state.balance.purchased).toBe(parseCoins('100') - parseCoins(String(job.cost_coins)));
+      expect(state.balance.purchased).toBe(100n * COIN - price);
     });
   }
+
+  it('a job whose hold expired before it ended: failed as reservation_expired, its output not delivered, nothing charged', async () => {
+    const { account, key } = await customer('10');
+    const res = await submit(key, { model: 'mas/image-demo', prompt: 'x', settings: { size: 128, delay_ms: 4000 } });
+    expect(res.status).toBe(202);
+    const id = res.body.id as string;
+    await vi.waitFor(async () => expect((await getJson(`${base}/api/v1/generations/${id}`, { headers: bearer(key) })).body.status).toBe('running'), { timeout: 10_000, interval: 50 });
+    // While it runs, its reservation (5 coins: 20 x 0.5 at 50%) is held.
+    const held = await walletInvariants(orm, account.id);
+    expect(held.balance.held).toBe(apiPrice(20n * COIN, [1n, 2n]));
+    // Its hold expires (as if the job had outlived HOLD_TTL_SECONDS) and the hold sweep releases
+    // it. The sweep runs as at a moment long past, so it touches no other test's hold.
+    await orm.em.fork().execute(`update holds set expires_at = '2000-01-01T00:00:00Z' where id = ? and status = 'open'`, [`hold_${id}`]);
+    expect(await releaseExpiredHolds(orm.em.fork(), new Date('2000-01-01T00:00:01Z'))).toBe(1);
+    const [hold] = await orm.em.fork().execute<{ status: string }[]>('select status from holds where id = ?', [`hold_${id}`]);
+    expect(hold!.status).toBe('released');
+
+    // The provider then finishes: the job is not delivered unpaid.
+    const job = await waitEnded(key, id);
+    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, output: null, error: { code: 'reservation_expired', message: expect.any(String) } });
+    expect(await capturedFor(orm, id)).toBe(0n);
+    const state = await expectSettledWallet(orm, account.id);
+    expect(state.balance.purchased).toBe(10n * COIN);
+    expect(state.ledgerTotal).toBe(10n * COIN);
+    // Nothing of the result is kept or served: no stored file, and even a validly signed link finds nothing.
+    const stored = await fs.readdir(path.join(h.storageDir, 'generations')).catch(() => [] as string[]);
+    expect(stored.filter((f) => f.startsWith(id))).toEqual([]);
+    const link = await getJson(local(deps.signer.sign(id, new Date(Date.now() + 60_000))));
+    expect(link.status).toBe(404);
+    expect(link.body.error.code).toBe('output_not_found');
+  });
 
   it('a failing provider: failed with an error object, refunded in full', async () => {
     const { account, key } = await customer('10');
@@ -123,7 +183,8 @@ describe('generations', () => {
       expect(r.status).toBe(429);
       expect(r.body.error).toMatchObject({ type: 'rate_limit_error', code: 'concurrency_limit_exceeded' });
     }
-    const price = parseCoins(String(accepted[0]!.body.price_coins));
+    // Each holds its price: 20 x 0.5 at 50% = 5 coins.
+    const price = apiPrice(20n * COIN, [1n, 2n]);
     const [held] = await orm.em.fork().execute<{ h: string }[]>('select held_micro::text as h from wallets where account_id = ?', [account.id]);
     expect(BigInt(held!.h)).toBe(5n * price);
     for (const r of accepted) await waitEnded(key, r.body.id);
@@ -201,7 +262,7 @@ describe('generations', () => {
   });
 
   it('starts the workflow of a job left queued by a crash between accepting it and starting it', async () => {
-    const { account, key } = await customer('10');
+    const { account, key } = await customer('20');
     // A process that records the job and dies before starting its workflow: a starter that does nothing.
     const crashed = { ...deps, generations: { start: async () => undefined, cancel: async () => undefined, state: async () => ({ state: 'open' as const }), deliverWebhook: async () => undefined } };
     const app = createTestApp({ deps: crashed, logger: silentLogger, publicBaseUrl: 'http://localhost' });
@@ -215,7 +276,13 @@ describe('generations', () => {
     });
     await new Promise((r) => crashedServer.close(r));
     expect(res.status).toBe(202);
-    await new Promise((r) => setTimeout(r, 500));
+    // A job accepted after it, by a process that does start workflows, runs to its end on the
+    // same worker: the system is working. The crashed one still has no workflow and is queued.
+    const later = await submit(key, { model: 'mas/image-demo', prompt: 'later', settings: { size: 128 } });
+    expect(later.status).toBe(202);
+    expect((await waitEnded(key, later.body.id)).status).toBe('succeeded');
+    const client = new Client({ connection });
+    await expect(client.workflow.getHandle(res.body.id).describe()).rejects.toBeInstanceOf(WorkflowNotFoundError);
     expect((await getJson(`${base}/api/v1/generations/${res.body.id}`, { headers: bearer(key) })).body.status).toBe('queued');
 
     await orm.em.fork().execute(`update generations set created_at = now() - interval '1 minute' where id = ?`, [res.body.id]);

@@ -553,7 +553,14 @@ describe('what a connected app can do', () => {
       [app.connectionId],
     );
     expect(holds).toEqual([{ status: 'settled', account_id: person.accountId, reference: id }]);
-    expect(await balanceOf(person.accountId)).not.toBe(String(100_000_000));
+    // The charge, priced by hand from config/models.yaml: mas/echo is 100 and 400 coins per
+    // million tokens in-app, 50 and 200 micro-coins a token at API_PRICE_PERCENT 50. The input
+    // is 9 tokens (3 for the message, 1 for the role, 2 for "Hello there", 3 to prime the
+    // reply); the echo's answer is longer than 30 tokens, so it is cut at max_tokens.
+    expect(chat.structuredContent).toMatchObject({ finish_reason: 'length', usage: { prompt_tokens: 9, completion_tokens: 30 } });
+    const charge = (9n * 50_000_000n + 30n * 200_000_000n + 999_999n) / 1_000_000n;
+    expect(charge).toBe(6_450n);
+    expect(await balanceOf(person.accountId)).toBe(String(100_000_000n - charge));
     await client.close();
   });
 

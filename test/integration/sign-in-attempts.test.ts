@@ -33,6 +33,24 @@ describe('sign-in attempts', () => {
     expect(refused!.message).not.toContain(password);
   });
 
+  it('counts an email in any case against one limit: Alice@Example.com and alice@example.com are the same', async () => {
+    const email = uniqueEmail('casing');
+    const [local, domain] = email.split('@') as [string, string];
+    const shouted = `${local.charAt(0).toUpperCase()}${local.slice(1)}@${domain.toUpperCase()}`;
+    expect(shouted).not.toBe(email);
+    expect(shouted.toLowerCase()).toBe(email);
+    await from('203.0.113.2').accounts.signUp({ email, password });
+    // 10 attempts, alternating the two spellings, each from its own address: all counted, none refused yet.
+    for (let i = 0; i < 10; i++) {
+      const spelling = i % 2 === 0 ? email : shouted;
+      expect((await refusal(from(`198.51.100.${100 + i}`).accounts.signIn({ email: spelling, password: 'wrong guess number ' + i })))?.reason).toBe('invalid_credentials');
+    }
+    // The 11th, right, in either spelling (or a third one): refused, as 11 attempts on one email.
+    for (const [i, spelling] of [shouted, email, email.toUpperCase()].entries()) {
+      expect(await refusal(from(`198.51.100.${120 + i}`).accounts.signIn({ email: spelling, password })), spelling).toMatchObject({ code: 'rate_limited', reason: 'too_many_attempts' });
+    }
+  });
+
   it('after 30 attempts from one address, that address is refused for any email; others are not', async () => {
     for (let i = 0; i < 30; i++) await refusal(from('192.0.2.7').accounts.signIn({ email: uniqueEmail('spray'), password }));
     expect(await refusal(from('192.0.2.7').accounts.signIn({ email: uniqueEmail('spray'), password }))).toMatchObject({ reason: 'too_many_attempts' });

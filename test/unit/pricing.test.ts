@@ -30,11 +30,51 @@ describe('pricing', () => {
     expect(textCost(p, 1_000_000, 1_000_000)).toBe(750_000n);
   });
 
+  it('text: a charge with a fraction of a micro-coin is rounded up, never down or to the nearest', () => {
+    // Written out: 0.3 coins/M in-app = 300_000 micro per million tokens, 50% -> 150_000;
+    // 1.2 -> 1_200_000 -> 600_000. 7 input + 4 output tokens: 7 * 150_000 + 4 * 600_000 =
+    // 3_450_000 millionths of a micro-coin = 3.45 micro-coins -> 4.
+    expect(textCost(textPrices(text, 50n), 7, 4)).toBe(4n);
+    // 1_000_001 input tokens * 150_000 = 150_000_150_000 millionths -> 150_000.15 -> 150_001.
+    expect(textCost(textPrices(text, 50n), 1_000_001, 0)).toBe(150_001n);
+    // Exactly whole: no rounding. 20 input tokens * 150_000 = 3_000_000 millionths = 3.
+    expect(textCost(textPrices(text, 50n), 20, 0)).toBe(3n);
+  });
+
   it('media: (base + per unit) x factor x count, at the API percentage', () => {
     // (10 + 4*5) * 1 * 1 = 30 in-app -> 15 coins
     expect(mediaPrice(video, { duration: 5, resolution: '720p', count: 1 }, 50n)).toBe(15_000_000n);
     // (10 + 4*10) * 2 * 3 = 300 -> 150
     expect(mediaPrice(video, { duration: 10, resolution: '1080p', count: 3 }, 50n)).toBe(150_000_000n);
+  });
+
+  it('media: a price that is not a whole micro-coin is rounded up to the next one', () => {
+    // Every number here is a decimal the catalog allows (6 places), chosen so that the exact
+    // API price has a fraction of a micro-coin. Written out in integer micro-coins:
+    //   (base 0.000001 + per second 0.000002 * 3 s) = 7 micro in-app; x 50% = 3.5 -> 4.
+    const audio = modelSchema.parse({
+      id: 'a', name: 'a', type: 'audio', generation_types: ['text-to-audio'], provider: { name: 'p', model: 'm' },
+      settings: { duration: { type: 'integer', min: 1, max: 30, default: 3 } },
+      pricing: { base: '0.000001', per_unit: { duration: '0.000002' } },
+    }) as MediaModel;
+    expect(mediaPrice(audio, { duration: 3 }, 50n)).toBe(4n);
+    //   (base 0.000001 + 0.000002 * 2 s) = 5 micro in-app; x 50% = 2.5 -> 3; at 100%, exactly 5.
+    expect(mediaPrice(audio, { duration: 2 }, 50n)).toBe(3n);
+    expect(mediaPrice(audio, { duration: 2 }, 100n)).toBe(5n);
+    //   With a factor: 1 coin x 0.333333 = 333_333 micro in-app; x 50% = 166_666.5 -> 166_667.
+    const thirds = modelSchema.parse({
+      id: 't', name: 't', type: 'image', generation_types: ['text-to-image'], provider: { name: 'p', model: 'm' },
+      settings: { quality: { type: 'enum', options: ['third', 'full'], default: 'full' } },
+      pricing: { base: 1, factors: { quality: { third: 0.333333, full: 1 } } },
+    }) as MediaModel;
+    expect(mediaPrice(thirds, { quality: 'third' }, 50n)).toBe(166_667n);
+    //   A factor of 0.000001 on 1 coin: 1 micro in-app; x 50% = 0.5 -> 1, never 0.
+    const tiny = modelSchema.parse({
+      id: 'x', name: 'x', type: 'image', generation_types: ['text-to-image'], provider: { name: 'p', model: 'm' },
+      settings: { quality: { type: 'enum', options: ['tiny'], default: 'tiny' } },
+      pricing: { base: 1, factors: { quality: { tiny: 0.000001 } } },
+    }) as MediaModel;
+    expect(mediaPrice(tiny, { quality: 'tiny' }, 50n)).toBe(1n);
   });
 
   it('refuses a catalog that prices by a setting which can go below zero', () => {
