@@ -2,7 +2,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', '.data/', 'dist/', 'dist.*/', 'coverage/'] },
+  { ignores: ['node_modules/', '.data/', 'dist/', 'dist.*/', 'coverage/', 'test/artifacts/'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

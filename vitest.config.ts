@@ -8,7 +8,7 @@ export default defineConfig({
     globalSetup: ['test/support/global-setup.ts'],
     include: ['test/**/*.test.ts'],
     // The fault and hostile-input suite and the cluster suite run on their own: `npm run test:reliability`, `npm run test:scale`.
-    exclude: ['test/reliability/**', 'test/scale/**', 'node_modules/**'],
+    exclude: ['test/reliability/**', 'test/scale/**', 'node_modules/**', 'test/artifacts/**'],
     reporters: ['default', './test/support/summary-reporter.ts'],
     pool: 'forks',
     testTimeout: 60_000,
