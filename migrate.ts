@@ -13,7 +13,7 @@ import { seedModels } from './core/catalog/catalog.ts';
  * Safe to run twice or from two places at once (an advisory lock serialises migrations).
  */
 const env = loadEnvOrExit();
-const logger = createLogger(env.LOG_LEVEL);
+const logger = createLogger(env.LOG_LEVEL, undefined, env.LOG_FORMAT);
 try {
   const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
   const db = await openDatabase(env, logger, 'apply');

@@ -9,7 +9,7 @@ import { startWorker, type RunningWorker } from './workflows/worker.ts';
 
 /** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
 const env = loadEnvOrExit();
-const logger = createLogger(env.LOG_LEVEL);
+const logger = createLogger(env.LOG_LEVEL, undefined, env.LOG_FORMAT);
 // Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
 const lifecycle = manageProcessLifecycle(logger, { stopTimeoutMs: env.SHUTDOWN_TIMEOUT_SECONDS * 1000 + 60_000 });
 

@@ -25,7 +25,7 @@ export async function failedToStart(err: unknown, logger: Logger): Promise<never
 /** The processes that serve HTTP: `npm start` (role `all`) and `npm run start:api` (role `api`). */
 export async function runServer(role: ServiceRole): Promise<void> {
   const env: Env = loadEnvOrExit();
-  const logger = createLogger(env.LOG_LEVEL);
+  const logger = createLogger(env.LOG_LEVEL, undefined, env.LOG_FORMAT);
   // Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
   const lifecycle = manageProcessLifecycle(logger, {
     stopTimeoutMs: (env.SHUTDOWN_READINESS_DELAY_SECONDS + env.SHUTDOWN_TIMEOUT_SECONDS) * 1000 + 60_000,

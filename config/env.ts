@@ -29,6 +29,8 @@ const envSchema = z
     DATABASE_POOL_MAX: positiveInt.max(1000).default(10),
     DATA_DIR: z.string().min(1).default('./.data'),
     LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** `json` (one JSON object per line, for machines); `pretty`: coloured text for a person at a terminal (pino-pretty). */
+    LOG_FORMAT: z.enum(['json', 'pretty']).default('json'),
     DEMO_COINS: z
       .string()
       .default('1000')

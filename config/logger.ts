@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module';
 import pino, { type DestinationStream, type Logger } from 'pino';
 
 /** Paths that must never reach a log line, whatever a future caller passes in. */
@@ -17,9 +18,19 @@ const REDACT = [
   '*.key',
 ];
 
-export function createLogger(level: string, destination?: DestinationStream): Logger {
+/**
+ * The service's logger: JSON lines on stdout (or `destination`). `pretty` (LOG_FORMAT=pretty,
+ * never the default) prints them as text for a person at a terminal instead, through
+ * pino-pretty, loaded only then.
+ */
+export function createLogger(level: string, destination?: DestinationStream, format: 'json' | 'pretty' = 'json'): Logger {
   return pino(
     { level, base: { service: 'mas' }, redact: { paths: REDACT, censor: '[redacted]' }, timestamp: pino.stdTimeFunctions.isoTime },
-    destination ?? pino.destination({ dest: 1, sync: true }),
+    destination ?? (format === 'pretty' ? prettyStdout() : pino.destination({ dest: 1, sync: true })),
   );
+}
+
+function prettyStdout(): DestinationStream {
+  const pretty = createRequire(import.meta.url)('pino-pretty') as typeof import('pino-pretty');
+  return pretty({ destination: 1, sync: true, ignore: 'pid,hostname,service' });
 }

@@ -1,7 +1,8 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { NativeConnection, Worker } from '@temporalio/worker';
-import type { Logger } from 'pino';
+import { IllegalStateError } from '@temporalio/common';
+import { NativeConnection, Runtime, Worker, type LogLevel, type LogMetadata, type Logger as TemporalLogger } from '@temporalio/worker';
+import pino, { type Logger } from 'pino';
 import type { CoreDeps } from '../core/context.ts';
 import { createActivities } from './activities.ts';
 import { TASK_QUEUE } from './shared.ts';
@@ -22,6 +23,75 @@ export interface RunningWorker {
   shutdown(): Promise<void>;
 }
 
+const LEVELS: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = { TRACE: 'trace', DEBUG: 'debug', INFO: 'info', WARN: 'warn', ERROR: 'error' };
+
+/**
+ * The Temporal SDK's logger interface over the service's logger: each SDK line (the worker's
+ * own, workflows' and activities' `log`, and the Rust core's, forwarded) becomes one JSON line
+ * with its level, its message and the SDK's fields (`sdkComponent`, `taskQueue`,
+ * `workflowId`…). An error, such as a failed workflow's, goes in `err` with its stack: a
+ * multi-line stack trace stays inside its one line.
+ */
+export function temporalLogger(logger: Logger): TemporalLogger {
+  const log = (level: LogLevel, message: string, meta?: LogMetadata) => {
+    const to = LEVELS[level] ?? 'info';
+    if (logger.isLevelEnabled(to)) logger[to](logFields(meta), message);
+  };
+  return {
+    log,
+    trace: (message, meta) => log('TRACE', message, meta),
+    debug: (message, meta) => log('DEBUG', message, meta),
+    info: (message, meta) => log('INFO', message, meta),
+    warn: (message, meta) => log('WARN', message, meta),
+    error: (message, meta) => log('ERROR', message, meta),
+  };
+}
+
+/**
+ * The SDK's fields as log fields: its `error` is the logger's `err` (serialised with its
+ * stack by pino); any other error value is serialised the same way, where JSON would make it
+ * `{}`. Errors from workflow code come from the workflow sandbox's realm, so they are
+ * recognised by shape, not by `instanceof`. Symbol keys (the SDK's timestamp) are left out.
+ */
+function logFields(meta: LogMetadata | undefined): Record<string, unknown> {
+  if (meta === undefined) return {};
+  if (errorLike(meta)) return { err: meta };
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(meta)) {
+    if (key === 'error' && !('err' in meta)) out.err = value;
+    else out[key] = key !== 'err' && errorLike(value) ? pino.stdSerializers.err(value) : value;
+  }
+  return out;
+}
+
+function errorLike(value: unknown): value is Error {
+  return typeof value === 'object' && value !== null && typeof (value as Error).message === 'string' && typeof (value as Error).stack === 'string';
+}
+
+let runtimeInstalled = false;
+
+/**
+ * Installs the SDK's runtime (once per process, before its first connection) with the
+ * service's logger, and with the Rust core's lines forwarded to it rather than printed in the
+ * SDK's own format: every line the SDK writes is then one of the service's JSON log lines. The
+ * core logs warnings and errors (debug too when LOG_LEVEL is debug or trace). Everything else
+ * is the SDK's default (the shutdown signals the worker stops on among them).
+ */
+export function installTemporalRuntime(logger: Logger): void {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  try {
+    Runtime.install({
+      logger: temporalLogger(logger),
+      telemetryOptions: { logging: { filter: { core: logger.isLevelEnabled('debug') ? 'DEBUG' : 'WARN', other: 'ERROR' }, forward: {} } },
+    });
+  } catch (err) {
+    // Something of the SDK already made its default runtime (a replay in a test): it keeps it.
+    if (!(err instanceof IllegalStateError)) throw err;
+    logger.warn('the Temporal runtime was created before the service installed its logger: the SDK logs in its own format');
+  }
+}
+
 /** A Temporal worker for this service's workflows and activities. */
 export async function startWorker(opts: {
   deps: CoreDeps;
@@ -35,6 +105,7 @@ export async function startWorker(opts: {
    */
   shutdownGraceSeconds?: number;
 }): Promise<RunningWorker> {
+  installTemporalRuntime(opts.logger);
   const connection = await NativeConnection.connect({ address: opts.address });
   const worker = await Worker.create({
     connection,
