@@ -14,6 +14,11 @@ import { restMessage } from './phrasing.ts';
 /** Errors raised by the HTTP layer itself, before any use case runs. */
 const HTTP_ERRORS = {
   invalid_json: { status: 400, type: 'invalid_request_error', message: 'The request body is not valid JSON.' },
+  incomplete_body: {
+    status: 400,
+    type: 'invalid_request_error',
+    message: 'The request body ended before its Content-Length (or its last chunk) arrived: the client closed its side of the connection early.',
+  },
   request_too_large: { status: 413, type: 'invalid_request_error', message: 'The request body is too large.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The request body encoding is not supported.' },
   unknown_route: { status: 404, type: 'not_found_error', message: 'Unknown route.' },
@@ -45,6 +50,9 @@ export function sendCoreError(res: Response, err: CoreError): void {
 /** body-parser's error types, by what the client did wrong. */
 const BODY_ERRORS: Record<string, HttpErrorCode> = {
   'entity.parse.failed': 'invalid_json',
+  // The connection ended mid-body (raw-body); the server answers it first (adapters/http/server.ts), where it still can.
+  'request.aborted': 'incomplete_body',
+  'request.size.invalid': 'incomplete_body',
   'entity.too.large': 'request_too_large',
   'encoding.unsupported': 'unsupported_media_type',
   'charset.unsupported': 'unsupported_media_type',

@@ -24,12 +24,15 @@ export const MAX_FIELD_FILE_BYTES = 1024 * 1024;
 const DEFAULT_FILENAME = 'upload';
 
 const unreadable = () => new UploadError(400, 'invalid_multipart', 'The multipart body could not be read.');
+const secondFile = () =>
+  new UploadError(400, 'invalid_value', "Invalid value for 'file': send one file per upload; this body has more than one part named 'file'. Nothing was stored.");
 const tooLarge = (limit: number, hint = '') => new UploadError(413, 'request_too_large', `The file is larger than the ${limit / 1024 / 1024} MB limit.${hint}`);
 
 /**
  * Streams the multipart part `file` to a temporary file in `dir` through busboy, never holding
  * it in memory, counting and hashing it on the way. A `file` part without a filename (a plain
- * form field to busboy) is accepted too, up to 1 MB, and named "upload".
+ * form field to busboy) is accepted too, up to 1 MB, and named "upload". A second `file` part
+ * (with a filename or without) is a 400 naming 'file': nothing is kept of the first.
  *
  * Hostile bodies: every error of every stream on the way (the request, busboy, which may emit
  * 'error' many times, the part's stream, the hashing Transform, the temporary file) is
@@ -53,7 +56,9 @@ export function spoolUpload(req: Request, dir: string, limits: { fileBytes?: num
         // of them: at most 5 × 1 MB for a request, whatever its other parts.
         // busboy reports 'limit' when a file *reaches* fileSize: one byte more, so that a file of
         // exactly the limit (50 MB, which the limit allows) is accepted and one byte over is not.
-        limits: { fileSize: fileBytes + 1, fieldSize: fieldFileBytes, files: 1, fields: 5, parts: 20, headerPairs: 20 },
+        // Every file part is reported (up to the parts limit), so that a second `file` part is
+        // refused rather than skipped unseen; parts of other names are read past and dropped.
+        limits: { fileSize: fileBytes + 1, fieldSize: fieldFileBytes, files: 20, fields: 5, parts: 20, headerPairs: 20 },
       });
     } catch {
       reject(new UploadError(400, 'invalid_multipart', "Send the file as multipart/form-data in a part named 'file'."));
@@ -134,8 +139,14 @@ export function spoolUpload(req: Request, dir: string, limits: { fileBytes?: num
     parser.on('file', (field, stream, info) => {
       // Every part's stream gets an error listener: busboy destroys it with an error when the body ends early.
       stream.on('error', () => undefined);
-      if (field !== 'file' || writing || settled) {
+      if (field !== 'file' || settled) {
         stream.resume();
+        return;
+      }
+      if (writing) {
+        // A second `file` part: one upload is one file. The first one's temporary file is removed.
+        stream.resume();
+        fail(secondFile());
         return;
       }
       part = stream;
@@ -147,7 +158,11 @@ export function spoolUpload(req: Request, dir: string, limits: { fileBytes?: num
       spool(stream, info.filename);
     });
     parser.on('field', (field, value, info) => {
-      if (field !== 'file' || writing || settled) return;
+      if (field !== 'file' || settled) return;
+      if (writing) {
+        fail(secondFile());
+        return;
+      }
       if (info.valueTruncated) {
         fail(tooLarge(fieldFileBytes, " A 'file' part without a filename is limited to this size; send larger files with a filename."));
         return;

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { CoreError, notFound } from '../errors.ts';
 import { inexactPrice, liveSchedules, modelAt, scheduleProblem, withPrices, type PricedModel, type ScheduleRow } from './price-schedule.ts';
-import { catalogFileSchema, modelSchema, type CatalogFile, type MediaModel, type ModelDefinition, type ModelType, type TextModel } from './schema.ts';
+import { catalogFileSchema, jobTimeProblem, modelSchema, type CatalogFile, type MediaModel, type ModelDefinition, type ModelType, type TextModel } from './schema.ts';
 
 /**
  * The catalog file is validated here, then its models are stored as written (in-app prices)
@@ -37,6 +37,8 @@ export function validateCatalog(raw: unknown, apiPricePercent: bigint): Validate
   parsed.models.forEach((m, i) => {
     const problem = inexactPrice(m, apiPricePercent);
     if (problem) throw new CatalogError(`catalog: models.${i}.${problem.path.join('.')} (${m.id}): ${problem.message}`);
+    const late = jobTimeProblem(m);
+    if (late) throw new CatalogError(`catalog: models.${i}.${late.path.join('.')}: ${late.message}`);
   });
   const rawModels = (raw as { models?: unknown[] }).models ?? [];
   return { parsed, raw: new Map(parsed.models.map((m, i) => [m.id, rawModels[i]])), apiPricePercent };

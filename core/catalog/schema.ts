@@ -23,10 +23,18 @@ export const FILE_KINDS = ['image', 'video', 'audio', 'model'] as const;
 
 const description = z.string().max(2000).optional();
 
+/**
+ * A numeric setting that is time the job takes (the local provider's `delay_ms`), in this unit:
+ * the model's deadline bounds it (jobTimeLimit), at load and at submit.
+ */
+const jobTime = z.enum(['ms', 's']).optional();
+/** Milliseconds per unit of a `job_time` setting. */
+const JOB_TIME_MS = { ms: 1, s: 1000 } as const;
+
 export const settingSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('enum'), options: z.array(z.union([z.string(), z.number()])).min(1), default: z.union([z.string(), z.number()]), description }),
-  z.object({ type: z.literal('integer'), min: z.number().int(), max: z.number().int(), default: z.number().int(), description }),
-  z.object({ type: z.literal('number'), min: z.number(), max: z.number(), default: z.number(), description }),
+  z.object({ type: z.literal('integer'), min: z.number().int(), max: z.number().int(), default: z.number().int(), job_time: jobTime, description }),
+  z.object({ type: z.literal('number'), min: z.number(), max: z.number(), default: z.number(), job_time: jobTime, description }),
   z.object({ type: z.literal('boolean'), default: z.boolean(), description }),
   z.object({ type: z.literal('string'), max_length: z.number().int().positive().default(1000), default: z.string().optional(), description }),
 ]);
@@ -132,6 +140,42 @@ export const modelSchema = z.discriminatedUnion('type', [textModelSchema, mediaM
 export type ModelDefinition = z.output<typeof modelSchema>;
 export type TextModel = Extract<ModelDefinition, { type: 'text' }>;
 export type MediaModel = Exclude<ModelDefinition, { type: 'text' }>;
+
+/**
+ * For a setting that is time the job takes (`job_time`), the first value, in the setting's own
+ * unit, that the model's deadline can never meet: a job that takes the whole deadline, or more,
+ * always fails at it. Undefined for any other setting.
+ */
+export function jobTimeLimit(s: SettingSpec, deadlineSeconds: number): number | undefined {
+  if ((s.type !== 'integer' && s.type !== 'number') || !s.job_time) return undefined;
+  return (deadlineSeconds * 1000) / JOB_TIME_MS[s.job_time];
+}
+
+/**
+ * A `job_time` setting whose `max` the model's deadline can never meet: every job asked for
+ * near it would be accepted, reserved, and fail at the deadline. Checked where an entry comes
+ * in (the catalog file, an operator's entry), not where a stored model is read: a model
+ * stored before would otherwise vanish; its requests are checked instead (core/generations/validate.ts).
+ */
+export function jobTimeProblem(m: ModelDefinition): { path: PropertyKey[]; message: string } | undefined {
+  if (m.type === 'text') return undefined;
+  for (const [key, s] of Object.entries(m.settings)) {
+    const limit = jobTimeLimit(s, m.deadline_seconds);
+    if (limit === undefined || (s as { max: number }).max < limit) continue;
+    return {
+      path: ['settings', key, 'max'],
+      message:
+        `model '${m.id}': setting '${key}' goes up to ${jobSeconds(s, (s as { max: number }).max)} s of job time, which its deadline of ` +
+        `${m.deadline_seconds} s (deadline_seconds) can never meet: its max must be below ${limit}`,
+    };
+  }
+  return undefined;
+}
+
+/** A value of a `job_time` setting, in seconds. */
+export function jobSeconds(s: SettingSpec, value: number): number {
+  return s.type === 'integer' || s.type === 'number' ? (value * JOB_TIME_MS[s.job_time ?? 's']) / 1000 : value;
+}
 
 function settingDefaultProblem(s: SettingSpec): string | undefined {
   if (s.type === 'enum' && !s.options.includes(s.default)) return 'must be one of the options';

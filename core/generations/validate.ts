@@ -1,4 +1,4 @@
-import type { MediaModel, SettingSpec } from '../catalog/schema.ts';
+import { jobSeconds, jobTimeLimit, type MediaModel, type SettingSpec } from '../catalog/schema.ts';
 import { invalid } from '../errors.ts';
 import type { UrlGuard } from '../ports.ts';
 
@@ -18,11 +18,22 @@ export function validateSettings(model: MediaModel, settings: Record<string, unk
   for (const [key, spec] of Object.entries(model.settings)) {
     const value = key in settings ? settings[key] : spec.default;
     if (value === undefined) continue;
-    const problem = settingProblem(spec, value);
+    const problem = settingProblem(spec, value) ?? deadlineProblem(model, spec, value as number);
     if (problem) throw invalid(`settings.${key}`, `Invalid value for 'settings.${key}': ${problem}.`);
     out[key] = value;
   }
   return out;
+}
+
+/**
+ * A setting that is time the job takes (`job_time`), as long as the model's deadline or longer:
+ * the job could never finish in time. The catalog refuses such bounds at load; a model stored
+ * before that rule, or edited since, still has them, so the value is checked here too.
+ */
+function deadlineProblem(model: MediaModel, spec: SettingSpec, value: number): string | undefined {
+  const limit = jobTimeLimit(spec, model.deadline_seconds);
+  if (limit === undefined || value < limit) return undefined;
+  return `the job would take ${jobSeconds(spec, value)} s, and it could never finish within the model's deadline of ${model.deadline_seconds} s: must be below ${limit}`;
 }
 
 function settingProblem(spec: SettingSpec, value: unknown): string | undefined {

@@ -1,7 +1,6 @@
 import nodeFs from 'node:fs';
 import fs from 'node:fs/promises';
 import { syncBuiltinESMExports } from 'node:module';
-import { setTimeout as sleep } from 'node:timers/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -24,6 +23,7 @@ let spoolDir: string;
 const servers: Server[] = [];
 let base: string;
 let key: string;
+let account: string;
 
 async function listen(spool: string): Promise<string> {
   const app = createTestApp({ deps: testDeps(orm, { storageDir }), logger: silentLogger, publicBaseUrl: 'http://localhost', uploadSpoolDir: spool });
@@ -40,8 +40,8 @@ beforeAll(async () => {
   spoolDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-hostile-spool-'));
   base = await listen(spoolDir);
   // An unpaid account with no coins at all: uploading needs only a valid key.
-  const account = await makeAccount(orm);
-  key = (await makeKey(orm, account.id)).key;
+  account = (await makeAccount(orm)).id;
+  key = (await makeKey(orm, account)).key;
 });
 afterAll(async () => {
   for (const s of servers) {
@@ -102,19 +102,27 @@ describe('hostile uploads', () => {
   it('an error while the temporary file is still being opened: the file is removed once it exists', async () => {
     // busboy reports the bad header in the same write that ends the file part, so the write
     // fails at once, while the temporary file may still be opening. Opening is made slow here
-    // (a WriteStream takes its fs functions as an option) to make that order certain.
+    // (a WriteStream takes its fs functions as an option) to make that order certain; the test
+    // hears when the file has really been opened (created), whenever that is.
+    let created!: () => void;
+    const opened = new Promise<void>((resolve) => (created = resolve));
     const realCreateWriteStream = nodeFs.createWriteStream;
     nodeFs.createWriteStream = ((file: string, opts: Record<string, unknown>) =>
       realCreateWriteStream(file, {
         ...opts,
-        fs: { ...nodeFs, open: (...args: Parameters<typeof nodeFs.open>) => setTimeout(() => nodeFs.open(...args), 200) },
+        fs: {
+          ...nodeFs,
+          open: (path: string, flags: string, mode: number, callback: (err: NodeJS.ErrnoException | null, fd: number) => void) =>
+            setTimeout(() => nodeFs.open(path, flags, mode, (err, fd) => (callback(err, fd), created())), 200),
+        },
       })) as typeof nodeFs.createWriteStream;
     syncBuiltinESMExports();
     try {
       const body = Buffer.concat([part('form-data; name="file"; filename="a.png"', image, 'image/png'), part('form-data; name="x\x01"', 'x'), end]);
       expectError(await post(body), 400, 'invalid_multipart');
-      await sleep(400);
-      expect(await fs.readdir(spoolDir)).toEqual([]);
+      // The file existed once it was opened; from then on, it must go.
+      await opened;
+      await vi.waitFor(async () => expect(await fs.readdir(spoolDir)).toEqual([]), { timeout: 10_000 });
     } finally {
       nodeFs.createWriteStream = realCreateWriteStream;
       syncBuiltinESMExports();
@@ -171,6 +179,36 @@ describe('hostile uploads', () => {
     const big = await post(Buffer.concat([part('form-data; name="file"', Buffer.alloc(1024 * 1024 + 1, 0x61)), end]));
     expectError(big, 413, 'request_too_large');
     expect(big.body.error.message).toMatch(/filename/);
+    await expectAliveAndClean();
+  });
+
+  it("two parts named 'file': 400 naming 'file', nothing stored, no file row, no temporary file left", async () => {
+    const files = async () => (await orm.em.fork().execute<{ n: number }[]>('select count(*)::int as n from files where account_id = ?', [account]))[0]!.n;
+    const before = await files();
+    const other = Buffer.from(png(8, 8, seededRandom(new Uint8Array([6]))));
+    const bodies = [
+      // Two file parts.
+      Buffer.concat([part('form-data; name="file"; filename="a.png"', image, 'image/png'), part('form-data; name="file"; filename="b.png"', other, 'image/png'), end]),
+      // A file part, then a `file` part without a filename (a form field to the parser).
+      Buffer.concat([part('form-data; name="file"; filename="a.png"', image, 'image/png'), part('form-data; name="file"', 'second'), end]),
+      // The other way round.
+      Buffer.concat([part('form-data; name="file"', 'first'), part('form-data; name="file"; filename="b.png"', other, 'image/png'), end]),
+      // A part of another name between them changes nothing.
+      Buffer.concat([part('form-data; name="file"; filename="a.png"', image, 'image/png'), part('form-data; name="note"; filename="n.txt"', 'n'), part('form-data; name="file"; filename="b.png"', other), end]),
+    ];
+    for (const body of bodies) {
+      const res = await post(body);
+      expectError(res, 400, 'invalid_value');
+      expect(res.body.error.message).toMatch(/'file'/);
+      expect(res.body.error.message).toMatch(/one file/);
+      await expectAliveAndClean();
+    }
+    expect(await files()).toBe(before);
+    // One `file` part beside parts of other names is still a good upload.
+    const one = await post(Buffer.concat([part('form-data; name="note"; filename="n.txt"', 'n'), part('form-data; name="file"; filename="a.png"', image, 'image/png'), end]));
+    expect(one.status, JSON.stringify(one.body)).toBe(200);
+    expect(one.body).toMatchObject({ object: 'file', type: 'image', filename: 'a.png', bytes: image.length });
+    expect(await files()).toBe(before + 1);
     await expectAliveAndClean();
   });
 

@@ -185,7 +185,7 @@ describe('the isolation matrix', () => {
     const aRunning = await getJson(`${base}/api/v1/generations`, {
       method: 'POST',
       headers: { ...bearer(aKey.key), 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mas/image-demo', prompt: `${MARK} running`, settings: { size: 128, delay_ms: 300_000 } }),
+      body: JSON.stringify({ model: 'mas/image-demo', prompt: `${MARK} running`, settings: { size: 128, delay_ms: 240_000 } }),
     });
     expect(aRunning.status).toBe(202);
     const aForm = new FormData();

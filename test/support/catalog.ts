@@ -49,6 +49,8 @@ export const TEST_CATALOG = {
       type: 'image',
       generation_types: ['text-to-image'],
       provider: { name: 'local', model: 'image' },
+      // delay_ms is not declared `job_time` here: it stands for an upstream slower than the model's
+      // deadline, which the catalog cannot know in advance (the deadline is what ends such a job).
       settings: { size: { type: 'enum', options: [64], default: 64 }, delay_ms: { type: 'integer', min: 0, max: 60000, default: 0 } },
       pricing: { base: 4 },
       deadline_seconds: 2,

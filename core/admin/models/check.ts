@@ -1,5 +1,5 @@
 import { entryProblem, type EntryProblem } from '../../catalog/price-schedule.ts';
-import { modelSchema, type ModelDefinition } from '../../catalog/schema.ts';
+import { jobTimeProblem, modelSchema, type ModelDefinition } from '../../catalog/schema.ts';
 import { invalid } from '../../errors.ts';
 import type { MediaProviderRegistry, ProviderRegistry } from '../../ports.ts';
 
@@ -19,7 +19,11 @@ export function refuse(param: string, problem: EntryProblem): never {
 export function checkEntry(entry: unknown, param: string, apiPricePercent: bigint): ModelDefinition {
   const problem = entryProblem(entry, apiPricePercent);
   if (problem) refuse(param, problem);
-  return modelSchema.parse(entry);
+  const model = modelSchema.parse(entry);
+  // A setting bound the deadline can never meet, refused as the catalog file's is.
+  const late = jobTimeProblem(model);
+  if (late) refuse(param, late);
+  return model;
 }
 
 /**
