@@ -2,7 +2,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { createFreshDatabase } from '../support/db.ts';
 import { freePort, runCli, spawnProject, type Spawned } from '../support/process.ts';
 
@@ -89,9 +89,8 @@ describe('process roles', () => {
 
     const signalled = Date.now();
     api.child.kill('SIGTERM');
-    await new Promise((r) => setTimeout(r, 300));
-    const ready = await fetch(`${base}/readyz`);
-    expect(ready.status).toBe(503);
+    // Asked until the signal has been handled (a fixed pause hoped it had, however loaded the machine).
+    await vi.waitFor(async () => expect((await fetch(`${base}/readyz`)).status).toBe(503), { timeout: 10_000, interval: 50 });
     // Still serving during the delay: a balancer that has not yet seen the 503 loses nothing.
     expect((await fetch(`${base}/api/v1/models`)).status).toBe(401);
     expect(await api.exited).toBe(0);

@@ -82,8 +82,11 @@ describe('the server process', () => {
     await fetch(`${first.base}/api/v1/balance?api_key=${demoKey}`, { headers: { cookie: `session=${demoKey}`, authorization: `Bearer ${demoKey}` } });
     await fetch(`${first.base}/api/v1/nope/${demoKey}`, { headers: { authorization: `Bearer ${demoKey}x` } });
     await fetch(`${first.base}/mcp/${demoKey}`);
-    // Let the async log destination flush.
-    await new Promise((r) => setTimeout(r, 300));
+    // The log destination is asynchronous: a request after these, told apart by its id, and its
+    // line in the output, mean theirs are written too (one destination writes in order).
+    const marker = `log-marker-${process.pid}-${Date.now()}`;
+    await fetch(`${first.base}/healthz`, { headers: { 'x-request-id': marker } });
+    await first.proc.waitFor(new RegExp(`"id":"${marker}"`));
     const out = first.proc.output();
     // Exactly the two lines of the one-time banner, nowhere in a log line.
     expect(out.split(demoKey).length - 1).toBe(2);
@@ -124,7 +127,8 @@ describe('the server process', () => {
 
   it('does not create a second demo account on the next start', async () => {
     const second = await startServer();
-    await new Promise((r) => setTimeout(r, 200));
+    // The banner, when there is one, is written to stdout before 'listening on' (config/entry.ts),
+    // which startServer waited for: had it come, it would be in the output already.
     expect(second.proc.output()).not.toContain('Demo account created');
     second.proc.child.kill('SIGTERM');
     expect(await second.proc.exited).toBe(0);

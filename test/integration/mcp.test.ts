@@ -3,7 +3,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createContext } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { makeAccount, makeKey, testDeps } from '../support/db.ts';
@@ -112,12 +112,11 @@ describe('MCP server', () => {
     const job = first.structuredContent as { id: string; status: string };
     expect(['queued', 'running']).toContain(job.status);
     expect(text(first)).toContain(`get_generation with id "${job.id}"`);
-    let later = job;
-    for (let i = 0; i < 40 && later.status !== 'succeeded'; i++) {
-      await new Promise((r) => setTimeout(r, 250));
-      later = (await call(client, 'get_generation', { id: job.id })).structuredContent as typeof job;
-    }
-    expect(later.status).toBe('succeeded');
+    // Asked again until the job ends (2.5 s of work; the timeout is only how long a job that never ends takes to fail).
+    await vi.waitFor(
+      async () => expect(((await call(client, 'get_generation', { id: job.id })).structuredContent as typeof job).status).toBe('succeeded'),
+      { timeout: 45_000, interval: 250 },
+    );
     await client.close();
   });
 
@@ -297,7 +296,10 @@ describe('MCP rate limit and logs', () => {
     const client = await connect(key, 'link', base);
     await call(client, 'list_models');
     await client.close();
-    await new Promise((r) => setTimeout(r, 50));
+    // A request after them, told apart by its id: once its line is written, theirs are too.
+    const marker = `mcp-log-marker-${Date.now()}`;
+    await fetch(`${base}/healthz`, { headers: { 'x-request-id': marker } });
+    await vi.waitFor(() => expect(lines.join('')).toContain(marker), { timeout: 10_000 });
     const log = lines.join('');
     expect(log).toContain('/api/v1/mcp/[redacted]');
     expect(log).not.toContain(key);

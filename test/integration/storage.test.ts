@@ -1,4 +1,6 @@
+import nodeFs from 'node:fs';
 import fs from 'node:fs/promises';
+import { syncBuiltinESMExports } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import S3rver from 's3rver';
@@ -50,15 +52,34 @@ describe.each(['local', 's3'])('storage driver: %s', (name) => {
 describe('storage driver: s3, a source that fails while it is read', () => {
   it('fails the call; the read error never reaches the process as an unhandled error', async () => {
     const uncaught: unknown[] = [];
-    const onUncaught = (err: unknown) => uncaught.push(err);
+    let caught!: () => void;
+    const uncaughtSeen = new Promise<void>((resolve) => (caught = resolve));
+    const onUncaught = (err: unknown) => {
+      uncaught.push(err);
+      caught();
+    };
     process.on('uncaughtException', onUncaught);
+    // The driver's read stream of the source, to hear its last event ('close', which comes after
+    // any 'error'): from then on it can emit nothing more, so an unhandled error would be in.
+    // (An unhandled 'error' throws before 'close' is emitted: that ends the wait too.)
+    const folder = await fs.mkdtemp(path.join(root, 'not-a-file-'));
+    let closed!: () => void;
+    const sourceClosed = new Promise<void>((resolve) => (closed = resolve));
+    const realCreateReadStream = nodeFs.createReadStream;
+    nodeFs.createReadStream = ((file: nodeFs.PathLike, opts?: Parameters<typeof nodeFs.createReadStream>[1]) => {
+      const stream = realCreateReadStream(file, opts);
+      if (file === folder) stream.once('close', () => closed());
+      return stream;
+    }) as typeof nodeFs.createReadStream;
+    syncBuiltinESMExports();
     try {
       // A folder: stat succeeds, reading it fails (EISDIR) once the SDK pipes it.
-      const folder = await fs.mkdtemp(path.join(root, 'not-a-file-'));
       await expect(drivers.s3!().putFile('files/acct/broken', folder)).rejects.toThrow();
-      await new Promise((r) => setTimeout(r, 100));
+      await Promise.race([sourceClosed, uncaughtSeen]);
       expect(uncaught).toEqual([]);
     } finally {
+      nodeFs.createReadStream = realCreateReadStream;
+      syncBuiltinESMExports();
       process.off('uncaughtException', onUncaught);
     }
   });

@@ -57,6 +57,28 @@ function recording(storage: ResultStorage, opts: { breakAfter?: () => number | u
 }
 let breakAfter: number | undefined;
 
+/**
+ * Records uncaught exceptions until `stop()`. `settled(stream)` resolves once the stream can
+ * emit nothing more: its 'close', which follows any 'error' (an 'error' nobody listens to
+ * throws before 'close' is emitted, and that ends the wait too). A positive signal, where a
+ * fixed sleep only hoped the error had come by then.
+ */
+function watchUncaught() {
+  const uncaught: unknown[] = [];
+  let seen!: () => void;
+  const first = new Promise<void>((resolve) => (seen = resolve));
+  const onUncaught = (err: unknown) => {
+    uncaught.push(err);
+    seen();
+  };
+  process.on('uncaughtException', onUncaught);
+  return {
+    uncaught,
+    settled: (stream: Readable) => Promise.race([stream.closed ? Promise.resolve() : new Promise<void>((resolve) => stream.once('close', () => resolve())), first]),
+    stop: () => process.off('uncaughtException', onUncaught),
+  };
+}
+
 beforeAll(async () => {
   h = await startJobHarness();
   recording(h.deps.storage, { breakAfter: () => breakAfter });
@@ -275,11 +297,15 @@ describe.each([
       });
       req.on('error', (err) => ((err as NodeJS.ErrnoException).code === 'ECONNRESET' ? undefined : reject(err)));
     });
-    await vi.waitFor(() => {
-      expect(opened.length).toBe(before + 1);
-      expect(opened.at(-1)!.destroyed).toBe(true);
-    });
-    if (driver === 'local disk') await vi.waitFor(async () => expect(await openFilesUnder(h.storageDir)).toBe(0));
+    // Waits on the events (the timeouts only say how long a stream never destroyed takes to fail: vi.waitFor's own is 1 s).
+    await vi.waitFor(
+      () => {
+        expect(opened.length).toBe(before + 1);
+        expect(opened.at(-1)!.destroyed).toBe(true);
+      },
+      { timeout: 10_000 },
+    );
+    if (driver === 'local disk') await vi.waitFor(async () => expect(await openFilesUnder(h.storageDir)).toBe(0), { timeout: 10_000 });
   });
 });
 
@@ -297,7 +323,7 @@ describe('signed downloads of 50 MB', () => {
     const tail = await request(url, { range: 'bytes=-100' });
     expect(tail.status).toBe(206);
     expect(tail.body.equals(big.subarray(50 * MB - 100))).toBe(true);
-    await vi.waitFor(async () => expect(await openFilesUnder(h.storageDir)).toBe(0));
+    await vi.waitFor(async () => expect(await openFilesUnder(h.storageDir)).toBe(0), { timeout: 10_000 });
   });
 
   it('over S3 too', async () => {
@@ -315,9 +341,7 @@ describe('signed downloads of 50 MB', () => {
 
 describe('a storage error in the middle of a download', () => {
   it('ends the response short of its Content-Length, never with a 500 after the headers, never as an unhandled error', async () => {
-    const uncaught: unknown[] = [];
-    const onUncaught = (err: unknown) => uncaught.push(err);
-    process.on('uncaughtException', onUncaught);
+    const watch = watchUncaught();
     try {
       const bytes = randomBytes(4 * MB);
       const url = await upload(h.base, bytes, 'breaks.bin');
@@ -334,14 +358,14 @@ describe('a storage error in the middle of a download', () => {
       expect(outcome.received).toBeLessThan(bytes.length);
       expect(outcome.error).toBeDefined();
       expect(opened.at(-1)!.destroyed).toBe(true);
-      await new Promise((r) => setTimeout(r, 100));
-      expect(uncaught).toEqual([]);
+      await watch.settled(opened.at(-1)!);
+      expect(watch.uncaught).toEqual([]);
       // The server goes on serving.
       breakAfter = undefined;
       expect((await hashDownload(url)).sha256).toBe(sha(bytes));
     } finally {
       breakAfter = undefined;
-      process.off('uncaughtException', onUncaught);
+      watch.stop();
     }
   });
 });
@@ -365,9 +389,7 @@ describe('S3 driver: open and stream', () => {
   });
 
   it('a GET that fails (the object deleted after open) destroys the stream with the error, never an unhandled one', async () => {
-    const uncaught: unknown[] = [];
-    const onUncaught = (err: unknown) => uncaught.push(err);
-    process.on('uncaughtException', onUncaught);
+    const watch = watchUncaught();
     try {
       await s3Driver.put('direct/gone.bin', randomBytes(1000));
       const object = (await s3Driver.open('direct/gone.bin'))!;
@@ -376,10 +398,10 @@ describe('S3 driver: open and stream', () => {
       const err = await new Promise<Error>((resolve) => s.on('error', resolve).resume());
       expect(err).toBeInstanceOf(Error);
       expect(s.destroyed).toBe(true);
-      await new Promise((r) => setTimeout(r, 100));
-      expect(uncaught).toEqual([]);
+      await watch.settled(s);
+      expect(watch.uncaught).toEqual([]);
     } finally {
-      process.off('uncaughtException', onUncaught);
+      watch.stop();
     }
   });
 
@@ -447,7 +469,7 @@ describe('an upload by URL (MCP upload_file with url: files.import)', () => {
       await expect(core.files.import({ url: 'ftp://127.0.0.1/x' })).rejects.toThrow(/^Invalid value for 'url'/);
       const odd = await core.files.import({ url: at('/bad-escape%E0%A4') });
       expect(odd.file.filename).toBe('bad-escape%E0%A4');
-      await vi.waitFor(async () => expect(await leftovers()).toEqual(before));
+      await vi.waitFor(async () => expect(await leftovers()).toEqual(before), { timeout: 10_000 });
     } finally {
       source.closeAllConnections();
       await new Promise((r) => source.close(r));

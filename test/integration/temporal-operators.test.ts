@@ -3,14 +3,19 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
 import { Client, Connection, WorkflowFailedError, WorkflowNotFoundError } from '@temporalio/client';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common';
+import proto from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { Server } from 'node:http';
 import { ensureHoldSweepSchedule, ensureResultRetentionSchedule, ensureSearchAttributes, searchAttributeCommands, temporalGenerationStarter } from '../../config/temporal.ts';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { loadCatalogFile } from '../../config/catalog.ts';
+import { seedModels } from '../../core/catalog/catalog.ts';
 import { deleteExpiredResults } from '../../core/generations/retention.ts';
+import { openOrm } from '../../core/orm.ts';
 import { createActivities } from '../../workflows/activities.ts';
 import { startWorker } from '../../workflows/worker.ts';
-import { makeAccount, makeKey, silentLogger, testDeps } from '../support/db.ts';
+import { makeAccount, makeKey, migratedFreshDatabase, silentLogger, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson } from '../support/http.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { expectSettledWallet } from '../support/ledger.ts';
@@ -31,9 +36,9 @@ afterAll(async () => {
   await h.close();
 });
 
-async function customer(coins = '100') {
-  const account = await makeAccount(h.orm, { coins });
-  const { key, id: keyId } = await makeKey(h.orm, account.id);
+async function customer(coins = '100', orm: MikroORM = h.orm) {
+  const account = await makeAccount(orm, { coins });
+  const { key, id: keyId } = await makeKey(orm, account.id);
   return { account, key, keyId };
 }
 
@@ -48,11 +53,11 @@ async function submit(key: string, settings: Record<string, unknown>, prompt = '
 }
 
 /** The job's row once it ended, with the time it ended (the database's clock). */
-async function ended(id: string, timeout = 30_000) {
+async function ended(id: string, timeout = 30_000, orm: MikroORM = h.orm) {
   let row: { status: string; error: { code: string; message: string } | null; completed_at: string } | undefined;
   await vi.waitFor(
     async () => {
-      [row] = await h.orm.em.fork().execute(`select status, error, completed_at::text from generations where id = ?`, [id]);
+      [row] = await orm.em.fork().execute(`select status, error, completed_at::text from generations where id = ?`, [id]);
       expect(['succeeded', 'failed', 'canceled']).toContain(row!.status);
     },
     { timeout, interval: 50 },
@@ -67,8 +72,8 @@ async function running(id: string) {
   });
 }
 
-/** The workflow's close status, once it closed, and how long after the job's end it closed. */
-async function closed(id: string, endedAt: string) {
+/** The workflow's close status and description, once it closed. */
+async function closed(id: string) {
   let description: Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['describe']>> | undefined;
   await vi.waitFor(
     async () => {
@@ -77,7 +82,37 @@ async function closed(id: string, endedAt: string) {
     },
     { timeout: 10_000, interval: 20 },
   );
-  return { status: description!.status.name, lagMs: description!.closeTime!.getTime() - new Date(endedAt).getTime(), description: description! };
+  return { status: description!.status.name, description: description! };
+}
+
+const EventType = proto.temporal.api.enums.v1.EventType;
+type HistoryEvent = NonNullable<Awaited<ReturnType<ReturnType<Client['workflow']['getHandle']>['fetchHistory']>>['events']>[number];
+
+/** The step a local activity's marker recorded (its activity type), or undefined for any other event. */
+function localActivityOf(event: HistoryEvent): string | undefined {
+  const attrs = event.markerRecordedEventAttributes;
+  const payload = attrs?.markerName === 'core_local_activity' ? attrs.details?.data?.payloads?.[0] : undefined;
+  return payload ? defaultPayloadConverter.fromPayload<{ activity_type: string }>(payload).activity_type : undefined;
+}
+
+/**
+ * What the workflow's history holds after the job ended (the event `endedBy` picks: the step
+ * that ended it, or the API's cancel request), by event type. A workflow that closes as its job
+ * ends waits on nothing more: no timer fires, no activity or child runs, no signal is awaited;
+ * only the bookkeeping of the task that ends it (markers, the status search attribute, a timer
+ * started and canceled, workflow tasks) and the close. Read from the history, not timed, so a
+ * loaded machine changes nothing.
+ */
+async function afterTheJobEnded(id: string, endedBy: (e: HistoryEvent) => boolean): Promise<string[]> {
+  const events = (await client.workflow.getHandle(id).fetchHistory()).events ?? [];
+  const end = events.findIndex(endedBy);
+  expect(end, 'the event that ended the job').toBeGreaterThanOrEqual(0);
+  return events.slice(end + 1).map((e) => EventType[e.eventType!]!.replace(/^EVENT_TYPE_/, ''));
+}
+const BOOKKEEPING = new Set(['WORKFLOW_TASK_SCHEDULED', 'WORKFLOW_TASK_STARTED', 'WORKFLOW_TASK_COMPLETED', 'MARKER_RECORDED', 'UPSERT_WORKFLOW_SEARCH_ATTRIBUTES', 'TIMER_STARTED', 'TIMER_CANCELED']);
+function expectClosedAtOnce(after: string[], closeEvent: string) {
+  expect(after.at(-1)).toBe(closeEvent);
+  expect(after.slice(0, -1).filter((t) => !BOOKKEEPING.has(t)), JSON.stringify(after)).toEqual([]);
 }
 
 async function visible(query: string, expected: number): Promise<string[]> {
@@ -97,9 +132,9 @@ async function visible(query: string, expected: number): Promise<string[]> {
  * Jobs on a task queue no worker polls yet: their workflows start and wait, as when every worker
  * is down. Answers a submit through an app wired to that queue, and a worker to start later.
  */
-async function idleQueue(suffix: string) {
+async function idleQueue(suffix: string, orm: MikroORM = h.orm) {
   const taskQueue = `${h.taskQueue}-${suffix}`;
-  const deps = testDeps(h.orm, { generations: temporalGenerationStarter(client, { taskQueue }), storageDir: h.storageDir });
+  const deps = testDeps(orm, { generations: temporalGenerationStarter(client, { taskQueue }), storageDir: h.storageDir });
   const submitThere = async (key: string) => {
     const app = createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' });
     const server = await new Promise<Server>((resolve) => {
@@ -122,15 +157,15 @@ async function idleQueue(suffix: string) {
 }
 
 /** The ledger entries that moved the job's hold: one release when refunded, one capture when charged. */
-async function holdEntries(jobId: string) {
-  return h.orm.em.fork().execute<{ kind: string; n: number }[]>(
+async function holdEntries(jobId: string, orm: MikroORM = h.orm) {
+  return orm.em.fork().execute<{ kind: string; n: number }[]>(
     `select kind, count(*)::int as n from ledger_entries where hold_id = ? and pocket = 'held' and kind <> 'reservation' group by kind order by kind`,
     [`hold_${jobId}`],
   );
 }
 
 describe('the workflow closes as the job ends', () => {
-  it('succeeded → Completed, failed → Failed with the job error, canceled → Canceled, each within a second of the job ending', async () => {
+  it('succeeded → Completed, failed → Failed with the job error, canceled → Canceled, each closing as the job ends, waiting on nothing more', async () => {
     const { account, key } = await customer();
     const ok = await submit(key, {});
     const bad = await submit(key, { fail: true });
@@ -138,16 +173,14 @@ describe('the workflow closes as the job ends', () => {
 
     const okRow = await ended(ok);
     expect(okRow.status).toBe('succeeded');
-    const okWf = await closed(ok, okRow.completed_at);
-    expect(okWf.status).toBe('COMPLETED');
-    expect(okWf.lagMs).toBeLessThan(1000);
+    expect((await closed(ok)).status).toBe('COMPLETED');
+    expectClosedAtOnce(await afterTheJobEnded(ok, (e) => localActivityOf(e) === 'chargeAndCompleteJob'), 'WORKFLOW_EXECUTION_COMPLETED');
     expect(await client.workflow.getHandle(ok).result()).toBe('succeeded');
 
     const badRow = await ended(bad);
     expect(badRow.status).toBe('failed');
-    const badWf = await closed(bad, badRow.completed_at);
-    expect(badWf.status).toBe('FAILED');
-    expect(badWf.lagMs).toBeLessThan(1000);
+    expect((await closed(bad)).status).toBe('FAILED');
+    expectClosedAtOnce(await afterTheJobEnded(bad, (e) => localActivityOf(e) === 'refundAndFailJob'), 'WORKFLOW_EXECUTION_FAILED');
     const failure = await client.workflow.getHandle(bad).result().catch((err: unknown) => err);
     expect(failure).toBeInstanceOf(WorkflowFailedError);
     const cause = (failure as WorkflowFailedError).cause as ApplicationFailure;
@@ -158,9 +191,9 @@ describe('the workflow closes as the job ends', () => {
     expect((await getJson(`${h.base}/api/v1/generations/${slow}/cancel`, { method: 'POST', headers: bearer(key) })).status).toBe(200);
     const slowRow = await ended(slow);
     expect(slowRow.status).toBe('canceled');
-    const slowWf = await closed(slow, slowRow.completed_at);
-    expect(slowWf.status).toBe('CANCELLED');
-    expect(slowWf.lagMs).toBeLessThan(1000);
+    expect((await closed(slow)).status).toBe('CANCELLED');
+    // The API ended the job, then asked the workflow to cancel: it closes on that request, not on its one-minute fallback timer.
+    expectClosedAtOnce(await afterTheJobEnded(slow, (e) => e.eventType === EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED), 'WORKFLOW_EXECUTION_CANCELED');
     await expectSettledWallet(h.orm, account.id);
   });
 
@@ -171,7 +204,7 @@ describe('the workflow closes as the job ends', () => {
     await client.workflow.getHandle(id).cancel();
     const row = await ended(id);
     expect(row).toMatchObject({ status: 'canceled', error: null });
-    expect((await closed(id, row.completed_at)).status).toBe('CANCELLED');
+    expect((await closed(id)).status).toBe('CANCELLED');
     expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
     const wallet = await expectSettledWallet(h.orm, account.id);
     expect(wallet.balance.purchased + wallet.balance.subscription).toBe(10_000_000n);
@@ -185,8 +218,8 @@ describe('the workflow closes as the job ends', () => {
       // Nothing listens on port 9: delivery keeps failing and retrying.
       body: JSON.stringify({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 }, webhook_url: 'http://127.0.0.1:9/hook' }),
     });
-    const row = await ended(res.body.id);
-    expect((await closed(res.body.id, row.completed_at)).status).toBe('COMPLETED');
+    expect((await ended(res.body.id)).status).toBe('succeeded');
+    expect((await closed(res.body.id)).status).toBe('COMPLETED');
     const webhook = await client.workflow.getHandle(`${res.body.id}-webhook`).describe();
     expect(webhook.type).toBe('webhookDeliveryWorkflow');
     await client.workflow.getHandle(`${res.body.id}-webhook`).terminate('test over');
@@ -273,8 +306,14 @@ describe('faults from the operator’s side end the job', () => {
       await activities.failJobsWhoseWorkflowClosed();
       await vi.waitFor(() => expect(received.filter((r) => r.data.id === id)).toHaveLength(1), { timeout: 15_000, interval: 100 });
       expect(received.find((r) => r.data.id === id)).toMatchObject({ type: 'generation.failed', data: { id, error: { code: 'workflow_terminated' } } });
-      expect((await client.workflow.getHandle(`${id}-webhook`).describe()).status.name).toBe('COMPLETED');
-      await new Promise((r) => setTimeout(r, 500));
+      // The delivery workflow completes once the receiver answered: it delivers nothing more.
+      const delivery = client.workflow.getHandle(`${id}-webhook`);
+      await delivery.result();
+      const { runId } = await delivery.describe();
+      // The sweep once more: its delivery start names the same workflow, so it starts no second
+      // run (once it returned, any run it started would be the latest: the same one is).
+      await activities.failJobsWhoseWorkflowClosed();
+      expect(await delivery.describe()).toMatchObject({ runId, status: { name: 'COMPLETED' } });
       expect(received.filter((r) => r.data.id === id)).toHaveLength(1);
     } finally {
       await new Promise((r) => receiver.close(r));
@@ -290,7 +329,7 @@ describe('faults from the operator’s side end the job', () => {
     try {
       const row = await ended(id);
       expect(row).toMatchObject({ status: 'canceled', error: null });
-      expect((await closed(id, row.completed_at)).status).toBe('CANCELLED');
+      expect((await closed(id)).status).toBe('CANCELLED');
       expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
       await expectSettledWallet(h.orm, account.id);
     } finally {
@@ -299,23 +338,49 @@ describe('faults from the operator’s side end the job', () => {
   });
 
   it('a job terminated while no worker runs: the hold-sweep Schedule fails and refunds it once a worker is back', async () => {
-    const idle = await idleQueue('later');
-    const { account, key } = await customer('10');
-    const id = await idle.submitThere(key);
-    await client.workflow.getHandle(id).terminate('cleaning up while the workers are down');
-    expect((await getJson(`${h.base}/api/v1/generations/${id}`, { headers: bearer(key) })).body.status).toBe('queued');
-
-    const scheduleId = `${idle.taskQueue}-sweep`;
-    await ensureHoldSweepSchedule(client, 1, { taskQueue: idle.taskQueue, scheduleId });
-    const worker = await idle.startWorkerThere();
+    // A database of its own: the sweep works on the whole database, and on the one the other
+    // test files share it would also restart and end their jobs, and take as long as they are many.
+    const db = await migratedFreshDatabase();
+    const orm = await openOrm({ url: db.url });
     try {
-      const row = await ended(id, 30_000);
-      expect(row).toMatchObject({ status: 'failed', error: { code: 'workflow_terminated' } });
-      expect(await holdEntries(id)).toEqual([{ kind: 'release', n: 1 }]);
-      await expectSettledWallet(h.orm, account.id);
+      await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
+      const idle = await idleQueue('later', orm);
+      const { account, key } = await customer('10', orm);
+      const id = await idle.submitThere(key);
+      await client.workflow.getHandle(id).terminate('cleaning up while the workers are down');
+      expect((await orm.em.fork().execute<{ status: string }[]>('select status from generations where id = ?', [id]))[0]!.status).toBe('queued');
+
+      // One run of the Schedule, taken now (the UI's Trigger) while no worker runs; its own
+      // interval (a day) adds none. The test then waits for that run itself to end.
+      const scheduleId = `${idle.taskQueue}-sweep`;
+      await ensureHoldSweepSchedule(client, 86_400, { taskQueue: idle.taskQueue, scheduleId });
+      const schedule = client.schedule.getHandle(scheduleId);
+      let worker: Awaited<ReturnType<typeof idle.startWorkerThere>> | undefined;
+      try {
+        await schedule.trigger();
+        let sweep: { workflowId: string; firstExecutionRunId: string } | undefined;
+        await vi.waitFor(
+          async () => {
+            const action = (await schedule.describe()).info.recentActions.at(-1)?.action;
+            expect(action?.type).toBe('startWorkflow');
+            sweep = action!.workflow;
+          },
+          { timeout: 10_000, interval: 50 },
+        );
+        worker = await idle.startWorkerThere();
+        // The event itself: that run ends once the worker is back.
+        await client.workflow.getHandle(sweep!.workflowId, sweep!.firstExecutionRunId).result();
+        const row = await ended(id, 30_000, orm);
+        expect(row).toMatchObject({ status: 'failed', error: { code: 'workflow_terminated' } });
+        expect(await holdEntries(id, orm)).toEqual([{ kind: 'release', n: 1 }]);
+        await expectSettledWallet(orm, account.id);
+      } finally {
+        await schedule.delete().catch(() => undefined);
+        await worker?.shutdown();
+      }
     } finally {
-      await client.schedule.getHandle(scheduleId).delete().catch(() => undefined);
-      await worker.shutdown();
+      await orm.close();
+      await db.drop();
     }
   });
 });
@@ -352,8 +417,8 @@ describe('result retention', () => {
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push(await submit(key, {}));
     for (const id of ids) await ended(id);
-    await new Promise((r) => setTimeout(r, 2_100));
-    const deps = { storage: h.deps.storage, clock: () => new Date() };
+    // Retention is 2 s here: a clock 2.1 s ahead finds them past it, with no waiting.
+    const deps = { storage: h.deps.storage, clock: () => new Date(Date.now() + 2_100) };
     // Batches of 2: five results (and any other test's past their retention) in three rounds.
     expect((await deleteExpiredResults(deps, h.orm.em.fork(), 2)).deleted).toBeGreaterThanOrEqual(5);
     expect((await deleteExpiredResults(deps, h.orm.em.fork(), 2)).deleted).toBe(0);
@@ -410,7 +475,7 @@ describe('Reset', () => {
     expect(afterSweep!.status).toBe('running');
     const row = await ended(id);
     expect(row.status).toBe('succeeded');
-    expect((await closed(id, row.completed_at)).description.runId).toBe(reset.runId);
+    expect((await closed(id)).description.runId).toBe(reset.runId);
     expect(await holdEntries(id)).toEqual([{ kind: 'capture', n: 1 }]);
     await expectSettledWallet(h.orm, account.id);
   });

@@ -6,6 +6,7 @@ import { createLogger } from '../../config/logger.ts';
 import { requestLogger } from '../../adapters/http/logging.ts';
 
 const lines: Record<string, unknown>[] = [];
+let slowReached: (() => void) | undefined;
 let server: http.Server;
 let url: string;
 beforeAll(async () => {
@@ -17,7 +18,8 @@ beforeAll(async () => {
     res.json({ id: req.id });
   });
   app.get('/fail', (_req, res) => void res.status(503).json({}));
-  app.get('/slow', () => undefined);
+  // Never answers; tells the test it has the request.
+  app.get('/slow', () => slowReached?.());
   app.use((_req, res) => void res.status(404).json({}));
   server = app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
@@ -49,9 +51,11 @@ describe('request log', () => {
     expect(res.status).toBe(404);
     await vi.waitFor(() => expect(forRequest('trace-8')).toMatchObject([{ req: { path: '/keys/mas_[redacted]' } }]));
 
+    // The client leaves once the server has its request (not after a pause that hoped it had).
+    const reached = new Promise<void>((resolve) => (slowReached = resolve));
     const req = http.get(`${url}/slow`, { headers: { 'x-request-id': 'trace-9' } });
     req.on('error', () => undefined);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await reached;
     req.destroy();
     await vi.waitFor(() => expect(forRequest('trace-9')).toMatchObject([{ level: 30, msg: 'GET /slow aborted' }]));
     expect(forRequest('trace-9')).toHaveLength(1);
