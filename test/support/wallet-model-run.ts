@@ -1,0 +1,587 @@
+import { randomBytes } from 'node:crypto';
+import fc from 'fast-check';
+import { expect } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import { statementPool } from '../../adapters/db/statement-pool.ts';
+import { createAccount } from '../../core/accounts/accounts.ts';
+import { isCoreError } from '../../core/errors.ts';
+import { revokeKey } from '../../core/keys/keys.ts';
+import { HoldBatcher } from '../../core/money/hold-batcher.ts';
+import { release, reserve, settle } from '../../core/money/holds.ts';
+import { releaseExpiredHolds } from '../../core/money/sweep.ts';
+import { credit } from '../../core/money/wallet.ts';
+import { makeAppConnection } from './apps.ts';
+import { makeKey, uniqueEmail, walletInvariants } from './db.ts';
+import { WalletModel, type EndOutcome, type Pocket, type ReserveOutcome, type ReservePath, type ReserveRequest } from './wallet-model.ts';
+
+/**
+ * The wallet model property (issue 30): random command sequences (fast-check `commands`) run
+ * against the money functions in the real database and against the independent bigint model of
+ * ./wallet-model.ts, compared after every step. Run by test/integration/wallet-model.test.ts
+ * (few runs, `npm test`) and test/reliability/wallet-model.test.ts (many, `npm run
+ * test:reliability`); WALLET_MODEL_RUNS sets the number of runs of either.
+ *
+ * Each run has two accounts, each with an API key and an app connection (OAuth) with a key of
+ * its own and a random spend cap (or none): four principals. The commands:
+ * - credit: a top-up or a subscription grant, its idempotency key drawn from a small pool shared
+ *   by both accounts (keys are global: a key used on one account is a duplicate on the other);
+ * - adjust: mas_adjust, an operator's correction (either sign) or a refund (positive), keys from
+ *   a pool of their own;
+ * - reserve: one reservation, through mas_reserve (single) or the chat path's batcher
+ *   (mas_reserve_many, which also checks the key), of a drawn amount or one at the edge (−1, 0,
+ *   +1 micro-coin) of the cap's room or the spendable coins, sometimes reusing a hold id;
+ * - end: settle (0–100 % of the hold), release, capture above the hold or below 0 (refused,
+ *   nothing moves), through mas_end_hold or mas_end_hold_many, mostly on an open hold, else on
+ *   an ended one (it answers its first outcome) or on any id named (a refused one: not found);
+ * - revoke: one of the keys (revokeKey): its batched reservations are refused from then on,
+ *   its open holds still end as any other;
+ * - sweep: some holds' expires_at is set in the past in SQL, then one or two sweeps run at once
+ *   (releaseExpiredHolds, with a cutoff in 1970 so that only this test's expired holds match);
+ * - race: two or three endings of one hold (open if any) at once (settle, release, the sweep
+ *   after its expiry, through either path): exactly one wins, every caller sees its outcome;
+ * - batch: several batched reservations in one turn of the event loop (one mas_reserve_many);
+ * - parallel: several single reservations at once on separate connections; the model replays
+ *   the successful ones in the order the database took them (their ledger entries' ids) and
+ *   checks that each refused one did not fit at the end either.
+ * After every command, for each account: the pockets and paid flag equal the model; the ledger
+ * sums per pocket equal the pockets, and each entry's balance_after is the running sum of its
+ * pocket; every hold (status, amount, split, captured, connection) equals the model, and its
+ * ledger entries show it reserved once and ended at most once; nothing is negative; what each
+ * capped connection captured plus holds never exceeds its cap, and equals the model's.
+ */
+
+/** Runs under `npm test`; `npm run test:reliability` runs RELIABILITY_FACTOR times as many. */
+export const DEFAULT_RUNS = 60;
+export const RELIABILITY_FACTOR = 20;
+
+/** The number of runs: WALLET_MODEL_RUNS when set, else the default times `factor`. */
+export function walletModelRuns(factor = 1): number {
+  const fromEnv = process.env.WALLET_MODEL_RUNS;
+  if (fromEnv !== undefined && fromEnv !== '') {
+    const n = Number(fromEnv);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`WALLET_MODEL_RUNS must be a positive integer, not ${fromEnv}`);
+    return n;
+  }
+  return DEFAULT_RUNS * factor;
+}
+
+/** Expired holds of this test expire in 1970; the sweep's cutoff is just after. */
+const EXPIRED_AT = '1970-01-02T00:00:00Z';
+const SWEEP_CUTOFF = new Date('1970-01-03T00:00:00Z');
+
+interface Principal {
+  account: string;
+  keyId: string;
+  connection: string | null;
+}
+
+/** The model side of a run: the bigint model and the names both sides share. */
+interface State {
+  m: WalletModel;
+  principals: Principal[];
+  /** Every hold id a reservation named, refused or not, in order. */
+  attempts: { id: string; account: string }[];
+  tag: string;
+  seq: number;
+}
+
+interface Real {
+  orm: MikroORM;
+  batcher: HoldBatcher;
+  stats: Map<string, number>;
+}
+
+type EndMode = 'settle' | 'release' | 'over' | 'negative';
+/** A reservation's amount: as drawn, or at the edge (−1, 0, +1) of what the cap or the wallet allows. */
+type Fit = { to: 'amount' } | { to: 'room' | 'available'; delta: bigint };
+type Op =
+  | { t: 'credit'; acct: number; pocket: Pocket; amount: bigint; key: number }
+  | { t: 'adjust'; acct: number; kind: 'adjustment' | 'refund'; amount: bigint; key: number }
+  | { t: 'reserve'; who: number; amount: bigint; fit: Fit; path: ReservePath; reuse: number | null }
+  | { t: 'end'; target: 'open' | 'any' | 'named'; hold: number; mode: EndMode; fraction: number; over: bigint; path: ReservePath }
+  | { t: 'revoke'; who: number }
+  | { t: 'sweep'; holds: number[]; sweepers: number }
+  | { t: 'race'; hold: number; contenders: { mode: 'settle' | 'release' | 'sweep'; fraction: number; path: ReservePath }[] }
+  | { t: 'batch'; items: { who: number; amount: bigint }[] }
+  | { t: 'parallel'; items: { who: number; amount: bigint }[] };
+
+// Amounts in micro-coins, of the same order as each other, so that every refusal happens.
+const creditAmount = fc.bigInt({ min: 1n, max: 5_000_000n });
+const reserveAmount = fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 4_000_000n }), fc.bigInt({ min: 1n, max: 300_000n }));
+// Caps mostly below what the wallets hold, so that the cap, not the balance, refuses.
+const cap = fc.oneof(fc.bigInt({ min: 1n, max: 2_500_000n }), fc.bigInt({ min: 1n, max: 8_000_000n }));
+const path = fc.constantFrom<ReservePath>('single', 'batched');
+/** A principal: 0 and 2 are the accounts' keys, 1 and 3 their app connections (drawn more often). */
+const who = fc.oneof({ weight: 1, arbitrary: fc.nat(3) }, { weight: 1, arbitrary: fc.constantFrom(1, 3) });
+const fraction = fc.oneof(fc.integer({ min: 0, max: 100 }), fc.constantFrom(0, 100));
+
+/** The commands, weighted: reservations and endings most, revocations least. */
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  {
+    weight: 3,
+    arbitrary: fc.record({ t: fc.constant('credit' as const), acct: fc.nat(1), pocket: fc.constantFrom<Pocket>('subscription', 'purchased'), amount: creditAmount, key: fc.nat(5) }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.oneof(
+      fc.record({ t: fc.constant('adjust' as const), acct: fc.nat(1), kind: fc.constant('adjustment' as const), amount: fc.oneof(creditAmount, creditAmount.map((x) => -x)), key: fc.nat(4) }),
+      fc.record({ t: fc.constant('adjust' as const), acct: fc.nat(1), kind: fc.constant('refund' as const), amount: creditAmount, key: fc.nat(4) }),
+    ),
+  },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      t: fc.constant('reserve' as const),
+      who,
+      amount: reserveAmount,
+      fit: fc.oneof(
+        { weight: 3, arbitrary: fc.constant<Fit>({ to: 'amount' }) },
+        { weight: 2, arbitrary: fc.record({ to: fc.constantFrom('room' as const, 'room' as const, 'available' as const), delta: fc.constantFrom(-1n, 0n, 1n, 1n) }) },
+      ),
+      path,
+      reuse: fc.oneof({ weight: 6, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: fc.nat(40) }),
+    }),
+  },
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      t: fc.constant('end' as const),
+      target: fc.constantFrom<'open' | 'any' | 'named'>('open', 'open', 'open', 'open', 'any', 'named'),
+      hold: fc.nat(40),
+      mode: fc.constantFrom<EndMode>('settle', 'settle', 'release', 'over', 'negative'),
+      fraction,
+      over: fc.oneof(fc.constant(1n), fc.bigInt({ min: 1n, max: 1_000_000n })),
+      path,
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('revoke' as const), who }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({ t: fc.constant('sweep' as const), holds: fc.array(fc.nat(40), { minLength: 1, maxLength: 3 }), sweepers: fc.integer({ min: 1, max: 2 }) }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      t: fc.constant('race' as const),
+      hold: fc.nat(40),
+      contenders: fc.array(fc.record({ mode: fc.constantFrom('settle' as const, 'release' as const, 'sweep' as const), fraction, path }), { minLength: 2, maxLength: 3 }),
+    }),
+  },
+  { weight: 2, arbitrary: fc.record({ t: fc.constant('batch' as const), items: fc.array(fc.record({ who, amount: reserveAmount }), { minLength: 2, maxLength: 5 }) }) },
+  { weight: 2, arbitrary: fc.record({ t: fc.constant('parallel' as const), items: fc.array(fc.record({ who, amount: reserveAmount }), { minLength: 2, maxLength: 5 }) }) },
+);
+
+const show = (op: Op) => JSON.stringify(op, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v));
+
+class Step implements fc.AsyncCommand<State, Real> {
+  readonly op: Op;
+  constructor(op: Op) {
+    this.op = op;
+  }
+  check(s: Readonly<State>): boolean {
+    switch (this.op.t) {
+      case 'end':
+        return this.op.target === 'named' ? s.attempts.length > 0 : s.m.holds.size > 0;
+      case 'sweep':
+        return s.attempts.length > 0;
+      case 'race':
+        return s.m.holds.size > 0;
+      default:
+        return true;
+    }
+  }
+  async run(s: State, real: Real): Promise<void> {
+    await runOp(s, real, this.op);
+    count(real, 'command');
+    count(real, this.op.t);
+    await expectAgreement(s, real);
+  }
+  toString(): string {
+    return show(this.op);
+  }
+}
+
+function count(real: Real, label: string) {
+  real.stats.set(label, (real.stats.get(label) ?? 0) + 1);
+}
+
+const inAnHour = () => new Date(Date.now() + 3_600_000);
+const newHoldId = (s: State) => `hold_wm${s.tag}x${++s.seq}`;
+const pick = <T>(xs: readonly T[], i: number): T => xs[i % xs.length]!;
+
+type RealReserve = 'ok' | 'insufficient' | 'spend_cap_reached' | 'key_revoked';
+const asReal = (o: ReserveOutcome): RealReserve => (o === 'reserved' || o === 'exists' ? 'ok' : o);
+
+async function reserveReal(real: Real, via: ReservePath, r: ReserveRequest): Promise<RealReserve> {
+  const input = {
+    accountId: r.account,
+    amount: r.amount,
+    holdId: r.holdId,
+    reference: `wm-${r.holdId}`,
+    expiresAt: inAnHour(),
+    metadata: r.connection ? { kind: 'chat', app_connection_id: r.connection } : { kind: 'chat' },
+  };
+  try {
+    if (via === 'single') await reserve(real.orm.em.fork(), input);
+    else await real.batcher.reserve({ ...input, ...(r.activeKeyId ? { activeKeyId: r.activeKeyId } : {}) });
+    return 'ok';
+  } catch (err) {
+    if (isCoreError(err)) {
+      if (err.code === 'insufficient_balance') return 'insufficient';
+      if (err.code === 'spend_cap_reached') return 'spend_cap_reached';
+      if (err.code === 'unauthorized') return 'key_revoked';
+    }
+    throw err;
+  }
+}
+
+async function endReal(real: Real, via: ReservePath, holdId: string, actual: bigint, outcome: 'settled' | 'released'): Promise<EndOutcome> {
+  try {
+    const o =
+      via === 'single'
+        ? outcome === 'settled'
+          ? await settle(real.orm.em.fork(), holdId, actual)
+          : await release(real.orm.em.fork(), holdId)
+        : outcome === 'settled'
+          ? await real.batcher.settle(holdId, actual)
+          : await real.batcher.release(holdId);
+    return { status: o.status, captured: o.captured };
+  } catch (err) {
+    if (err instanceof RangeError) return { status: 'invalid_amount' };
+    if (isCoreError(err) && err.code === 'not_found') return { status: 'not_found' };
+    throw err;
+  }
+}
+
+/** The amount to reserve: as drawn, or next to the principal's cap room (else its wallet's spendable coins). */
+function amountFor(s: State, p: Principal, amount: bigint, fit: Fit): bigint {
+  if (fit.to === 'amount') return amount;
+  const a = s.m.account(p.account);
+  const edge = (fit.to === 'room' && p.connection ? s.m.capRoom(p.connection) : null) ?? a.sub + a.pur;
+  const x = edge + fit.delta;
+  return x < 0n ? 0n : x;
+}
+
+function requestFor(s: State, p: Principal, holdId: string, amount: bigint, via: ReservePath): ReserveRequest {
+  return { holdId, account: p.account, amount, connection: p.connection, activeKeyId: via === 'batched' ? p.keyId : null };
+}
+
+async function expireInSql(real: Real, ids: string[]) {
+  await real.orm.em.fork().execute(`update holds set expires_at = ?::timestamptz where id = any(string_to_array(?, ','))`, [EXPIRED_AT, ids.join(',')]);
+}
+
+async function runOp(s: State, real: Real, op: Op): Promise<void> {
+  const accounts = [...s.m.accounts.keys()];
+  switch (op.t) {
+    case 'credit': {
+      const account = pick(accounts, op.acct);
+      const key = `wm${s.tag}:credit:${op.key}`;
+      const expected = s.m.credit(account, op.pocket, op.amount, key);
+      const kind = op.pocket === 'purchased' ? 'topup' : 'subscription_grant';
+      const got = await credit(real.orm.em.fork(), { accountId: account, kind, amount: op.amount, reference: 'wallet-model', idempotencyKey: key, description: 'model' });
+      expect(got.applied ? 'credited' : 'duplicate').toBe(expected);
+      count(real, `credit:${expected}`);
+      return;
+    }
+    case 'adjust': {
+      const account = pick(accounts, op.acct);
+      const key = `wm${s.tag}:adjust:${op.key}`;
+      const expected = s.m.adjust(account, op.amount, key);
+      const [row] = await real.orm.em
+        .fork()
+        .execute<{ status: string }[]>('select status from mas_adjust(?, ?, ?::bigint, ?, ?, ?)', [account, op.kind, op.amount.toString(), `adj_${key}`, key, 'model']);
+      expect(row!.status).toBe(expected);
+      count(real, `adjust:${op.amount < 0n ? 'down' : 'up'}:${expected}`);
+      return;
+    }
+    case 'reserve': {
+      let p = pick(s.principals, op.who);
+      let holdId: string;
+      if (op.reuse !== null && s.attempts.length > 0) {
+        // The same hold id again, by a principal of the account that first named it.
+        const first = pick(s.attempts, op.reuse);
+        holdId = first.id;
+        p = pick(
+          s.principals.filter((x) => x.account === first.account),
+          op.who,
+        );
+      } else {
+        holdId = newHoldId(s);
+        s.attempts.push({ id: holdId, account: p.account });
+      }
+      const r = requestFor(s, p, holdId, amountFor(s, p, op.amount, op.fit), op.path);
+      const expected = s.m.reserve(op.path, r);
+      expect(await reserveReal(real, op.path, r)).toBe(asReal(expected));
+      count(real, `reserve:${op.path}:${expected}`);
+      return;
+    }
+    case 'end': {
+      // An open hold mostly; else any hold, or any id a reservation named (refused: not found).
+      const open = [...s.m.holds.values()].filter((h) => h.status === 'open');
+      const id =
+        op.target === 'named' ? pick(s.attempts, op.hold).id : op.target === 'open' && open.length > 0 ? pick(open, op.hold).id : pick([...s.m.holds.values()], op.hold).id;
+      const amount = s.m.holds.get(id)?.amount ?? 0n;
+      const actual =
+        op.mode === 'settle' ? (amount * BigInt(op.fraction)) / 100n : op.mode === 'over' ? amount + op.over : op.mode === 'negative' ? -op.over : 0n;
+      const outcome = op.mode === 'release' ? 'released' : 'settled';
+      const before = s.m.holds.get(id)?.status ?? 'none';
+      const expected = s.m.end(id, actual, outcome);
+      expect(await endReal(real, op.path, id, actual, outcome)).toEqual(expected);
+      count(real, `end:${op.mode}:${before === 'open' || before === 'none' ? expected.status : `again:${expected.status}`}`);
+      return;
+    }
+    case 'revoke': {
+      const p = pick(s.principals, op.who);
+      await revokeKey(real.orm.em.fork(), p.keyId);
+      s.m.revokeKey(p.keyId);
+      return;
+    }
+    case 'sweep': {
+      const ids = [...new Set(op.holds.map((i) => pick(s.attempts, i).id))];
+      await expireInSql(real, ids);
+      for (const id of ids) s.m.expire(id);
+      const expected = s.m.sweep();
+      // Each hold ends once, which the state check proves. A sweep's count is the expired holds it
+      // found open and ended or saw ended (two at once may both count one hold), and another test
+      // file's sweep (cutoff: now) may take some first: so each count is at most the model's.
+      const released = await Promise.all(Array.from({ length: op.sweepers }, () => releaseExpiredHolds(real.orm.em.fork(), SWEEP_CUTOFF)));
+      for (const n of released) expect(n).toBeLessThanOrEqual(expected.length);
+      count(real, `sweep:released:${expected.length}`);
+      return;
+    }
+    case 'race': {
+      // An open hold when there is one (an ended one answers every contender its first outcome).
+      const all = [...s.m.holds.values()];
+      const open = all.filter((x) => x.status === 'open');
+      const h = pick(open.length > 0 ? open : all, op.hold);
+      const first = h.status === 'open' ? null : { status: h.status, captured: h.captured };
+      if (op.contenders.some((c) => c.mode === 'sweep')) {
+        await expireInSql(real, [h.id]);
+        s.m.expire(h.id);
+      }
+      const asked = op.contenders.map((c) => ({
+        status: c.mode === 'settle' ? ('settled' as const) : ('released' as const),
+        captured: c.mode === 'settle' ? (h.amount * BigInt(c.fraction)) / 100n : 0n,
+      }));
+      const results = await Promise.all(
+        op.contenders.map((c, i) =>
+          c.mode === 'sweep' ? releaseExpiredHolds(real.orm.em.fork(), SWEEP_CUTOFF).then(() => null) : endReal(real, c.path, h.id, asked[i]!.captured, asked[i]!.status),
+        ),
+      );
+      const seen = results.filter((r): r is EndOutcome => r !== null);
+      // Every caller sees one outcome: the first ending's (which must be one of those asked).
+      const winner = first ?? seen[0] ?? { status: 'released' as const, captured: 0n };
+      for (const r of seen) expect(r).toEqual(winner);
+      if (!first) {
+        expect(asked).toContainEqual(winner);
+        if (winner.status !== 'settled' && winner.status !== 'released') throw new Error(`race: unexpected outcome ${winner.status}`);
+        expect(s.m.end(h.id, winner.captured, winner.status)).toEqual(winner);
+      }
+      count(real, `race:${first ? 'ended already' : winner.status}`);
+      return;
+    }
+    case 'batch': {
+      // One turn of the event loop: one mas_reserve_many, which works through an account's items
+      // in their order (items of different accounts touch nothing in common).
+      const reqs = op.items.map((it) => {
+        const p = pick(s.principals, it.who);
+        const holdId = newHoldId(s);
+        s.attempts.push({ id: holdId, account: p.account });
+        return requestFor(s, p, holdId, it.amount, 'batched');
+      });
+      const got = await Promise.all(reqs.map((r) => reserveReal(real, 'batched', r)));
+      const expected = reqs.map((r) => s.m.reserve('batched', r));
+      expect(got).toEqual(expected.map(asReal));
+      for (const e of expected) count(real, `batch:${e}`);
+      return;
+    }
+    case 'parallel': {
+      const reqs = op.items.map((it) => {
+        const p = pick(s.principals, it.who);
+        const holdId = newHoldId(s);
+        s.attempts.push({ id: holdId, account: p.account });
+        return requestFor(s, p, holdId, it.amount, 'single');
+      });
+      const got = await Promise.all(reqs.map((r) => reserveReal(real, 'single', r)));
+      // The order the database took the successful ones in: their first ledger entry (a
+      // reservation of 0 writes none, and moves nothing either way).
+      const rows = await real.orm.em
+        .fork()
+        .execute<{ hold_id: string; first: string }[]>(
+          `select hold_id, min(id)::text as first from ledger_entries where hold_id = any(string_to_array(?, ',')) group by hold_id`,
+          [reqs.map((r) => r.holdId).join(',')],
+        );
+      const firstEntry = new Map(rows.map((r) => [r.hold_id, BigInt(r.first)]));
+      const ok = reqs.filter((_, i) => got[i] === 'ok');
+      ok.sort((a, b) => {
+        const x = firstEntry.get(a.holdId) ?? -1n;
+        const y = firstEntry.get(b.holdId) ?? -1n;
+        return x < y ? -1 : x > y ? 1 : 0;
+      });
+      for (const r of ok) expect(s.m.reserve('single', r)).toBe('reserved');
+      // Refusals: what is available and a cap's room only went down during the group, so a
+      // reservation refused then does not fit now either.
+      reqs.forEach((r, i) => {
+        if (got[i] === 'insufficient') {
+          const a = s.m.account(r.account);
+          expect(a.sub + a.pur).toBeLessThan(r.amount);
+        } else if (got[i] === 'spend_cap_reached') {
+          const room = r.connection ? s.m.capRoom(r.connection) : null;
+          expect(room !== null && room < r.amount).toBe(true);
+        } else {
+          expect(got[i]).toBe('ok');
+        }
+        count(real, `parallel:${got[i]}`);
+      });
+      return;
+    }
+  }
+}
+
+interface HoldRow {
+  id: string;
+  status: string;
+  amount: string;
+  captured: string | null;
+  from_sub: string;
+  from_pur: string;
+  connection: string | null;
+  held_sum: string;
+  spend_sum: string;
+  reservations: number;
+  captures: number;
+  releases: number;
+}
+
+/** Everything the database holds about the run's wallets equals the model, and the invariants hold. */
+async function expectAgreement(s: State, real: Real): Promise<void> {
+  const em = real.orm.em.fork();
+  for (const a of s.m.accounts.values()) {
+    const state = await walletInvariants(real.orm, a.id);
+    expect(state.balance, `wallet ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held, paid: a.paid });
+    expect(state.ledgerByPocket, `ledger of ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held });
+    expect(state.openHolds).toBe(a.held);
+    for (const v of [state.balance.subscription, state.balance.purchased, state.balance.held]) expect(v).toBeGreaterThanOrEqual(0n);
+
+    const [drift] = await em.execute<{ n: number }[]>(
+      `select count(*)::int as n from (
+         select balance_after_micro, sum(amount_micro) over (partition by pocket order by id) as running
+         from ledger_entries where account_id = ?) x
+       where balance_after_micro <> running`,
+      [a.id],
+    );
+    expect(drift!.n, 'ledger entries whose balance_after is not the running sum of their pocket').toBe(0);
+
+    const rows = await em.execute<HoldRow[]>(
+      `select h.id, h.status, h.amount_micro::text as amount, h.captured_micro::text as captured,
+              h.from_subscription_micro::text as from_sub, h.from_purchased_micro::text as from_pur,
+              h.metadata->>'app_connection_id' as connection,
+              coalesce(sum(e.amount_micro) filter (where e.pocket = 'held'), 0)::text as held_sum,
+              coalesce(sum(e.amount_micro) filter (where e.pocket <> 'held'), 0)::text as spend_sum,
+              count(*) filter (where e.kind = 'reservation' and e.pocket = 'held')::int as reservations,
+              count(*) filter (where e.kind = 'capture')::int as captures,
+              count(*) filter (where e.kind = 'release' and e.pocket = 'held')::int as releases
+       from holds h left join ledger_entries e on e.hold_id = h.id
+       where h.account_id = ? group by h.id order by h.id`,
+      [a.id],
+    );
+    const model = s.m.holdsOf(a.id).sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+    expect(rows.map((r) => r.id)).toEqual(model.map((h) => h.id));
+    rows.forEach((r, i) => {
+      const h = model[i]!;
+      const open = h.status === 'open';
+      expect(
+        {
+          status: r.status,
+          amount: BigInt(r.amount),
+          captured: r.captured === null ? null : BigInt(r.captured),
+          fromSub: BigInt(r.from_sub),
+          fromPur: BigInt(r.from_pur),
+          connection: r.connection,
+        },
+        `hold ${h.id}`,
+      ).toEqual({ status: h.status, amount: h.amount, captured: open ? null : h.captured, fromSub: h.fromSub, fromPur: h.fromPur, connection: h.connection });
+      // Reserved once and ended at most once, as its ledger entries show.
+      expect(
+        { held: BigInt(r.held_sum), spendable: BigInt(r.spend_sum), reservations: r.reservations, captures: r.captures, releases: r.releases },
+        `ledger entries of hold ${h.id}`,
+      ).toEqual({
+        held: open ? h.amount : 0n,
+        spendable: open ? -h.amount : -h.captured,
+        reservations: h.amount > 0n ? 1 : 0,
+        captures: !open && h.captured > 0n ? 1 : 0,
+        releases: !open && h.amount - h.captured > 0n ? 1 : 0,
+      });
+    });
+  }
+  for (const c of s.m.connections.values()) {
+    if (c.cap === null) continue;
+    const [row] = await em.execute<{ used: string }[]>(
+      `select coalesce(sum(case status when 'open' then amount_micro when 'settled' then captured_micro else 0 end), 0)::text as used
+       from holds where metadata->>'app_connection_id' = ?`,
+      [c.id],
+    );
+    const used = BigInt(row!.used);
+    expect(used, `spent and held under the cap of ${c.id}`).toBe(s.m.capUse(c.id));
+    expect(used).toBeLessThanOrEqual(c.cap);
+  }
+}
+
+let runs = 0;
+
+/** A fresh pair of accounts, keys and app connections, in the database and in the model. */
+async function setup(real: Real, caps: [bigint | null, bigint | null], start: bigint[]): Promise<{ model: State; real: Real }> {
+  const s: State = { m: new WalletModel(), principals: [], attempts: [], tag: `${process.pid.toString(36)}${(++runs).toString(36)}${randomBytes(3).toString('hex')}`, seq: 0 };
+  for (const [n, capMicro] of caps.entries()) {
+    const account = await createAccount(real.orm.em.fork(), { email: uniqueEmail('wallet-model') });
+    s.m.addAccount(account.id);
+    const key = await makeKey(real.orm, account.id);
+    const app = await makeAppConnection(real.orm, account.id, capMicro === null ? {} : { capMicro });
+    s.m.addConnection({ id: app.id, account: account.id, keyId: app.key.id, cap: capMicro });
+    s.principals.push({ account: account.id, keyId: key.id, connection: null }, { account: account.id, keyId: app.key.id, connection: app.id });
+    // Coins to start with (or none): a grant and a top-up, through mas_credit and the model.
+    for (const [j, pocket] of (['subscription', 'purchased'] as const).entries()) {
+      const amount = start[2 * n + j] ?? 0n;
+      if (amount === 0n) continue;
+      const key = `wm${s.tag}:start:${account.id}:${pocket}`;
+      s.m.credit(account.id, pocket, amount, key);
+      await credit(real.orm.em.fork(), { accountId: account.id, kind: pocket === 'purchased' ? 'topup' : 'subscription_grant', amount, reference: 'wallet-model', idempotencyKey: key, description: 'model' });
+    }
+  }
+  await expectAgreement(s, real);
+  return { model: s, real };
+}
+
+export interface WalletModelReport {
+  runs: number;
+  /** fast-check's seed: the same seed (and code) runs the same sequences again. */
+  seed: number;
+  commands: number;
+  ms: number;
+  /** How often each command ran and each outcome was seen, over every run (shrinking included). */
+  stats: Map<string, number>;
+}
+
+/** Runs the property `numRuns` times; fails (with fast-check's shrunk command list) on any disagreement. */
+export async function checkWalletModel(orm: MikroORM, opts: { numRuns: number; maxCommands?: number; seed?: number }): Promise<WalletModelReport> {
+  const pool = statementPool(orm, { max: 4 });
+  const real: Real = { orm, batcher: new HoldBatcher(pool.execute), stats: new Map() };
+  const started = Date.now();
+  const seed = opts.seed ?? (Date.now() ^ (Math.random() * 0x100000000)) | 0;
+  try {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.tuple(cap, fc.option(cap, { freq: 3, nil: null })),
+        fc.array(fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 10_000_000n })), { minLength: 4, maxLength: 4 }),
+        fc.commands([opArb.map((op) => new Step(op))], { maxCommands: opts.maxCommands ?? 40, size: 'medium' }),
+        async (caps, start, cmds) => {
+          await fc.asyncModelRun(() => setup(real, caps, start), cmds);
+        },
+      ),
+      { numRuns: opts.numRuns, seed },
+    );
+  } finally {
+    await pool.close();
+  }
+  return { runs: opts.numRuns, seed, commands: real.stats.get('command') ?? 0, ms: Date.now() - started, stats: real.stats };
+}
