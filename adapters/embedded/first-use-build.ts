@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import lockfile from 'proper-lockfile';
+import type { LockOptions } from 'proper-lockfile';
 
 /**
  * Things built once per machine on first use (the Temporal CLI with `go install`, Python venvs):
@@ -103,7 +103,7 @@ async function buildUnderLock(o: FirstUseBuild, lockPath: string): Promise<void>
   };
 
   await fs.mkdir(path.dirname(lockPath), { recursive: true });
-  const lockOptions: lockfile.LockOptions = {
+  const lockOptions: LockOptions = {
     realpath: false, // the lock directory is the only file involved; nothing needs to exist first
     lockfilePath: lockPath,
     stale: o.staleMs ?? STALE_MS,
@@ -156,7 +156,11 @@ async function buildUnderLock(o: FirstUseBuild, lockPath: string): Promise<void>
 }
 
 /** The lock, or undefined while another process holds it; any other failure (permissions…) is thrown. */
-async function tryLock(lockPath: string, options: lockfile.LockOptions): Promise<(() => Promise<void>) | undefined> {
+async function tryLock(lockPath: string, options: LockOptions): Promise<(() => Promise<void>) | undefined> {
+  // Loaded only when a build is needed: proper-lockfile installs signal-exit's handlers for
+  // SIGINT, SIGTERM… when it loads, which re-raise the signal past the process's own 'exit'
+  // handlers (the test setup's, which stop the servers it started).
+  const { default: lockfile } = await import('proper-lockfile');
   try {
     return await lockfile.lock(lockPath, options);
   } catch (err) {
