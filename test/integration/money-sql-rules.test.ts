@@ -1,0 +1,258 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import pg from 'pg';
+import { randomBase62 } from '../../core/ids.ts';
+import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
+
+/**
+ * The rules of the SQL money functions (core/money/money.sql) at their edges, called directly:
+ * exact fits, one micro-coin over, odd amounts split across pockets, the order of the pockets,
+ * the checks a caller never trips through the TypeScript wrappers. Each rule here is one that a
+ * mutant of scripts/sql-mutation.ts (`npm run test:mutation`) broke without another test noticing.
+ */
+let orm: MikroORM;
+let db: pg.Client;
+beforeAll(async () => {
+  orm = await openTestOrm();
+  db = new pg.Client({ connectionString: orm.config.get('clientUrl') });
+  await db.connect();
+});
+afterAll(async () => {
+  await db.end();
+  await orm.close();
+});
+
+const inAnHour = () => new Date(Date.now() + 3_600_000).toISOString();
+const holdId = () => `hold_rules_${randomBase62(12)}`;
+
+/** An account with these micro-coins in its pockets (credited through mas_credit). */
+async function account(sub: bigint, pur: bigint): Promise<string> {
+  const id = (await makeAccount(orm)).id;
+  if (sub > 0n) await db.query(`select * from mas_credit($1, 'subscription', 'subscription_grant', $2, 'rules', $3, 'Subscription coins')`, [id, sub.toString(), `rules-sub:${id}`]);
+  if (pur > 0n) await db.query(`select * from mas_credit($1, 'purchased', 'topup', $2, 'rules', $3, 'Top-up')`, [id, pur.toString(), `rules-pur:${id}`]);
+  return id;
+}
+
+async function wallet(accountId: string) {
+  const { rows } = await db.query<{ sub: string; pur: string; held: string }>(
+    'select subscription_micro::text as sub, purchased_micro::text as pur, held_micro::text as held from wallets where account_id = $1',
+    [accountId],
+  );
+  return { sub: BigInt(rows[0]!.sub), pur: BigInt(rows[0]!.pur), held: BigInt(rows[0]!.held) };
+}
+
+async function reserve(id: string, accountId: string, amount: bigint, metadata: Record<string, unknown> = {}) {
+  const { rows } = await db.query<{ status: string; available: string | null }>('select status, available::text from mas_reserve($1, $2, $3, $4, $5, $6)', [
+    id,
+    accountId,
+    amount.toString(),
+    'rules',
+    inAnHour(),
+    JSON.stringify(metadata),
+  ]);
+  return rows[0]!;
+}
+
+async function reserveMany(items: { hold: string; accountId: string; amount: bigint; metadata?: Record<string, unknown>; keyId?: string }[]) {
+  const payload = items.map((x, i) => ({
+    i,
+    hold_id: x.hold,
+    account_id: x.accountId,
+    amount: x.amount.toString(),
+    reference: 'rules',
+    expires_at: inAnHour(),
+    metadata: x.metadata ?? {},
+    key_id: x.keyId ?? null,
+  }));
+  const { rows } = await db.query<{ i: number; status: string; available: string | null }>('select i, status, available::text from mas_reserve_many($1::jsonb) order by i', [
+    JSON.stringify(payload),
+  ]);
+  return rows;
+}
+
+async function endHold(id: string, actual: bigint, outcome: string) {
+  const { rows } = await db.query<{ status: string; captured: string | null; amount: string | null }>('select status, captured::text, amount::text from mas_end_hold($1, $2, $3)', [
+    id,
+    actual.toString(),
+    outcome,
+  ]);
+  return rows[0]!;
+}
+
+async function adjust(accountId: string, kind: string, amount: bigint) {
+  const { rows } = await db.query<{ status: string; available: string | null }>('select status, available::text from mas_adjust($1, $2, $3, $4, $5, $6)', [
+    accountId,
+    kind,
+    amount.toString(),
+    'rules',
+    `rules-adjust:${randomBase62(12)}`,
+    'Adjustment',
+  ]);
+  return rows[0]!;
+}
+
+/** The ledger still sums to the wallet, pocket by pocket. */
+async function expectBalanced(accountId: string) {
+  const s = await walletInvariants(orm, accountId);
+  expect(s.ledgerByPocket).toEqual({ subscription: s.balance.subscription, purchased: s.balance.purchased, held: s.balance.held });
+  expect(s.openHolds).toBe(s.balance.held);
+}
+
+/** An app connection with this spend cap (micro-coins), on a key of its own. */
+async function appConnection(accountId: string, capMicro: bigint): Promise<{ id: string; keyId: string }> {
+  const key = await makeKey(orm, accountId);
+  const id = `app_rules_${randomBase62(12)}`;
+  await db.query(
+    `insert into app_connections (id, account_id, key_id, client_id, client_name, redirect_host, spend_cap_micro) values ($1, $2, $3, 'https://app.example/client', 'Rules app', 'app.example', $4)`,
+    [id, accountId, key.id, capMicro.toString()],
+  );
+  return { id, keyId: key.id };
+}
+
+const spendRoom = async (connectionId: string) => BigInt((await db.query<{ room: string }>('select mas_app_spend_room($1)::text as room', [connectionId])).rows[0]!.room);
+
+describe('reservations', () => {
+  it('reserve exactly the spendable balance, one hold or in a batch; one micro-coin more is refused', async () => {
+    const a = await account(2n, 3n);
+    expect(await reserve(holdId(), a, 6n)).toEqual({ status: 'insufficient', available: '5' });
+    expect(await reserve(holdId(), a, 5n)).toEqual({ status: 'reserved', available: '0' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 0n, held: 5n });
+
+    const b = await account(2n, 3n);
+    expect((await reserveMany([{ hold: holdId(), accountId: b, amount: 6n }]))[0]).toMatchObject({ status: 'insufficient', available: '5' });
+    expect((await reserveMany([{ hold: holdId(), accountId: b, amount: 5n }]))[0]).toMatchObject({ status: 'reserved', available: '0' });
+    expect(await wallet(b)).toEqual({ sub: 0n, pur: 0n, held: 5n });
+    await expectBalanced(a);
+    await expectBalanced(b);
+  });
+
+  it('a repeated hold id is the same hold, even when the wallet could no longer pay for it', async () => {
+    const a = await account(0n, 10n);
+    const id = holdId();
+    expect(await reserve(id, a, 8n)).toEqual({ status: 'reserved', available: '2' });
+    expect(await reserve(id, a, 8n)).toEqual({ status: 'exists', available: '2' });
+    expect((await reserveMany([{ hold: id, accountId: a, amount: 8n }]))[0]).toMatchObject({ status: 'exists' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 2n, held: 8n });
+    await expectBalanced(a);
+  });
+
+  it('a batched reservation with a revoked key holds nothing', async () => {
+    const a = await account(0n, 10n);
+    const key = await makeKey(orm, a);
+    await db.query('update api_keys set revoked_at = now() where id = $1', [key.id]);
+    expect((await reserveMany([{ hold: holdId(), accountId: a, amount: 1n, keyId: key.id }]))[0]).toMatchObject({ status: 'key_revoked', available: null });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 10n, held: 0n });
+  });
+});
+
+describe('ending a hold', () => {
+  it('an odd capture split across pockets: subscription first, each pocket to the micro-coin, one hold or in a batch', async () => {
+    for (const batched of [false, true]) {
+      const a = await account(3n, 10n);
+      const id = holdId();
+      expect(await reserve(id, a, 9n)).toMatchObject({ status: 'reserved' });
+      // 3 from subscription, 6 from purchased; capture 8: 3 subscription + 5 purchased, 1 purchased back.
+      const out = batched
+        ? (await db.query('select status, captured::text, amount::text from mas_end_hold_many($1::jsonb)', [JSON.stringify([{ i: 0, hold_id: id, actual: '8', outcome: 'settled' }])])).rows[0]
+        : await endHold(id, 8n, 'settled');
+      expect(out).toEqual({ status: 'settled', captured: '8', amount: '9' });
+      expect(await wallet(a)).toEqual({ sub: 0n, pur: 5n, held: 0n });
+      const { rows } = await db.query('select pocket, kind, amount_micro::text as amount, balance_after_micro::text as after from ledger_entries where hold_id = $1 order by id', [id]);
+      expect(rows.slice(3)).toEqual([
+        { pocket: 'held', kind: 'capture', amount: '-8', after: '1' },
+        { pocket: 'held', kind: 'release', amount: '-1', after: '0' },
+        { pocket: 'purchased', kind: 'release', amount: '1', after: '5' },
+      ]);
+      await expectBalanced(a);
+    }
+  });
+
+  it('a capture of the whole hold is allowed; one micro-coin more is refused and the hold stays open', async () => {
+    const a = await account(0n, 10n);
+    const id = holdId();
+    await reserve(id, a, 7n);
+    expect(await endHold(id, 8n, 'settled')).toEqual({ status: 'invalid_amount', captured: null, amount: '7' });
+    expect(await endHold(id, 7n, 'settled')).toEqual({ status: 'settled', captured: '7', amount: '7' });
+    const b = holdId();
+    await reserve(b, a, 3n);
+    const many = (actual: bigint) =>
+      db.query('select status, captured::text, amount::text from mas_end_hold_many($1::jsonb)', [JSON.stringify([{ i: 0, hold_id: b, actual: actual.toString(), outcome: 'settled' }])]);
+    expect((await many(4n)).rows[0]).toEqual({ status: 'invalid_amount', captured: null, amount: '3' });
+    expect((await many(3n)).rows[0]).toEqual({ status: 'settled', captured: '3', amount: '3' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 0n, held: 0n });
+    await expectBalanced(a);
+  });
+
+  it('a release captures nothing: a release with an amount is refused', async () => {
+    const a = await account(0n, 10n);
+    const id = holdId();
+    await reserve(id, a, 4n);
+    expect(await endHold(id, 1n, 'released')).toEqual({ status: 'invalid_amount', captured: null, amount: '4' });
+    const many = await db.query('select status from mas_end_hold_many($1::jsonb)', [JSON.stringify([{ i: 0, hold_id: id, actual: '1', outcome: 'released' }])]);
+    expect(many.rows[0]).toEqual({ status: 'invalid_amount' });
+    expect(await endHold(id, 0n, 'released')).toEqual({ status: 'released', captured: '0', amount: '4' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 10n, held: 0n });
+  });
+});
+
+describe('adjustments and refunds (mas_adjust)', () => {
+  it('down: purchased coins first, then subscription coins; exactly the spendable balance may go, one micro-coin more is refused', async () => {
+    const a = await account(4n, 3n);
+    expect(await adjust(a, 'adjustment', -5n)).toMatchObject({ status: 'applied', available: '2' });
+    expect(await wallet(a)).toEqual({ sub: 2n, pur: 0n, held: 0n });
+    expect(await adjust(a, 'adjustment', -3n)).toMatchObject({ status: 'insufficient', available: '2' });
+    expect(await adjust(a, 'adjustment', -2n)).toMatchObject({ status: 'applied', available: '0' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 0n, held: 0n });
+    await expectBalanced(a);
+  });
+
+  it('a refund is positive; an adjustment is never 0', async () => {
+    const a = await account(0n, 5n);
+    await expect(adjust(a, 'refund', -1n)).rejects.toThrow(/refund must be positive/);
+    await expect(adjust(a, 'adjustment', 0n)).rejects.toThrow(/must not be 0/);
+    expect(await adjust(a, 'refund', 2n)).toMatchObject({ status: 'applied', available: '7' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 7n, held: 0n });
+  });
+});
+
+describe("an app's spend cap", () => {
+  it('counts open holds and what settled holds captured, not what they released', async () => {
+    const a = await account(0n, 100n);
+    const app = await appConnection(a, 50n);
+    const open = holdId();
+    expect(await reserve(open, a, 10n, { app_connection_id: app.id })).toMatchObject({ status: 'reserved' });
+    expect(await spendRoom(app.id)).toBe(40n);
+    const settled = holdId();
+    expect(await reserve(settled, a, 20n, { app_connection_id: app.id })).toMatchObject({ status: 'reserved' });
+    expect(await endHold(settled, 15n, 'settled')).toMatchObject({ status: 'settled' });
+    expect(await spendRoom(app.id)).toBe(25n);
+    const released = holdId();
+    expect(await reserve(released, a, 5n, { app_connection_id: app.id })).toMatchObject({ status: 'reserved' });
+    expect(await endHold(released, 0n, 'released')).toMatchObject({ status: 'released' });
+    expect(await spendRoom(app.id)).toBe(25n);
+  });
+
+  it('a reservation that fits the room exactly is made; one micro-coin more is refused, one hold or in a batch', async () => {
+    const a = await account(0n, 100n);
+    const app = await appConnection(a, 30n);
+    expect(await reserve(holdId(), a, 11n, { app_connection_id: app.id })).toMatchObject({ status: 'reserved' });
+    expect(await reserve(holdId(), a, 20n, { app_connection_id: app.id })).toEqual({ status: 'spend_cap_reached', available: '19' });
+    expect((await reserveMany([{ hold: holdId(), accountId: a, amount: 20n, metadata: { app_connection_id: app.id }, keyId: app.keyId }]))[0]).toMatchObject({
+      status: 'spend_cap_reached',
+      available: '19',
+    });
+    expect(await reserve(holdId(), a, 19n, { app_connection_id: app.id })).toMatchObject({ status: 'reserved' });
+    expect(await spendRoom(app.id)).toBe(0n);
+
+    const b = await account(0n, 100n);
+    const batchApp = await appConnection(b, 30n);
+    expect((await reserveMany([{ hold: holdId(), accountId: b, amount: 31n, metadata: { app_connection_id: batchApp.id }, keyId: batchApp.keyId }]))[0]).toMatchObject({
+      status: 'spend_cap_reached',
+      available: '30',
+    });
+    expect((await reserveMany([{ hold: holdId(), accountId: b, amount: 30n, metadata: { app_connection_id: batchApp.id }, keyId: batchApp.keyId }]))[0]).toMatchObject({
+      status: 'reserved',
+    });
+    expect(await wallet(b)).toEqual({ sub: 0n, pur: 70n, held: 30n });
+  });
+});
