@@ -1,0 +1,73 @@
+// @ts-check
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+
+/**
+ * StrykerJS over the modules where money and limits live (`npm run test:mutation`, which
+ * scripts/mutation.ts runs; it writes test/mutation/RESULTS.md). The SQL money functions
+ * (core/money/money.sql) are mutated by scripts/sql-mutation.ts instead.
+ */
+
+/**
+ * One function of a file, as a Stryker mutation range (`file:first-last`): from the line that
+ * declares it to the first line after it that closes a top-level block. Found by name, so that
+ * the range follows the function when the file is edited.
+ * @param {string} file
+ * @param {string} declaration
+ */
+function only(file, declaration) {
+  const lines = readFileSync(path.join(import.meta.dirname, file), 'utf8').split('\n');
+  const first = lines.findIndex((l) => l.includes(declaration));
+  if (first < 0) throw new Error(`stryker.config.mjs: "${declaration}" is not in ${file}`);
+  const last = lines.findIndex((l, i) => i > first && /^(\}| {2}\}\);)$/.test(l));
+  return `${file}:${first + 1}-${last + 1}`;
+}
+
+/** @type {import('@stryker-mutator/api/core').PartialStrykerOptions} */
+export default {
+  testRunner: 'vitest',
+  // Forks: vitest's own default; the runner's default (threads) crashes with SIGSEGV here.
+  vitest: { configFile: 'vitest.mutation.config.ts', related: false, pool: 'forks' },
+  plugins: ['@stryker-mutator/vitest-runner', './test/mutation/stryker-ignorers.js'],
+  // The words of error messages and log lines (test/mutation/stryker-ignorers.js).
+  ignorers: ['MessageText'],
+  coverageAnalysis: 'perTest',
+  mutate: [
+    // Money: amounts, holds, the wallet, the ledger and history views, the batcher, the sweep.
+    'core/money/*.ts',
+    // Prices: what is reserved and charged.
+    'core/catalog/pricing.ts',
+    // Chat billing: reserve, settle on the (clamped) usage, release.
+    'core/chat/chat.ts',
+    // Media jobs: the price, the hold, the per-key concurrency limit, each ending exactly once.
+    'core/generations/create-generation.ts',
+    'core/generations/end-job.ts',
+    'core/generations/job-steps.ts',
+    // Sign-in attempt limits.
+    'core/accounts/attempts.ts',
+    // Keys, sessions, admin tokens, login links.
+    'core/auth/*.ts',
+    // OAuth apps: the spend cap a person sets, and the limit of connected apps.
+    only('core/oauth/authorize.ts', 'function parseCap('),
+    only('core/oauth/authorize.ts', 'function checkConnectionRoom('),
+    // The per-key request rate limit, and the active-keys limit.
+    only('core/trpc.ts', 'function consumeRateLimit('),
+    'adapters/limits/rate-limiter.ts',
+    only('core/keys/keys.ts', 'function createKey('),
+  ],
+  ignorePatterns: ['dist', 'dist.*', '.data', 'coverage', 'test/artifacts', 'test/reliability/.results', 'bench/*.csv', 'bench/*.svg'],
+  tempDirName: 'test/artifacts/stryker-tmp',
+  // Static mutants (module-level code) need every test run again in a fresh process each.
+  ignoreStatic: true,
+  concurrency: 2,
+  timeoutMS: 20_000,
+  timeoutFactor: 2,
+  thresholds: { high: 95, low: 90, break: 90 },
+  incremental: true,
+  incrementalFile: 'test/mutation/stryker-incremental.json',
+  reporters: ['progress', 'clear-text', 'json'],
+  jsonReporter: { fileName: 'test/artifacts/mutation/mutation.json' },
+  clearTextReporter: { reportMutants: false, reportTests: false, reportScoreTable: true },
+  checkers: [],
+  cleanTempDir: 'always',
+};

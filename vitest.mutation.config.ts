@@ -1,0 +1,57 @@
+import { defineConfig } from 'vitest/config';
+import { nodeConditions } from './vitest.node-conditions.ts';
+
+/**
+ * The tests `npm run test:mutation` runs against each mutant (stryker.config.mjs): the unit
+ * tests and the integration tests that exercise the modules where money and limits live.
+ */
+export const MUTATION_TESTS = [
+  'test/unit/coins.test.ts',
+  'test/unit/coins-edges.test.ts',
+  'test/unit/pricing.test.ts',
+  'test/unit/pricing-edges.test.ts',
+  'test/unit/tokens.test.ts',
+  'test/unit/chat-lost-hold.test.ts',
+  'test/unit/chat-billing.test.ts',
+  'test/unit/key-secret.test.ts',
+  'test/unit/auth-limits.test.ts',
+  'test/integration/holds.test.ts',
+  'test/integration/money-sql-rules.test.ts',
+  'test/integration/money-edges.test.ts',
+  'test/integration/wallet-model.test.ts',
+  'test/integration/wallet-concurrency.test.ts',
+  'test/integration/hold-batch-equivalence.test.ts',
+  'test/integration/hold-batcher.test.ts',
+  'test/integration/sweep.test.ts',
+  'test/integration/wallet-history.test.ts',
+  'test/integration/chat.test.ts',
+  'test/integration/generations.test.ts',
+  'test/integration/generation-billing.test.ts',
+  'test/integration/keys.test.ts',
+  'test/integration/oauth.test.ts',
+  'test/integration/app-connections.test.ts',
+  'test/integration/rate-limit.test.ts',
+  'test/integration/rate-limit-redis.test.ts',
+  'test/integration/sign-in-attempts.test.ts',
+  'test/integration/principals.test.ts',
+  'test/integration/auth-edges.test.ts',
+  'test/integration/account-session.test.ts',
+  'test/integration/admin-actions.test.ts',
+  'test/integration/rest.test.ts',
+];
+
+export default defineConfig({
+  ...nodeConditions,
+  test: {
+    globalSetup: ['test/mutation/global-setup.ts'],
+    setupFiles: ['test/mutation/no-shrink.ts'],
+    include: MUTATION_TESTS,
+    pool: 'forks',
+    // One process runs every selected file of a mutant's run, importing the modules once: each
+    // mutant runs the tests that cover it, and a fresh process per file would cost seconds each.
+    isolate: false,
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    teardownTimeout: 60_000,
+  },
+});
