@@ -1,0 +1,70 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { recordAudit } from '../admin/audit.ts';
+import type { CoreDeps } from '../context.ts';
+import { newId } from '../ids.ts';
+import { credit } from '../money/wallet.ts';
+import type { PaymentEvent } from '../ports.ts';
+import { centsToMicro } from './amounts.ts';
+
+export interface EventOutcome {
+  /** What the service did with the event, kept in payment_events and answered to the provider. */
+  outcome: string;
+  /** The account the event was for, when one is known. */
+  accountId: string | null;
+  /** Money may have been taken and no coins given: an operator must look (the audit log says why). */
+  alert: boolean;
+}
+
+type CheckoutEvent = Extract<PaymentEvent, { kind: 'checkout_session' }>;
+
+/**
+ * The rules of a top-up's credit, in the transaction that recorded the event:
+ * - only a Checkout Session the service made as a top-up (payment mode, purpose `topup`);
+ * - only once paid: `completed` with payment status `paid`, or `async_payment_succeeded`
+ *   (also `paid` by then); a completed session still `unpaid` waits for that second event;
+ * - only in the service's currency, for a positive amount: `amount_total` cents × 10 coins,
+ *   into the purchased pocket as `Top-up`, which makes the account paid (mas_credit);
+ * - once per session, whichever event carries it: the ledger entry's idempotency key and the
+ *   payments row's unique session id, both in this transaction.
+ * A paid session that cannot be credited (unknown account, other currency, no amount) is
+ * written to the admin audit log for an operator to settle by hand.
+ */
+export async function creditTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: CheckoutEvent): Promise<EventOutcome> {
+  const s = event.session;
+  const done = (outcome: string, accountId: string | null = s.accountId, alert = false): EventOutcome => ({ outcome, accountId, alert });
+  if (s.mode !== 'payment' || s.purpose !== 'topup') return done('not_a_topup');
+  if (event.stage === 'async_payment_failed') return done('payment_failed');
+  if (s.paymentStatus !== 'paid') return done('awaiting_payment');
+
+  const refuse = async (outcome: string, why: string) => {
+    await recordAudit(tx, { kind: 'internal' }, {
+      action: 'payment.not_credited',
+      targetType: 'payment',
+      targetId: s.id,
+      reason: why,
+      after: { event_id: event.eventId, account_id: s.accountId, amount_cents: s.amountTotalCents, currency: s.currency, payment_intent: s.paymentIntentId },
+    });
+    return done(outcome, s.accountId, true);
+  };
+  if (s.currency !== deps.config.payments.currency) return refuse('refused_currency', `paid in ${s.currency ?? 'no currency'}, not ${deps.config.payments.currency}`);
+  if (s.amountTotalCents === null || s.amountTotalCents <= 0) return refuse('refused_amount', 'the session has no amount to credit');
+  const [account] = s.accountId ? await tx.execute<{ id: string }[]>('select id from accounts where id = ?', [s.accountId]) : [];
+  if (!account) return refuse('unknown_account', s.accountId ? `no account ${s.accountId}` : 'the session names no account');
+
+  const coins = centsToMicro(s.amountTotalCents);
+  const entry = await credit(tx, {
+    accountId: account.id,
+    kind: 'topup',
+    amount: coins,
+    reference: s.id,
+    idempotencyKey: `stripe:checkout:${s.id}`,
+    description: 'Top-up',
+  });
+  if (!entry.applied) return done('already_credited', account.id);
+  await tx.execute(
+    `insert into payments (id, checkout_session_id, account_id, amount_cents, currency, coins_micro, payment_intent_id, customer_id, event_id, ledger_entry_id)
+     values (?, ?, ?, ?, ?, ?::bigint, ?, ?, ?, ?::bigint)`,
+    [newId('pay'), s.id, account.id, s.amountTotalCents, s.currency, coins.toString(), s.paymentIntentId, s.customerId, event.eventId, entry.entryId],
+  );
+  return done('credited', account.id);
+}
