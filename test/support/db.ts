@@ -43,6 +43,8 @@ export function testDeps(
     mediaProviders?: Record<string, ProviderConfig>;
     /** PUBLIC_BASE_URL: the OAuth issuer and the MCP resource derive from it. */
     publicBaseUrl?: string;
+    /** More settings, as environment variables (STRIPE_SECRET_KEY, TOPUP_MIN_USD, …). */
+    env?: Record<string, string>;
   } = {},
 ): CoreDeps {
   const env = loadEnv({
@@ -55,6 +57,7 @@ export function testDeps(
     RESULT_RETENTION_SECONDS: String(opts.retentionSeconds ?? 3600),
     DEMO_COINS: '0',
     API_PRICE_PERCENT: '50',
+    ...opts.env,
   });
   return wireCore(env, {
     orm,
