@@ -39,7 +39,7 @@ export async function receivePaymentWebhook(
     event = await provider.verifyWebhook(input.body, input.signature, deps.clock(), deps.config.payments.webhookToleranceSeconds);
   } catch (err) {
     if (!(err instanceof PaymentWebhookError)) throw err;
-    throw err.kind === 'signature' ? invalid('signature', err.message, 'invalid_signature') : invalid('body', err.message, 'invalid_payload');
+    throw err.kind === 'signature' ? invalid('signature', err.message, 'invalid_webhook_signature') : invalid('body', err.message, 'invalid_webhook_payload');
   }
   const outcome = await handlePaymentEvent(deps, em, event);
   if (outcome.alert) deps.logger.warn({ event: event.eventId, type: event.providerType, outcome: outcome.outcome, account: outcome.accountId }, 'payment received but not credited: see the admin audit log');

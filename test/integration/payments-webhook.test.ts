@@ -212,14 +212,14 @@ describe('POST /webhooks/stripe: bad deliveries get 400 and write nothing', () =
     const payload = eventOf('checkout.session.completed', session);
     const sixMinutesAgo = new Date(Date.now() - 6 * 60_000);
     const cases: [string, string, string | null, string, RegExp][] = [
-      ['wrong secret', payload, sign(payload, { secret: 'whsec_someone_else' }), 'invalid_signature', /does not match/],
-      ['stale timestamp', payload, sign(payload, { at: sixMinutesAgo }), 'invalid_signature', /more than 300 seconds old/],
-      ['no signature', payload, null, 'invalid_signature', /no signature/],
-      ['malformed signature', payload, 'v1=abc', 'invalid_signature', /malformed/],
-      ['body changed after signing', payload.replace('"amount_total":1234', '"amount_total":999999'), sign(payload), 'invalid_signature', /does not match/],
-      ['not JSON', 'amount_total=1234', sign('amount_total=1234'), 'invalid_payload', /not a JSON event/],
-      ['JSON, not an event', '{"amount_total":1234}', sign('{"amount_total":1234}'), 'invalid_payload', /not a Stripe event/],
-      ['empty body', '', sign(''), 'invalid_payload', /not a JSON event/],
+      ['wrong secret', payload, sign(payload, { secret: 'whsec_someone_else' }), 'invalid_webhook_signature', /does not match/],
+      ['stale timestamp', payload, sign(payload, { at: sixMinutesAgo }), 'invalid_webhook_signature', /more than 300 seconds old/],
+      ['no signature', payload, null, 'invalid_webhook_signature', /no signature/],
+      ['malformed signature', payload, 'v1=abc', 'invalid_webhook_signature', /malformed/],
+      ['body changed after signing', payload.replace('"amount_total":1234', '"amount_total":999999'), sign(payload), 'invalid_webhook_signature', /does not match/],
+      ['not JSON', 'amount_total=1234', sign('amount_total=1234'), 'invalid_webhook_payload', /not a JSON event/],
+      ['JSON, not an event', '{"amount_total":1234}', sign('{"amount_total":1234}'), 'invalid_webhook_payload', /not a Stripe event/],
+      ['empty body', '', sign(''), 'invalid_webhook_payload', /not a JSON event/],
     ];
     for (const [what, body, signature, code, message] of cases) {
       const res = await deliver(body, signature);
