@@ -1,19 +1,10 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { recordAudit } from '../admin/audit.ts';
 import type { CoreDeps } from '../context.ts';
 import { newId } from '../ids.ts';
 import { credit } from '../money/wallet.ts';
 import type { PaymentEvent } from '../ports.ts';
 import { centsToMicro } from './amounts.ts';
-
-export interface EventOutcome {
-  /** What the service did with the event, kept in payment_events and answered to the provider. */
-  outcome: string;
-  /** The account the event was for, when one is known. */
-  accountId: string | null;
-  /** Money may have been taken and no coins given: an operator must look (the audit log says why). */
-  alert: boolean;
-}
+import { notCredited, outcome, type EventOutcome } from './outcome.ts';
 
 type CheckoutEvent = Extract<PaymentEvent, { kind: 'checkout_session' }>;
 
@@ -31,21 +22,20 @@ type CheckoutEvent = Extract<PaymentEvent, { kind: 'checkout_session' }>;
  */
 export async function creditTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: CheckoutEvent): Promise<EventOutcome> {
   const s = event.session;
-  const done = (outcome: string, accountId: string | null = s.accountId, alert = false): EventOutcome => ({ outcome, accountId, alert });
-  if (s.mode !== 'payment' || s.purpose !== 'topup') return done('not_a_topup');
-  if (event.stage === 'async_payment_failed') return done('payment_failed');
-  if (s.paymentStatus !== 'paid') return done('awaiting_payment');
+  // A plan bought through Checkout: its coins come with each paid invoice (subscriptions.ts).
+  if (s.mode === 'subscription' && s.purpose === 'subscription') return outcome('subscription_checkout', s.accountId);
+  if (s.mode !== 'payment' || s.purpose !== 'topup') return outcome('not_a_topup', s.accountId);
+  if (event.stage === 'async_payment_failed') return outcome('payment_failed', s.accountId);
+  if (s.paymentStatus !== 'paid') return outcome('awaiting_payment', s.accountId);
 
-  const refuse = async (outcome: string, why: string) => {
-    await recordAudit(tx, { kind: 'internal' }, {
-      action: 'payment.not_credited',
-      targetType: 'payment',
-      targetId: s.id,
-      reason: why,
-      after: { event_id: event.eventId, account_id: s.accountId, amount_cents: s.amountTotalCents, currency: s.currency, payment_intent: s.paymentIntentId },
+  const refuse = (name: string, why: string) =>
+    notCredited(tx, {
+      outcome: name,
+      objectId: s.id,
+      accountId: s.accountId,
+      why,
+      facts: { event_id: event.eventId, account_id: s.accountId, amount_cents: s.amountTotalCents, currency: s.currency, payment_intent: s.paymentIntentId },
     });
-    return done(outcome, s.accountId, true);
-  };
   if (s.currency !== deps.config.payments.currency) return refuse('refused_currency', `paid in ${s.currency ?? 'no currency'}, not ${deps.config.payments.currency}`);
   if (s.amountTotalCents === null || s.amountTotalCents <= 0) return refuse('refused_amount', 'the session has no amount to credit');
   const [account] = s.accountId ? await tx.execute<{ id: string }[]>('select id from accounts where id = ?', [s.accountId]) : [];
@@ -60,11 +50,11 @@ export async function creditTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityMana
     idempotencyKey: `stripe:checkout:${s.id}`,
     description: 'Top-up',
   });
-  if (!entry.applied) return done('already_credited', account.id);
+  if (!entry.applied) return outcome('already_credited', account.id);
   await tx.execute(
     `insert into payments (id, checkout_session_id, account_id, amount_cents, currency, coins_micro, payment_intent_id, customer_id, event_id, ledger_entry_id)
      values (?, ?, ?, ?, ?, ?::bigint, ?, ?, ?, ?::bigint)`,
     [newId('pay'), s.id, account.id, s.amountTotalCents, s.currency, coins.toString(), s.paymentIntentId, s.customerId, event.eventId, entry.entryId],
   );
-  return done('credited', account.id);
+  return outcome('credited', account.id);
 }

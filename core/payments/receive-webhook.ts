@@ -3,8 +3,10 @@ import { z } from 'zod';
 import type { CoreDeps } from '../context.ts';
 import { invalid } from '../errors.ts';
 import { PaymentWebhookError, type PaymentEvent } from '../ports.ts';
-import { creditTopUp, type EventOutcome } from './credit-top-up.ts';
+import { creditTopUp } from './credit-top-up.ts';
+import type { EventOutcome } from './outcome.ts';
 import { paymentProvider } from './setup.ts';
+import { endSubscription, grantInvoice } from './subscriptions.ts';
 
 export const webhookInput = z.object({
   /** The body exactly as it arrived: the signature is over these bytes. */
@@ -70,11 +72,15 @@ async function act(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: Pay
   switch (event.kind) {
     case 'checkout_session':
       return creditTopUp(deps, tx, event);
+    case 'invoice_paid':
+      return grantInvoice(deps, tx, event);
+    case 'subscription_deleted':
+      return endSubscription(tx, event);
     case 'ignored':
       return { outcome: 'ignored', accountId: null, alert: false };
-    default:
-      // Subscriptions, refunds and disputes are read but not acted on yet (issue 31): recorded
-      // as `unhandled`, for the reconciliation to find.
+    case 'refund':
+    case 'dispute':
+      // Read but not acted on yet (issue 31): recorded as `unhandled`, for the reconciliation to find.
       return { outcome: 'unhandled', accountId: null, alert: false };
   }
 }

@@ -194,11 +194,11 @@ describe('POST /webhooks/stripe: a paid top-up', () => {
     expect(await written('acct_doesNotExist000000000000', session.id, eventIdOf(payload))).toEqual({ ledger: 0, payments: 0, events: 1, audits: 1 });
   });
 
-  it('answers 200 to event types it does not use, and to sessions it did not make as top-ups, crediting nothing', async () => {
+  it('answers 200 to event types it does not use, and to sessions that are not top-ups, crediting nothing', async () => {
     const account = await makeAccount(orm);
     expect(await deliver(eventOf('customer.created', { id: 'cus_1', object: 'customer' }))).toMatchObject({ status: 200, body: { outcome: 'ignored', type: 'customer.created' } });
     const subscription = topUpSession(account.id, { mode: 'subscription', metadata: { mas_account_id: account.id, mas_purpose: 'subscription' } });
-    expect(await deliver(eventOf('checkout.session.completed', subscription))).toMatchObject({ status: 200, body: { outcome: 'not_a_topup' } });
+    expect(await deliver(eventOf('checkout.session.completed', subscription))).toMatchObject({ status: 200, body: { outcome: 'subscription_checkout' } });
     const foreign = topUpSession(account.id, { metadata: {} }); // a Payment Link of the operator's, say
     expect(await deliver(eventOf('checkout.session.completed', foreign))).toMatchObject({ status: 200, body: { outcome: 'not_a_topup' } });
     expect(await written(account.id, foreign.id)).toMatchObject({ ledger: 0, payments: 0 });

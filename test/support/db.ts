@@ -17,6 +17,7 @@ import { openOrm, migrate } from '../../core/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit, getBalance } from '../../core/money/wallet.ts';
 import { createKey } from '../../core/keys/keys.ts';
+import type { Plan } from '../../core/payments/plans.ts';
 
 export const silentLogger = pino({ level: 'silent' });
 
@@ -45,6 +46,8 @@ export function testDeps(
     publicBaseUrl?: string;
     /** More settings, as environment variables (STRIPE_SECRET_KEY, TOPUP_MIN_USD, …). */
     env?: Record<string, string>;
+    /** The subscription plans (PLANS_FILE's). */
+    plans?: Plan[];
   } = {},
 ): CoreDeps {
   const env = loadEnv({
@@ -69,6 +72,7 @@ export function testDeps(
     signingSecret: 'test-signing-secret-test-signing-secret',
     generations: opts.generations,
     catalogTtlMs: opts.catalogTtlMs ?? 0,
+    plans: opts.plans,
   });
 }
 
