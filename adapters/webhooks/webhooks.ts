@@ -1,9 +1,8 @@
 import express, { Router } from 'express';
 import type { Logger } from 'pino';
 import type { CoreDeps } from '../../core/context.ts';
-import { createCaller } from '../../core/router.ts';
-import { createContext } from '../../core/context.ts';
 import type { HttpAdapter } from '../http/app.ts';
+import { publicCaller } from '../rest/caller.ts';
 import { errorHandler, sendHttpError } from '../rest/errors.ts';
 
 /** Stripe's events are small (tens of KB); anything far larger is not one. */
@@ -20,8 +19,8 @@ export function webhooksAdapter(deps: CoreDeps, opts: { logger: Logger }): HttpA
   router.post('/stripe', express.raw({ type: () => true, limit: BODY_LIMIT }), async (req, res) => {
     res.locals.route = '/webhooks/stripe';
     const body = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
-    const core = createCaller(createContext(deps, { kind: 'none' }, { requestId: String(req.id) }));
-    res.json(await core.payments.webhook({ body, signature: req.get('stripe-signature') }));
+    // No key: the signature over the raw body is the credential, checked by core.
+    res.json(await publicCaller(deps, req).payments.webhook({ body, signature: req.get('stripe-signature') }));
   });
   router.all('/stripe', (_req, res) => {
     res.setHeader('Allow', 'POST');

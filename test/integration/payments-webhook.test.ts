@@ -231,6 +231,17 @@ describe('POST /webhooks/stripe: bad deliveries get 400 and write nothing', () =
     expect((await deliver(payload)).body.outcome).toBe('credited');
   });
 
+  it('verifies the bytes as sent (a pretty-printed body, never re-serialised), and refuses a body over 1 MB with 413', async () => {
+    const account = await makeAccount(orm);
+    const pretty = JSON.stringify(JSON.parse(eventOf('checkout.session.completed', topUpSession(account.id, { amount_total: 700 }))), null, 2);
+    expect(await deliver(pretty)).toMatchObject({ status: 200, body: { outcome: 'credited' } });
+    expect((await getBalance(orm.em.fork(), account.id)).purchased).toBe(7_000_000_000n);
+    const huge = JSON.stringify({ pad: 'x'.repeat(1_100_000) });
+    const res = await deliver(huge);
+    expect(res.status).toBe(413);
+    expect(res.body.error.code).toBe('request_too_large');
+  });
+
   it('answers other methods with 405 and other paths under /webhooks with 404, in the error shape', async () => {
     const get = await getJson(`${api.base}/webhooks/stripe`);
     expect(get.status).toBe(405);
