@@ -8,7 +8,9 @@ import { createLimiters, type Limiters } from '../adapters/limits/rate-limiter.t
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
 import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
+import { stripeOnFirstUse } from '../adapters/payments/provider.ts';
 import { restLinks } from '../adapters/rest/links.ts';
+import { paymentReturnUrls } from '../adapters/web/links.ts';
 import { localDiskStorage } from '../adapters/storage/local-disk.ts';
 import { s3Storage } from '../adapters/storage/s3.ts';
 import type { ValidatedCatalog } from '../core/catalog/catalog.ts';
@@ -17,8 +19,10 @@ import { listenForChanges } from '../adapters/db/change-feed.ts';
 import { applyChange } from '../core/changes.ts';
 import { createCoreDeps, type CoreDeps } from '../core/context.ts';
 import { createUrlSigner } from '../core/links.ts';
-import type { Clock, GenerationStarter, ProviderRegistry, ResultStorage } from '../core/ports.ts';
+import type { Plan } from '../core/payments/plans.ts';
+import type { Clock, GenerationStarter, PaymentProvider, ProviderRegistry, ResultStorage } from '../core/ports.ts';
 import { loadCatalogFile } from './catalog.ts';
+import { loadPlansFile } from './plans.ts';
 import { openDatabase, type MigrationPolicy } from './database.ts';
 import type { Env } from './env.ts';
 import { openTemporal, temporalGenerationStarter, type TemporalHandle } from './temporal.ts';
@@ -36,6 +40,8 @@ export interface WireParts {
   signingSecret: string;
   /** Starts job workflows (Temporal); absent in processes that run no jobs (the CLI). */
   generations?: GenerationStarter | undefined;
+  /** The subscription plans (PLANS_FILE); none by default. */
+  plans?: Plan[] | undefined;
   /** Where upstream keys are read (`api_key_env`); the process environment by default. */
   providerEnv?: NodeJS.ProcessEnv | undefined;
   /** Tests only: fake text upstreams, their own storage, a clock, no catalog cache. */
@@ -43,6 +49,8 @@ export interface WireParts {
   storage?: ResultStorage | undefined;
   clock?: Clock | undefined;
   catalogTtlMs?: number | undefined;
+  /** Tests only: a payment provider instead of the one STRIPE_SECRET_KEY configures. */
+  payments?: PaymentProvider | undefined;
 }
 
 export type WiredCore = CoreDeps & {
@@ -86,6 +94,10 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     rateLimiter,
     attempts,
     generations: parts.generations,
+    // Payments are on only with a secret key; env.ts requires the webhook secret with it.
+    payments:
+      parts.payments ??
+      (env.STRIPE_SECRET_KEY ? stripeOnFirstUse({ secretKey: env.STRIPE_SECRET_KEY, webhookSecret: env.STRIPE_WEBHOOK_SECRET!, apiUrl: env.STRIPE_API_URL }) : undefined),
     clock: parts.clock,
     catalogTtlMs: parts.catalogTtlMs,
     config: {
@@ -96,6 +108,15 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       signupOpen: env.SIGNUP === 'open',
       // The issuer is the service; its tokens are for the MCP server, where the MCP adapter is mounted.
       oauth: { issuer: env.PUBLIC_BASE_URL, resource: mcpResourceUrl(env.PUBLIC_BASE_URL), httpClientIdHosts: env.INPUT_URL_ALLOWLIST },
+      payments: {
+        currency: env.STRIPE_CURRENCY,
+        topUpMinCents: env.TOPUP_MIN_USD,
+        topUpMaxCents: env.TOPUP_MAX_USD,
+        plans: parts.plans ?? [],
+        webhookToleranceSeconds: 300,
+        // The payment page sends the customer back to the account pages.
+        returnUrls: paymentReturnUrls(env.PUBLIC_BASE_URL),
+      },
     },
   });
   return { ...deps, limiters, close: async () => void (await Promise.all([limiters.close(), statements.close()])) };
@@ -130,13 +151,14 @@ export async function openRuntime(
   },
 ): Promise<Runtime> {
   const catalog = await loadCatalogFile(env.CATALOG_FILE, BigInt(env.API_PRICE_PERCENT));
+  const plans = await loadPlansFile(env.PLANS_FILE);
   const db = await openDatabase(env, logger, opts.migrations ?? 'apply');
   const temporal = opts.temporal ? await openTemporal(env, logger) : undefined;
   const generations = temporal
     ? temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE })
     : undefined;
   const signingSecret = env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR));
-  const deps = wireCore(env, { orm: db.orm, logger, providers: catalog.parsed.providers, signingSecret, generations });
+  const deps = wireCore(env, { orm: db.orm, logger, providers: catalog.parsed.providers, signingSecret, generations, plans });
   const feed = opts.changes ? await listenForChanges(db.url, logger, (change) => applyChange(deps, change)) : undefined;
   return {
     env,

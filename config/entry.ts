@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import { CatalogError } from '../core/catalog/catalog.ts';
+import { PlansError } from '../core/payments/plans.ts';
 import { PendingMigrationsError } from './database.ts';
 import { loadEnvOrExit, type Env } from './env.ts';
 import { createLogger } from './logger.ts';
@@ -7,11 +8,11 @@ import { manageProcessLifecycle } from './process-lifecycle.ts';
 import { RoleConfigError, startService, type ServiceRole } from './service.ts';
 
 /**
- * A start-up that cannot go on: what the operator must fix is one line on stderr (a bad catalog,
+ * A start-up that cannot go on: what the operator must fix is one line on stderr (a bad catalog or plans file,
  * migrations not applied, a role without its servers); anything else is logged as fatal. Exit 1.
  */
 export async function failedToStart(err: unknown, logger: Logger): Promise<never> {
-  if (err instanceof CatalogError || err instanceof PendingMigrationsError || err instanceof RoleConfigError) {
+  if (err instanceof CatalogError || err instanceof PlansError || err instanceof PendingMigrationsError || err instanceof RoleConfigError) {
     process.stderr.write(`${err.message}\n`);
   } else {
     logger.fatal({ err }, 'could not start');

@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { z } from 'zod';
 import { parseCoins } from '../core/money/coins.ts';
+import { CURRENCY, parseUsdCents } from '../core/payments/amounts.ts';
 
 /**
  * Every setting of the service is an environment variable, parsed here once at boot.
@@ -14,6 +15,17 @@ const optional = z
   .trim()
   .optional()
   .transform((v) => (v ? v : undefined));
+/** Dollars ("5", "12.50") as integer cents, within what Stripe charges in USD ($0.50 to $999,999.99). */
+const usdCents = (fallback: string) =>
+  z
+    .string()
+    .default(fallback)
+    .transform((v, ctx) => {
+      const cents = parseUsdCents(v);
+      if (cents !== null && cents >= 50 && cents <= 99_999_999) return cents;
+      ctx.addIssue({ code: 'custom', message: 'must be an amount in USD from 0.50 to 999999.99, with at most 2 decimals' });
+      return z.NEVER;
+    });
 
 const envSchema = z
   .object({
@@ -93,12 +105,33 @@ const envSchema = z
       .string()
       .default('')
       .transform((v) => v.split(',').map((h) => h.trim().toLowerCase()).filter(Boolean)),
+    /** Payments (docs/payments.md): unset, payments are off and coins enter only through operators. */
+    STRIPE_SECRET_KEY: optional.pipe(z.string().regex(/^(sk|rk)_(test|live)_\S+$/, 'must be a Stripe secret key (sk_test_…, sk_live_…) or restricted key (rk_…)').optional()),
+    STRIPE_WEBHOOK_SECRET: optional.pipe(z.string().regex(/^whsec_\S+$/, "must be the webhook endpoint's signing secret (whsec_…)").optional()),
+    /** Tests: stripe-mock's address instead of Stripe's API. */
+    STRIPE_API_URL: optional.pipe(
+      z
+        .url({ protocol: /^https?$/, error: 'must be an http(s)://host:port URL' })
+        .refine((u) => /^https?:\/\/[^/]+\/?$/.test(u), 'must be http(s)://host:port, with no path')
+        .optional(),
+    ),
+    /** Coins are defined in US dollars (1 USD = 1000 coins): no other currency is sold. */
+    STRIPE_CURRENCY: z.enum([CURRENCY], { error: `must be ${CURRENCY}: coins are priced in US dollars` }).default(CURRENCY),
+    TOPUP_MIN_USD: usdCents('5'),
+    TOPUP_MAX_USD: usdCents('10000'),
+    PLANS_FILE: z.string().min(1).default('config/plans.yaml'),
   })
   .refine((env) => env.STORAGE_DRIVER !== 's3' || env.S3_BUCKET, { path: ['S3_BUCKET'], message: 'is required when STORAGE_DRIVER=s3' })
+  .refine((env) => !env.STRIPE_SECRET_KEY || env.STRIPE_WEBHOOK_SECRET, {
+    path: ['STRIPE_WEBHOOK_SECRET'],
+    message: 'is required when STRIPE_SECRET_KEY is set: only verified webhooks credit payments',
+  })
+  .refine((env) => env.TOPUP_MIN_USD <= env.TOPUP_MAX_USD, { path: ['TOPUP_MIN_USD'], message: 'must not be more than TOPUP_MAX_USD' })
   .transform((env) => ({
     ...env,
     DATA_DIR: path.resolve(env.DATA_DIR),
     CATALOG_FILE: path.resolve(env.CATALOG_FILE),
+    PLANS_FILE: path.resolve(env.PLANS_FILE),
     PUBLIC_BASE_URL: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
   }));
 

@@ -9,6 +9,7 @@ import { oauthAdapter } from '../adapters/mcp/oauth.ts';
 import { restAdapter } from '../adapters/rest/rest.ts';
 import { browserKit } from '../adapters/http/browser.ts';
 import { webAdapter } from '../adapters/web/web.ts';
+import { webhooksAdapter } from '../adapters/webhooks/webhooks.ts';
 import { ensureDemoAccount } from '../core/accounts/demo.ts';
 import { seedModels } from '../core/catalog/catalog.ts';
 import { openRuntime } from './compose.ts';
@@ -92,6 +93,8 @@ export async function startService(
         (await import('../adapters/mcp/mcp.ts')).mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
       ),
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, uploadSpoolDir }),
+      // Stripe's webhook (POST /webhooks/stripe): outside /api/v1, its body read raw on that route only.
+      webhooksAdapter(deps, { logger }),
       // The OAuth authorization server and metadata for MCP clients (its consent page is one of the account pages).
       oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, windowLimiter: (w) => deps.limiters.window(w) }),
       lazyAdapter('/admin/graphql', async () => (await import('../adapters/graphql/graphql.ts')).graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace })),

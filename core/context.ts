@@ -9,10 +9,13 @@ import type { Micro } from './money/coins.ts';
 import { HoldBatcher } from './money/hold-batcher.ts';
 import type { OAuthConfig } from './oauth/authorize.ts';
 import { ClientDocuments } from './oauth/clients.ts';
+import type { Plan } from './payments/plans.ts';
 import type {
+  CheckoutReturn,
   Clock,
   GenerationStarter,
   MediaProviderRegistry,
+  PaymentProvider,
   ProviderRegistry,
   RateLimiter,
   RateLimitState,
@@ -36,6 +39,20 @@ export interface CoreConfig {
   signupOpen: boolean;
   /** The OAuth authorization server for MCP clients: its issuer and the resource its tokens are for. */
   oauth: OAuthConfig;
+  payments: PaymentsConfig;
+}
+
+/** What customers may pay and how (docs/payments.md); used only while payments are on (`CoreDeps.payments`). */
+export interface PaymentsConfig {
+  /** Lower-case ISO code; coins are defined in US dollars, so `usd`. */
+  currency: string;
+  topUpMinCents: number;
+  topUpMaxCents: number;
+  plans: Plan[];
+  /** How old a webhook's signature may be at arrival: Stripe's own default, 5 minutes. */
+  webhookToleranceSeconds: number;
+  /** Where the payment page sends the customer back: the account pages. */
+  returnUrls: CheckoutReturn;
 }
 
 /**
@@ -66,6 +83,8 @@ export interface CoreDeps {
   webhooks: WebhookTransport;
   /** Starts a job's workflow; the API server and the worker wire Temporal here. */
   generations: GenerationStarter;
+  /** The payment provider (Stripe); undefined when payments are off (no STRIPE_SECRET_KEY). */
+  payments: PaymentProvider | undefined;
 }
 
 /** For processes that run no jobs (the CLI): starting one is refused, cleanly. */
@@ -77,10 +96,11 @@ const noJobRunner: GenerationStarter = {
 };
 
 export function createCoreDeps(
-  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations' | 'clientDocuments'> & {
+  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations' | 'clientDocuments' | 'payments'> & {
     /** Runs the hot path's batched statements (adapters/db/statement-pool.ts). */
     execute: Execute;
     generations?: GenerationStarter | undefined;
+    payments?: PaymentProvider | undefined;
     clock?: Clock | undefined;
     catalogTtlMs?: number | undefined;
   },
@@ -99,6 +119,7 @@ export function createCoreDeps(
     signer: args.signer,
     webhooks: args.webhooks,
     generations: args.generations ?? noJobRunner,
+    payments: args.payments,
     clock: args.clock ?? (() => new Date()),
     lastUsed: new LastUsedRecorder(execute, args.logger),
     keys: new KeyLookup(execute),

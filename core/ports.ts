@@ -227,3 +227,134 @@ export interface GenerationStarter {
   /** Delivers the webhook of a job that ended outside its workflow (the sweep), with retries; once per job. */
   deliverWebhook(jobId: string): Promise<void>;
 }
+
+// ---------------------------------------------------------------- payments
+
+/** A hosted payment page the customer is sent to (Stripe Checkout), and its id. */
+export interface CheckoutLink {
+  id: string;
+  url: string;
+}
+
+/** Where the payment page sends the customer back: the account pages (configured by the composition root). */
+export interface CheckoutReturn {
+  successUrl: string;
+  cancelUrl: string;
+}
+
+export interface TopUpCheckoutRequest extends CheckoutReturn {
+  accountId: string;
+  /** In the currency's smallest unit (cents). */
+  amountCents: number;
+  currency: string;
+  /** What the customer buys, as the payment page shows it: "12,340 coins". */
+  description: string;
+  /** Makes a retried creation return the first session instead of a second one. */
+  idempotencyKey: string;
+  /** The provider's customer, when the account has one: the page then knows the customer's saved details. */
+  customerId?: string | undefined;
+  /** Keep the payment method for later off-session charges (auto top-up). */
+  saveForLater?: boolean | undefined;
+}
+
+export interface SubscriptionCheckoutRequest extends CheckoutReturn {
+  accountId: string;
+  /** The provider's id of the plan's price (plans.yaml). */
+  priceId: string;
+  idempotencyKey: string;
+  customerId?: string | undefined;
+}
+
+export interface OffSessionChargeRequest {
+  accountId: string;
+  customerId: string;
+  paymentMethodId: string;
+  amountCents: number;
+  currency: string;
+  idempotencyKey: string;
+}
+
+/** How an off-session charge ended at once: the credit itself always comes from a webhook. */
+export type OffSessionChargeResult =
+  | { status: 'succeeded' | 'processing'; paymentId: string }
+  /** The bank wants the customer present (3-D Secure): nothing was charged. */
+  | { status: 'requires_action'; paymentId: string | null; reason: string }
+  | { status: 'declined'; paymentId: string | null; reason: string };
+
+/** What a completed, paid or failed Checkout Session says, as the provider reported it: core decides what it is worth. */
+export interface CheckoutSessionFacts {
+  id: string;
+  mode: 'payment' | 'subscription' | 'setup';
+  /** The account the session was made for (its client reference), as the event names it: not yet checked to exist. */
+  accountId: string | null;
+  /** What the service marked the session as when it made it (`topup`, `subscription`); null for a session it did not make. */
+  purpose: string | null;
+  /** `paid`, `unpaid` (a delayed method still on its way) or `no_payment_required`. */
+  paymentStatus: string;
+  /** The total charged, in the currency's smallest unit; null when the provider gave none. */
+  amountTotalCents: number | null;
+  /** Lower case ISO code (`usd`); null when the provider gave none. */
+  currency: string | null;
+  customerId: string | null;
+  paymentIntentId: string | null;
+}
+
+/**
+ * A verified webhook delivery as a domain event. `eventId` is the provider's id of the
+ * delivery's event (deliveries of one event share it); `providerType` its type as sent.
+ */
+export type PaymentEvent = { eventId: string; providerType: string; createdAt: Date } & (
+  /** A Checkout Session finished (`completed`), or its delayed payment later succeeded or failed. */
+  | { kind: 'checkout_session'; stage: 'completed' | 'async_payment_succeeded' | 'async_payment_failed'; session: CheckoutSessionFacts }
+  /** A subscription's invoice was paid: a period's grant. */
+  | {
+      kind: 'invoice_paid';
+      invoice: { id: string; subscriptionId: string | null; customerId: string | null; accountId: string | null; priceIds: string[]; amountPaidCents: number; currency: string; periodEnd: Date | null };
+    }
+  | { kind: 'subscription_deleted'; subscription: { id: string; customerId: string | null; accountId: string | null } }
+  /** A charge was refunded, in part or in full: `amountRefundedCents` is the total refunded so far. */
+  | { kind: 'refund'; charge: { id: string; paymentIntentId: string | null; amountCents: number; amountRefundedCents: number; currency: string } }
+  | {
+      kind: 'dispute';
+      stage: 'created' | 'closed';
+      dispute: { id: string; chargeId: string | null; paymentIntentId: string | null; amountCents: number; currency: string; status: string };
+    }
+  /** An event type the service does not use. */
+  | { kind: 'ignored' }
+);
+
+/** Why a webhook delivery was refused before it became an event. */
+export class PaymentWebhookError extends Error {
+  /** `signature`: missing, malformed, wrong or too old; `payload`: signed, but not an event this service can read. */
+  readonly kind: 'signature' | 'payload';
+  constructor(kind: 'signature' | 'payload', message: string) {
+    super(message);
+    this.name = 'PaymentWebhookError';
+    this.kind = kind;
+  }
+}
+
+/** The payment provider failed or refused a request (a network failure, a bad key, an idempotency key reused with other parameters). */
+export class PaymentProviderError extends Error {
+  readonly kind: 'failed' | 'idempotency_conflict' | 'invalid_request';
+  constructor(kind: 'failed' | 'idempotency_conflict' | 'invalid_request', message: string) {
+    super(message);
+    this.name = 'PaymentProviderError';
+    this.kind = kind;
+  }
+}
+
+/** The payment provider (Stripe: adapters/payments/stripe.ts). Money enters the wallet only through verified webhook events. */
+export interface PaymentProvider {
+  checkoutTopUp(request: TopUpCheckoutRequest): Promise<CheckoutLink>;
+  checkoutSubscription(request: SubscriptionCheckoutRequest): Promise<CheckoutLink>;
+  /** A link to the provider's customer portal (change the card, cancel the plan). */
+  portalLink(request: { customerId: string; returnUrl: string }): Promise<{ url: string }>;
+  /** Charges a saved payment method with the customer away (auto top-up). */
+  chargeOffSession(request: OffSessionChargeRequest): Promise<OffSessionChargeResult>;
+  /**
+   * Checks the delivery's signature on its raw bytes (at most `toleranceSeconds` old at
+   * `receivedAt`), then reads its event. Throws PaymentWebhookError for a bad delivery.
+   */
+  verifyWebhook(rawBody: Uint8Array, signature: string | undefined, receivedAt: Date, toleranceSeconds: number): Promise<PaymentEvent>;
+}

@@ -33,6 +33,8 @@ import { approveAuthorization, approveInput, authorizationRequestInput, checkAut
 import { clientIdSchema, registerClient, registerClientInput, resolveClient } from './oauth/clients.ts';
 import { exchangeCode, exchangeCodeInput, refreshInput, refreshTokens, revokeToken, revokeTokenInput } from './oauth/tokens.ts';
 import { balanceView, getBalance } from './money/wallet.ts';
+import { createTopUpCheckout, topUpCheckoutInput } from './payments/create-checkout.ts';
+import { receivePaymentWebhook, webhookInput } from './payments/receive-webhook.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 
@@ -96,6 +98,14 @@ export const appRouter = router({
     grantSubscription: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) =>
       audited(ctx.em, ctx.principal, ctx.requestId, (tx) => creditCoins(tx, 'subscription_grant', input), (r) => r.applied ? { action: 'wallet.grant_subscription', targetType: 'wallet', targetId: r.account, after: { coins: r.coins, entry_id: r.entry_id } } : null),
     ),
+  }),
+
+  /** Customers paying for themselves (docs/payments.md): coins enter only from a verified webhook. */
+  payments: router({
+    /** A payment page for a top-up; its coins come with the payment's webhook, never with the customer's return. */
+    checkout: spendingProcedure.input(topUpCheckoutInput).mutation(({ ctx, input }) => createTopUpCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    /** A delivery of the payment provider's webhook: no key, its signature over the raw body is the credential. */
+    webhook: publicProcedure.input(webhookInput).mutation(({ ctx, input }) => receivePaymentWebhook(ctx.deps, ctx.em, input)),
   }),
 
   keys: router({

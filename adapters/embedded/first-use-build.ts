@@ -172,3 +172,18 @@ async function tryLock(lockPath: string, options: LockOptions): Promise<(() => P
 function capitalize(s: string): string {
   return s.charAt(0).toUpperCase() + s.slice(1);
 }
+
+/** The executable `command` on PATH, or undefined: tools are found on PATH before any cache. */
+export async function which(command: string): Promise<string | undefined> {
+  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
+    if (!dir) continue;
+    const candidate = path.join(dir, command);
+    try {
+      await fs.access(candidate, fs.constants.X_OK);
+      return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
+}

@@ -4,7 +4,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Logger } from 'pino';
-import { firstUseBuild, masCacheDir, type BuildOutput } from './first-use-build.ts';
+import { firstUseBuild, masCacheDir, which, type BuildOutput } from './first-use-build.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -85,18 +85,4 @@ async function downloadRelease(into: string): Promise<void> {
   const archive = path.join(into, 'temporal.tar.gz');
   await fs.writeFile(archive, Buffer.from(await res.arrayBuffer()));
   await execFileAsync('tar', ['-xzf', archive, '-C', into, 'temporal']);
-}
-
-async function which(command: string): Promise<string | undefined> {
-  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
-    if (!dir) continue;
-    const candidate = path.join(dir, command);
-    try {
-      await fs.access(candidate, fs.constants.X_OK);
-      return candidate;
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
 }

@@ -10,6 +10,7 @@ import { chatCompletionSchema } from '../../core/chat/views.ts';
 import { balanceSchema } from '../../core/money/wallet.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
+import { checkoutSessionSchema, topUpCheckoutInput } from '../../core/payments/create-checkout.ts';
 
 /**
  * The OpenAPI 3.1 document of the REST API, served at /api/v1/openapi.json. Request bodies and
@@ -48,6 +49,7 @@ const ChatStreamEvent = z
   })
   .describe('a server-sent event');
 
+const CheckoutSession = named(checkoutSessionSchema, 'CheckoutSession');
 const Generation = named(generationSchema, 'Generation');
 const File = named(fileSchema, 'File');
 
@@ -159,6 +161,21 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     summary: 'The wallet history, newest first: one row per top-up, grant, API usage or refund',
     request: { query: historyInput },
     responses: { 200: json(list(WalletEntry).extend({ has_more: z.boolean() }), 'A page of entries'), ...errors(400, ...common) },
+  });
+  path({
+    method: 'post',
+    path: '/credits/checkout',
+    operationId: 'createCreditsCheckout',
+    summary: 'A payment page (Stripe Checkout) for a top-up: send a person to its url; the coins come when the payment arrives',
+    description:
+      'Takes `amount_usd` (at most 2 decimals; 1 USD buys 1000 coins) between the server’s minimum and maximum (400 names `amount_usd` otherwise). ' +
+      'Nothing is credited by this call or by the customer’s return from the page: the coins are added to the purchased pocket, once, when Stripe’s webhook ' +
+      'reports the payment. 503 `payments_not_configured` when the server takes no payments.',
+    request: {
+      headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and amount: the same Checkout Session (Stripe keeps keys 24 hours); another amount: 422') }),
+      body: { required: true, content: { 'application/json': { schema: topUpCheckoutInput.omit({ idempotency_key: true }), example: { amount_usd: 20 } } } },
+    },
+    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 413, 415, 422, 502, ...common) },
   });
   path({
     method: 'get',

@@ -4,6 +4,7 @@ import type { CoreDeps } from '../../core/context.ts';
 import type { HttpAdapter } from '../http/app.ts';
 import { errorHandler, sendHttpError } from './errors.ts';
 import { chatRoutes } from './routes/chat.ts';
+import { creditRoutes } from './routes/credits.ts';
 import { docsRoutes } from './routes/docs.ts';
 import { fileRoutes } from './routes/files.ts';
 import { generationRoutes } from './routes/generations.ts';
@@ -32,6 +33,7 @@ export function restAdapter(deps: CoreDeps, opts: RestOptions): HttpAdapter {
     generationRoutes(deps),
     fileRoutes(deps, { spoolDir: opts.uploadSpoolDir }),
     walletRoutes(deps),
+    creditRoutes(deps),
     modelRoutes(deps),
     docsRoutes(opts.publicBaseUrl),
   );

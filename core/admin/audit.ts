@@ -15,7 +15,7 @@ export type Operator = AdminPrincipal | InternalPrincipal;
 export interface AuditInput {
   /** `wallet.top_up`, `account.disable`, `key.revoke`, …: a stable dotted name. */
   action: string;
-  targetType: 'account' | 'wallet' | 'api_key' | 'app_connection' | 'model' | 'generation' | 'admin_token' | 'admin_user' | 'catalog';
+  targetType: 'account' | 'wallet' | 'api_key' | 'app_connection' | 'model' | 'generation' | 'admin_token' | 'admin_user' | 'catalog' | 'payment';
   targetId: string;
   reason?: string | null | undefined;
   before?: unknown;

@@ -17,6 +17,7 @@ import { openOrm, migrate } from '../../core/orm.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit, getBalance } from '../../core/money/wallet.ts';
 import { createKey } from '../../core/keys/keys.ts';
+import type { Plan } from '../../core/payments/plans.ts';
 
 export const silentLogger = pino({ level: 'silent' });
 
@@ -43,6 +44,10 @@ export function testDeps(
     mediaProviders?: Record<string, ProviderConfig>;
     /** PUBLIC_BASE_URL: the OAuth issuer and the MCP resource derive from it. */
     publicBaseUrl?: string;
+    /** More settings, as environment variables (STRIPE_SECRET_KEY, TOPUP_MIN_USD, …). */
+    env?: Record<string, string>;
+    /** The subscription plans (PLANS_FILE's). */
+    plans?: Plan[];
   } = {},
 ): CoreDeps {
   const env = loadEnv({
@@ -55,6 +60,7 @@ export function testDeps(
     RESULT_RETENTION_SECONDS: String(opts.retentionSeconds ?? 3600),
     DEMO_COINS: '0',
     API_PRICE_PERCENT: '50',
+    ...opts.env,
   });
   return wireCore(env, {
     orm,
@@ -66,6 +72,7 @@ export function testDeps(
     signingSecret: 'test-signing-secret-test-signing-secret',
     generations: opts.generations,
     catalogTtlMs: opts.catalogTtlMs ?? 0,
+    plans: opts.plans,
   });
 }
 

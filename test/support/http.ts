@@ -9,6 +9,7 @@ import { oauthAdapter } from '../../adapters/mcp/oauth.ts';
 import { restAdapter } from '../../adapters/rest/rest.ts';
 import { browserKit } from '../../adapters/http/browser.ts';
 import { webAdapter } from '../../adapters/web/web.ts';
+import { webhooksAdapter } from '../../adapters/webhooks/webhooks.ts';
 import { adminPagesAdapter } from '../../adapters/web/admin/admin.ts';
 import { graphqlAdapter } from '../../adapters/graphql/graphql.ts';
 import type { CoreDeps } from '../../core/context.ts';
@@ -25,6 +26,7 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
     adapters: [
       mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100 }),
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
+      webhooksAdapter(opts.deps, { logger }),
       oauthAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', windowLimiter: (w) => createLimiters({}).window(w) }),
       graphqlAdapter(opts.deps, { logger, uiUrl: 'http://temporal-ui.test', namespace: 'default' }),
       adminPagesAdapter(opts.deps, { kit, logger, temporal: { uiUrl: 'http://temporal-ui.test', namespace: 'default' } }),

@@ -22,6 +22,8 @@ import { Migration20261126030000_admin_reads } from './Migration20261126030000_a
 import { Migration20261126040000_job_run_id } from './Migration20261126040000_job_run_id.ts';
 import { Migration20261127000000_result_retention } from './Migration20261127000000_result_retention.ts';
 import { Migration20261128000000_change_notices } from './Migration20261128000000_change_notices.ts';
+import { Migration20261129000000_payments } from './Migration20261129000000_payments.ts';
+import { Migration20261129010000_subscriptions } from './Migration20261129010000_subscriptions.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -49,4 +51,6 @@ export const migrations = [
   { name: 'Migration20261126040000_job_run_id', class: Migration20261126040000_job_run_id },
   { name: 'Migration20261127000000_result_retention', class: Migration20261127000000_result_retention },
   { name: 'Migration20261128000000_change_notices', class: Migration20261128000000_change_notices },
+  { name: 'Migration20261129000000_payments', class: Migration20261129000000_payments },
+  { name: 'Migration20261129010000_subscriptions', class: Migration20261129010000_subscriptions },
 ];

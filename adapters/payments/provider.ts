@@ -1,0 +1,25 @@
+import type { PaymentProvider } from '../../core/ports.ts';
+import type { StripeOptions } from './stripe.ts';
+
+/**
+ * The Stripe provider, its SDK imported on the first payment call: a process that takes no
+ * payment (the CLI, a worker, an instance nobody pays through) never holds it.
+ */
+export function stripeOnFirstUse(opts: StripeOptions): PaymentProvider {
+  let loading: Promise<PaymentProvider> | undefined;
+  const provider = () =>
+    (loading ??= import('./stripe.ts').then(
+      (m) => m.stripePayments(opts),
+      (err: unknown) => {
+        loading = undefined;
+        throw err;
+      },
+    ));
+  return {
+    checkoutTopUp: async (r) => (await provider()).checkoutTopUp(r),
+    checkoutSubscription: async (r) => (await provider()).checkoutSubscription(r),
+    portalLink: async (r) => (await provider()).portalLink(r),
+    chargeOffSession: async (r) => (await provider()).chargeOffSession(r),
+    verifyWebhook: async (body, signature, receivedAt, tolerance) => (await provider()).verifyWebhook(body, signature, receivedAt, tolerance),
+  };
+}

@@ -1,0 +1,151 @@
+import { z } from 'zod';
+import { PaymentWebhookError, type CheckoutSessionFacts, type PaymentEvent } from '../../core/ports.ts';
+
+/**
+ * Stripe's webhook events as the port's domain events. Only the fields the service reads are
+ * checked, loosely (a field Stripe adds or a newer API version's extra keys change nothing);
+ * an event of a type the service uses whose object lacks what that type must have is refused
+ * as a bad payload. The account comes from what the service put on the object when it made it
+ * (the Checkout Session's client_reference_id, the metadata it copies to subscriptions).
+ */
+/** Keys of the metadata the service puts on what it creates at Stripe (adapters/payments/stripe.ts). */
+export const METADATA = { account: 'mas_account_id', purpose: 'mas_purpose' } as const;
+
+const stripeId = z.string().min(1).max(255);
+/** An id, or the object it names when the event expanded it. */
+const ref = z
+  .union([z.string(), z.object({ id: z.string() })])
+  .nullish()
+  .transform((v) => (v == null ? null : typeof v === 'string' ? v : v.id));
+const metadata = z.record(z.string(), z.string()).nullish().transform((m) => m ?? {});
+const cents = z.number().int().min(0);
+const currency = z.string().min(3).max(3).transform((c) => c.toLowerCase());
+
+const envelope = z.object({
+  id: stripeId,
+  object: z.literal('event'),
+  type: z.string().min(1).max(200),
+  created: z.number().int().min(0),
+  data: z.object({ object: z.record(z.string(), z.unknown()) }),
+});
+
+const checkoutSession = z.object({
+  id: stripeId,
+  mode: z.enum(['payment', 'subscription', 'setup']),
+  client_reference_id: z.string().nullish(),
+  metadata,
+  payment_status: z.string().min(1),
+  amount_total: cents.nullish(),
+  currency: currency.nullish(),
+  customer: ref,
+  payment_intent: ref,
+});
+
+const invoice = z.object({
+  id: stripeId,
+  amount_paid: cents,
+  currency,
+  customer: ref,
+  // Before API version 2025-03-31 the subscription sat on the invoice; now under parent.
+  subscription: ref,
+  parent: z
+    .object({ subscription_details: z.object({ subscription: ref, metadata }).nullish() })
+    .nullish(),
+  lines: z.object({
+    data: z.array(
+      z.object({
+        period: z.object({ end: z.number().int() }).nullish(),
+        price: z.object({ id: z.string() }).nullish(),
+        pricing: z.object({ price_details: z.object({ price: ref }).nullish() }).nullish(),
+      }),
+    ),
+  }),
+});
+
+const subscription = z.object({ id: stripeId, customer: ref, metadata });
+const charge = z.object({ id: stripeId, payment_intent: ref, amount: cents, amount_refunded: cents, currency });
+const dispute = z.object({ id: stripeId, charge: ref, payment_intent: ref, amount: cents, currency, status: z.string() });
+
+const CHECKOUT_STAGES = {
+  'checkout.session.completed': 'completed',
+  'checkout.session.async_payment_succeeded': 'async_payment_succeeded',
+  'checkout.session.async_payment_failed': 'async_payment_failed',
+} as const;
+
+/** A verified event (parsed JSON) as a domain event; throws PaymentWebhookError('payload') when it cannot be read. */
+export function stripeEvent(raw: unknown): PaymentEvent {
+  const parsed = envelope.safeParse(raw);
+  if (!parsed.success) throw new PaymentWebhookError('payload', `The body is not a Stripe event: ${problem(parsed.error)}.`);
+  const e = parsed.data;
+  const base = { eventId: e.id, providerType: e.type, createdAt: new Date(e.created * 1000) };
+  const object = <T extends z.ZodType>(schema: T): z.output<T> => {
+    const result = schema.safeParse(e.data.object);
+    if (!result.success) throw new PaymentWebhookError('payload', `The ${e.type} event's object cannot be read: ${problem(result.error)}.`);
+    return result.data;
+  };
+
+  if (e.type in CHECKOUT_STAGES) {
+    return { ...base, kind: 'checkout_session', stage: CHECKOUT_STAGES[e.type as keyof typeof CHECKOUT_STAGES], session: sessionFacts(object(checkoutSession)) };
+  }
+  switch (e.type) {
+    case 'invoice.paid': {
+      const i = object(invoice);
+      const details = i.parent?.subscription_details;
+      const periodEnds = i.lines.data.map((l) => l.period?.end).filter((t): t is number => t !== undefined);
+      return {
+        ...base,
+        kind: 'invoice_paid',
+        invoice: {
+          id: i.id,
+          subscriptionId: details?.subscription ?? i.subscription,
+          customerId: i.customer,
+          accountId: details?.metadata[METADATA.account] ?? null,
+          priceIds: i.lines.data.map((l) => l.pricing?.price_details?.price ?? l.price?.id ?? null).filter((p): p is string => p !== null),
+          amountPaidCents: i.amount_paid,
+          currency: i.currency,
+          periodEnd: periodEnds.length > 0 ? new Date(Math.max(...periodEnds) * 1000) : null,
+        },
+      };
+    }
+    case 'customer.subscription.deleted': {
+      const s = object(subscription);
+      return { ...base, kind: 'subscription_deleted', subscription: { id: s.id, customerId: s.customer, accountId: s.metadata[METADATA.account] ?? null } };
+    }
+    case 'charge.refunded': {
+      const c = object(charge);
+      return { ...base, kind: 'refund', charge: { id: c.id, paymentIntentId: c.payment_intent, amountCents: c.amount, amountRefundedCents: c.amount_refunded, currency: c.currency } };
+    }
+    case 'charge.dispute.created':
+    case 'charge.dispute.closed': {
+      const d = object(dispute);
+      return {
+        ...base,
+        kind: 'dispute',
+        stage: e.type === 'charge.dispute.created' ? 'created' : 'closed',
+        dispute: { id: d.id, chargeId: d.charge, paymentIntentId: d.payment_intent, amountCents: d.amount, currency: d.currency, status: d.status },
+      };
+    }
+    default:
+      return { ...base, kind: 'ignored' };
+  }
+}
+
+function sessionFacts(s: z.output<typeof checkoutSession>): CheckoutSessionFacts {
+  return {
+    id: s.id,
+    mode: s.mode,
+    accountId: s.client_reference_id ?? s.metadata[METADATA.account] ?? null,
+    purpose: s.metadata[METADATA.purpose] ?? null,
+    paymentStatus: s.payment_status,
+    amountTotalCents: s.amount_total ?? null,
+    currency: s.currency ?? null,
+    customerId: s.customer,
+    paymentIntentId: s.payment_intent,
+  };
+}
+
+function problem(error: z.ZodError): string {
+  const issue = error.issues[0];
+  const where = issue?.path.length ? `${issue.path.join('.')}: ` : '';
+  return `${where}${issue?.message ?? 'invalid'}`;
+}

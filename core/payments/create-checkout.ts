@@ -1,0 +1,70 @@
+import { createHash, randomUUID } from 'node:crypto';
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { z } from 'zod';
+import type { CoreDeps } from '../context.ts';
+import { invalid } from '../errors.ts';
+import { idempotencyKeySchema } from '../idempotency.ts';
+import { COINS_PER_CENT, formatUsd, parseUsdCents } from './amounts.ts';
+import { paymentProvider, providerFailure } from './setup.ts';
+
+export const topUpCheckoutInput = z.object({
+  amount_usd: z
+    .union([z.number(), z.string()])
+    .describe('US dollars, at most 2 decimals (12.34); 1 USD buys 1000 coins, 1 cent 10')
+    .transform((v, ctx) => {
+      const cents = parseUsdCents(v);
+      if (cents !== null && cents > 0) return cents;
+      ctx.addIssue({ code: 'custom', message: 'must be an amount in US dollars with at most 2 decimals, such as 12.50' });
+      return z.NEVER;
+    }),
+  /** Makes a retried request return the first Checkout Session. */
+  idempotency_key: idempotencyKeySchema.optional(),
+});
+
+export const checkoutSessionSchema = z
+  .object({
+    object: z.literal('checkout_session'),
+    id: z.string().describe("the payment provider's id of the session (Stripe: cs_…)"),
+    url: z.string().describe('the payment page: send the customer there; the coins are added when the payment arrives, not when the customer comes back'),
+  })
+  .strict();
+
+/**
+ * A payment page (Stripe Checkout, payment mode) for a top-up of `amount_usd`. Nothing is
+ * credited here or on the customer's return: the coins come with the payment's webhook
+ * (receive-webhook.ts). The minimum and maximum are the operator's (TOPUP_MIN_USD, TOPUP_MAX_USD).
+ */
+export async function createTopUpCheckout(
+  deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>,
+  em: EntityManager,
+  accountId: string,
+  input: z.output<typeof topUpCheckoutInput>,
+): Promise<z.infer<typeof checkoutSessionSchema>> {
+  const provider = paymentProvider(deps);
+  const { topUpMinCents: min, topUpMaxCents: max, currency, returnUrls } = deps.config.payments;
+  const cents = input.amount_usd;
+  if (cents < min) throw invalid('amount_usd', `The amount must be at least ${formatUsd(min)} USD.`, 'amount_too_small');
+  if (cents > max) throw invalid('amount_usd', `The amount must be at most ${formatUsd(max)} USD.`, 'amount_too_large');
+
+  // The customer of an earlier payment: the payment page then knows them.
+  const [earlier] = await em.execute<{ customer_id: string }[]>(
+    'select customer_id from payments where account_id = ? and customer_id is not null order by created_at desc limit 1',
+    [accountId],
+  );
+  // Scoped to the account, and hashed: Stripe's keys are at most 255 characters.
+  const key = input.idempotency_key ? createHash('sha256').update(input.idempotency_key).digest('base64url') : randomUUID();
+  try {
+    const session = await provider.checkoutTopUp({
+      ...returnUrls,
+      accountId,
+      amountCents: cents,
+      currency,
+      description: `${(BigInt(cents) * COINS_PER_CENT).toLocaleString('en-US')} coins`,
+      idempotencyKey: `topup:${accountId}:${key}`,
+      customerId: earlier?.customer_id,
+    });
+    return { object: 'checkout_session', id: session.id, url: session.url };
+  } catch (err) {
+    throw providerFailure(err, deps.logger, 'to start the checkout');
+  }
+}
