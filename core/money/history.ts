@@ -77,7 +77,7 @@ const MAY_SHOW = `(hold_id is null or kind = 'capture' or reference not like 'ch
 interface Entry {
   id: bigint;
   pocket: 'subscription' | 'purchased' | 'held';
-  kind: 'topup' | 'subscription_grant' | 'reservation' | 'capture' | 'release' | 'adjustment' | 'refund';
+  kind: 'topup' | 'subscription_grant' | 'reservation' | 'capture' | 'release' | 'adjustment' | 'refund' | 'payment_reversal';
   amount: Micro;
   reference: string;
   holdId: string | null;
@@ -258,7 +258,9 @@ function customerRow({ entries: event, hold }: Group, anchor: Entry): PendingRow
   if (!hold) {
     // A credit, or an operator's correction or refund: its entries are on spendable pockets.
     const amount = sum(event.map((e) => e.amount));
-    const type = anchor.kind === 'subscription_grant' || anchor.kind === 'adjustment' || anchor.kind === 'refund' ? anchor.kind : 'topup';
+    // A payment taken back or given back (payments/reversals.ts): an adjustment of the balance,
+    // labelled `Refund (Stripe)`, `Dispute` or `Dispute won`.
+    const type = anchor.kind === 'payment_reversal' ? 'adjustment' : anchor.kind === 'subscription_grant' || anchor.kind === 'adjustment' || anchor.kind === 'refund' ? anchor.kind : 'topup';
     return { ...base, type, description: anchor.description, amount };
   }
   const job = hold.kind === 'generation';
