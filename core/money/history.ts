@@ -41,7 +41,7 @@ export const walletEntrySchema = z
     id: z.string().describe("`le_…`: the id of the event's last ledger entry; pass it as `starting_after` for the rows after it"),
     object: z.literal('wallet_entry'),
     type: z.enum(['topup', 'subscription_grant', 'api_usage', 'refund', 'adjustment']),
-    description: z.string().describe('`Top-up`, `Subscription coins`, `API usage`, `Refund` (`Refund: generation failed`, …) or `Balance adjustment` (an operator\'s correction)'),
+    description: z.string().describe('`Top-up`, `Subscription coins`, `API usage`, `Refund` (`Refund: generation failed`, …) `Balance adjustment` (an operator\'s correction), or a payment taken back or given back: `Refund (Stripe)`, `Dispute`, `Dispute won` (type adjustment)'),
     amount_coins: z.number().describe('signed: what the event added to (+) or took from (−) the spendable coins'),
     balance_after_coins: coinsSchema.describe('spendable coins (subscription + purchased) right after the event'),
     reference: z.string().describe('the chat completion id or job id (`api_usage`, `refund`), or the payment reference (credits)'),
