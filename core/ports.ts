@@ -357,4 +357,12 @@ export interface PaymentProvider {
    * `receivedAt`), then reads its event. Throws PaymentWebhookError for a bad delivery.
    */
   verifyWebhook(rawBody: Uint8Array, signature: string | undefined, receivedAt: Date, toleranceSeconds: number): Promise<PaymentEvent>;
+  /**
+   * What was paid since `since`, as the provider's API lists it (the reconciliation): the
+   * completed Checkout Sessions in payment mode whose payment is paid, and the paid invoices.
+   */
+  listPaidSince(since: Date): Promise<{ sessions: CheckoutSessionFacts[]; invoices: PaidInvoiceFacts[] }>;
 }
+
+/** A paid invoice, as `invoice_paid` events and the reconciliation read it. */
+export type PaidInvoiceFacts = Extract<PaymentEvent, { kind: 'invoice_paid' }>['invoice'];

@@ -21,5 +21,6 @@ export function stripeOnFirstUse(opts: StripeOptions): PaymentProvider {
     portalLink: async (r) => (await provider()).portalLink(r),
     chargeOffSession: async (r) => (await provider()).chargeOffSession(r),
     verifyWebhook: async (body, signature, receivedAt, tolerance) => (await provider()).verifyWebhook(body, signature, receivedAt, tolerance),
+    listPaidSince: async (since) => (await provider()).listPaidSince(since),
   };
 }
