@@ -194,15 +194,15 @@ export const SQL_MUTANTS: SqlMutant[] = [
     id: 'adjust-pockets-swapped',
     fn: 'mas_adjust',
     what: 'pockets swapped: a downward adjustment takes subscription coins first',
-    find: 'from_pur := least(w.purchased_micro, -p_amount);',
+    find: 'from_pur := least(greatest(w.purchased_micro, 0), -p_amount);',
     replace: 'from_pur := -p_amount - least(w.subscription_micro, -p_amount);',
   },
   {
     id: 'adjust-insufficient-bound',
     fn: 'mas_adjust',
     what: 'flipped comparison: a downward adjustment of exactly the spendable balance is refused',
-    find: 'if w.subscription_micro + w.purchased_micro < -p_amount then',
-    replace: 'if w.subscription_micro + w.purchased_micro <= -p_amount then',
+    find: 'if w.subscription_micro + greatest(w.purchased_micro, 0) < -p_amount then',
+    replace: 'if w.subscription_micro + greatest(w.purchased_micro, 0) <= -p_amount then',
   },
   {
     id: 'adjust-negative-refund',
