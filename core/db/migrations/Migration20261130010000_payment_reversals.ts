@@ -17,7 +17,7 @@ import { Migration } from '@mikro-orm/migrations';
  * - mas_adjust never takes from a negative purchased pocket (a correction down takes the
  *   subscription pocket only then).
  */
-export class Migration20261130000000_payment_reversals extends Migration {
+export class Migration20261130010000_payment_reversals extends Migration {
   override async up(): Promise<void> {
     this.addSql(`
       alter table wallets drop constraint wallets_purchased_micro_check;
