@@ -223,6 +223,68 @@ describe('Add credits, with payments on', () => {
   });
 });
 
+describe('Plan, with payments on', () => {
+  it('Subscribe goes to Checkout; once the first invoice is paid the plan shows its next renewal, and Manage billing goes to the portal', async () => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+    const page = await signUp(context, on.base);
+    const stripePages: string[] = [];
+    await context.route('https://checkout.stripe.com/**', (route) => {
+      stripePages.push(route.request().url());
+      return route.fulfill({ status: 200, contentType: 'text/html', body: '<!doctype html><title>Stripe Checkout (not loaded in tests)</title>' });
+    });
+    const email = (await page.locator('.signout span').textContent())!.trim();
+    await expect(page.getByRole('button', { name: 'Manage billing' }).count()).resolves.toBe(0);
+    await page.getByRole('button', { name: 'Subscribe to Starter' }).click();
+    await page.waitForURL(/^https:\/\/checkout\.stripe\.com\//);
+    expect(stripePages).toHaveLength(1);
+
+    // Stripe's first invoice of the subscription, signed and delivered: the plan's grant.
+    const me = await (await page.request.get(`${on.base}/account`)).text();
+    expect(me).toContain('Subscribe to Starter');
+    const accountId = (await orm.em.fork().execute<{ id: string }[]>('select id from accounts where email = ?', [email]))[0]!.id;
+    const periodEnd = Date.UTC(2031, 0, 15) / 1000;
+    const payload = JSON.stringify({
+      id: `evt_test_${randomBytes(8).toString('hex')}`,
+      object: 'event',
+      type: 'invoice.paid',
+      created: Math.floor(Date.now() / 1000),
+      data: {
+        object: {
+          id: `in_test_${randomBytes(8).toString('hex')}`,
+          object: 'invoice',
+          amount_paid: 1000,
+          currency: 'usd',
+          customer: 'cus_test_plan',
+          parent: { subscription_details: { subscription: `sub_test_${randomBytes(8).toString('hex')}`, metadata: { mas_account_id: accountId, mas_purpose: 'subscription' } } },
+          lines: { data: [{ period: { start: periodEnd - 30 * 86_400, end: periodEnd }, pricing: { price_details: { price: 'price_starter' } } }] },
+        },
+      },
+    });
+    const hook = await fetch(`${on.base}/webhooks/stripe`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'stripe-signature': Stripe.webhooks.generateTestHeaderString({ payload, secret: SECRET }) },
+      body: payload,
+    });
+    expect(((await hook.json()) as { outcome: string }).outcome).toBe('credited');
+
+    await page.goto(`${on.base}/account`);
+    const facts = page.locator('dl.facts');
+    await expect(facts.textContent()).resolves.toMatch(/Plan\s*Starter\s*Status\s*active\s*Next renewal\s*2031-01-15/);
+    await expect(page.getByRole('button', { name: /Subscribe/ }).count()).resolves.toBe(0);
+    await expect(page.getByText('10000 coins').first().isVisible()).resolves.toBe(true);
+    await shot(page, 'payments-plan-1280.png');
+    await page.setViewportSize({ width: 390, height: 844 });
+    await shot(page, 'payments-plan-390.png');
+
+    // Manage billing: a 303 to Stripe's customer portal (not followed: stripe-mock's portal address is not a real page).
+    const csrf = await page.locator('form[action="/account/billing/portal"] input[name="_csrf"]').getAttribute('value');
+    const portal = await page.request.post(`${on.base}/account/billing/portal`, { form: { _csrf: csrf! }, headers: { origin: on.base }, maxRedirects: 0 });
+    expect(portal.status()).toBe(303);
+    expect(portal.headers().location).toMatch(/^https:\/\//);
+    await context.close();
+  });
+});
+
 describe('payments off (no STRIPE_SECRET_KEY)', () => {
   it('the overview says so and shows no payment form', async () => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
