@@ -223,6 +223,40 @@ describe('Add credits, with payments on', () => {
   });
 });
 
+describe('Add credits without JavaScript', () => {
+  it('shows the coins for the amount it fills in, and a form sent twice makes one Checkout Session (one idempotency key per form)', async () => {
+    const context = await browser.newContext({ viewport: { width: 390, height: 844 }, javaScriptEnabled: false });
+    const page = await signUp(context, on.base);
+    await expect(page.locator('#coins-preview').textContent()).resolves.toBe('20,000');
+    const form = page.locator('#add-credits-form');
+    const fields = {
+      _csrf: (await form.locator('input[name="_csrf"]').getAttribute('value'))!,
+      idempotency_key: (await form.locator('input[name="idempotency_key"]').getAttribute('value'))!,
+      amount_usd: '7.50',
+    };
+    const before = made.length;
+    for (let i = 0; i < 2; i++) {
+      const res = await page.request.post(`${on.base}/account/credits`, { form: fields, headers: { origin: on.base }, maxRedirects: 0 });
+      expect(res.status()).toBe(303);
+      expect(res.headers().location).toMatch(/^https:\/\/checkout\.stripe\.com\//);
+    }
+    const sent = made.slice(before);
+    expect(sent.map((m) => m.request.amountCents)).toEqual([750, 750]);
+    expect(sent[1]!.request.idempotencyKey).toBe(sent[0]!.request.idempotencyKey);
+    // Not an amount: the form again, 400, naming the field; never a 500.
+    const bad = await page.request.post(`${on.base}/account/credits`, { form: { ...fields, amount_usd: 'ten dollars' }, headers: { origin: on.base }, maxRedirects: 0 });
+    expect(bad.status()).toBe(400);
+    expect(await bad.text()).toMatch(/amount_usd/);
+    const noPlan = await page.request.post(`${on.base}/account/subscribe`, { form: { _csrf: fields._csrf, plan: 'Gold' }, headers: { origin: on.base }, maxRedirects: 0 });
+    expect(noPlan.status()).toBe(400);
+    expect(await noPlan.text()).toContain('There is no plan named &quot;Gold&quot;');
+    const noCustomer = await page.request.post(`${on.base}/account/billing/portal`, { form: { _csrf: fields._csrf }, headers: { origin: on.base }, maxRedirects: 0 });
+    expect(noCustomer.status()).toBe(409);
+    expect(await noCustomer.text()).toContain('has not paid through Stripe yet');
+    await context.close();
+  });
+});
+
 describe('Plan, with payments on', () => {
   it('Subscribe goes to Checkout; once the first invoice is paid the plan shows its next renewal, and Manage billing goes to the portal', async () => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
