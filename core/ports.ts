@@ -357,4 +357,6 @@ export interface PaymentProvider {
    * `receivedAt`), then reads its event. Throws PaymentWebhookError for a bad delivery.
    */
   verifyWebhook(rawBody: Uint8Array, signature: string | undefined, receivedAt: Date, toleranceSeconds: number): Promise<PaymentEvent>;
+  /** The customer's receipt of a payment (Stripe: its charge's `receipt_url`), null when the provider has none yet. */
+  receiptUrl?(paymentIntentId: string): Promise<string | null>;
 }
