@@ -51,8 +51,8 @@ export interface PaymentsConfig {
   plans: Plan[];
   /** How old a webhook's signature may be at arrival: Stripe's own default, 5 minutes. */
   webhookToleranceSeconds: number;
-  /** Where the payment page sends the customer back: the account pages. */
-  returnUrls: CheckoutReturn;
+  /** Where the payment page sends the customer back: the account pages (a plan's Checkout and the customer portal may have their own). */
+  returnUrls: CheckoutReturn & { subscriptionSuccessUrl?: string | undefined; portalReturnUrl?: string | undefined };
 }
 
 /**

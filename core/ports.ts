@@ -357,6 +357,8 @@ export interface PaymentProvider {
    * `receivedAt`), then reads its event. Throws PaymentWebhookError for a bad delivery.
    */
   verifyWebhook(rawBody: Uint8Array, signature: string | undefined, receivedAt: Date, toleranceSeconds: number): Promise<PaymentEvent>;
+  /** The customer's receipt of a payment (Stripe: its charge's `receipt_url`), null when the provider has none yet. */
+  receiptUrl?(paymentIntentId: string): Promise<string | null>;
   /**
    * What was paid since `since`, as the provider's API lists it (the reconciliation): the
    * completed Checkout Sessions in payment mode whose payment is paid, and the paid invoices.

@@ -35,7 +35,9 @@ import { exchangeCode, exchangeCodeInput, refreshInput, refreshTokens, revokeTok
 import { balanceView, getBalance } from './money/wallet.ts';
 import { createTopUpCheckout, topUpCheckoutInput } from './payments/create-checkout.ts';
 import { receivePaymentWebhook, webhookInput } from './payments/receive-webhook.ts';
-import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
+import { billingOverview, createPortalLink, createSubscriptionCheckout, subscriptionCheckoutInput, topUpStatus, topUpStatusInput } from './payments/billing.ts';
+import { fillReceipts, historyWithReceipts } from './payments/receipts.ts';
+import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 
 const forAccount = z.object({ account: accountRef });
@@ -103,7 +105,15 @@ export const appRouter = router({
   /** Customers paying for themselves (docs/payments.md): coins enter only from a verified webhook. */
   payments: router({
     /** A payment page for a top-up; its coins come with the payment's webhook, never with the customer's return. */
-    checkout: spendingProcedure.input(topUpCheckoutInput).mutation(({ ctx, input }) => createTopUpCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    checkout: payerProcedure.input(topUpCheckoutInput).mutation(({ ctx, input }) => createTopUpCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    /** A payment page for a plan (subscription mode); each paid invoice grants its coins. */
+    subscribe: payerProcedure.input(subscriptionCheckoutInput).mutation(({ ctx, input }) => createSubscriptionCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    /** A link to the provider's customer portal: change the card, cancel the plan. */
+    portal: payerProcedure.mutation(({ ctx }) => createPortalLink(ctx.deps, ctx.em, ctx.principal.accountId)),
+    /** What the account may pay and has paid: bounds, plans, its subscription, recent top-ups. */
+    billing: payerProcedure.query(({ ctx }) => billingOverview(ctx.deps, ctx.em, ctx.principal.accountId)),
+    /** Whether a top-up's Checkout Session of this account has been credited yet (the success page). */
+    topUpStatus: payerProcedure.input(topUpStatusInput).query(({ ctx, input }) => topUpStatus(ctx.em, ctx.principal.accountId, input.session_id)),
     /** A delivery of the payment provider's webhook: no key, its signature over the raw body is the credential. */
     webhook: publicProcedure.input(webhookInput).mutation(({ ctx, input }) => receivePaymentWebhook(ctx.deps, ctx.em, input)),
   }),
@@ -153,9 +163,13 @@ export const appRouter = router({
       create: sessionProcedure.input(createKeyInput).mutation(({ ctx, input }) => createKey(ctx.em, ctx.principal.accountId, input)),
       revoke: sessionProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id, ctx.principal.accountId)),
     }),
-    history: sessionProcedure.input(historyInput).query(({ ctx, input }) => listHistory(ctx.em, ctx.principal.accountId, input)),
-    /** The whole history (at most 10,000 rows, the newest) as CSV text. */
-    historyCsv: sessionProcedure.query(({ ctx }) => historyCsv(ctx.em, ctx.principal.accountId)),
+    /** The history, each top-up with its receipt. */
+    history: sessionProcedure.input(historyInput).query(({ ctx, input }) => historyWithReceipts(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    /** The whole history (at most 10,000 rows, the newest) as CSV text, top-ups with their receipts. */
+    historyCsv: sessionProcedure.query(async ({ ctx }) => {
+      await fillReceipts(ctx.deps, ctx.em, ctx.principal.accountId);
+      return historyCsv(ctx.em, ctx.principal.accountId);
+    }),
     apps: router({
       list: sessionProcedure.query(({ ctx }) => listAppConnections(ctx.em, ctx.principal.accountId)),
       revoke: sessionProcedure.input(appConnectionIdInput).mutation(({ ctx, input }) => revokeAppConnection(ctx.em, ctx.principal.accountId, input.id)),

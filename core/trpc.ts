@@ -73,6 +73,21 @@ export const sessionProcedure = t.procedure.use(async ({ ctx, next }) => {
   return next({ ctx: { ...ctx, principal } });
 });
 
+/**
+ * The account's own payments (docs/payments.md): an API key, checked and counted as by
+ * `spendingProcedure` (a customer's back office), or a person signed in to the account pages.
+ * One use case, whichever of the two calls it.
+ */
+export const payerProcedure = t.procedure.use(async ({ ctx, next }) => {
+  if (ctx.credential.kind === 'session') {
+    const principal: SessionPrincipal = await authenticateSession(ctx.em, ctx.credential.token, ctx.deps.clock());
+    return next({ ctx: { ...ctx, principal } });
+  }
+  const principal = await spenderOf(ctx);
+  await consumeRateLimit(ctx, principal);
+  return next({ ctx: { ...ctx, principal } });
+});
+
 /** Reads for operators: an admin token of any role, or the internal caller (the CLI). */
 export const adminProcedure = t.procedure.use(async ({ ctx, next }) => {
   const principal: AdminPrincipal | InternalPrincipal = await operatorOf(ctx);

@@ -110,6 +110,12 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
       }
     },
 
+    async receiptUrl(paymentIntentId) {
+      const intent = await call(() => stripe.paymentIntents.retrieve(paymentIntentId, { expand: ['latest_charge'] }));
+      const charge = intent.latest_charge;
+      return charge && typeof charge === 'object' ? (charge.receipt_url ?? null) : null;
+    },
+
     async verifyWebhook(rawBody, signature, receivedAt, toleranceSeconds): Promise<PaymentEvent> {
       let event: unknown;
       try {

@@ -11,6 +11,7 @@ import { balanceSchema } from '../../core/money/wallet.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
 import { checkoutSessionSchema, topUpCheckoutInput } from '../../core/payments/create-checkout.ts';
+import { billingSchema, subscriptionCheckoutInput } from '../../core/payments/billing.ts';
 
 /**
  * The OpenAPI 3.1 document of the REST API, served at /api/v1/openapi.json. Request bodies and
@@ -50,6 +51,7 @@ const ChatStreamEvent = z
   .describe('a server-sent event');
 
 const CheckoutSession = named(checkoutSessionSchema, 'CheckoutSession');
+const Billing = named(billingSchema, 'Billing');
 const Generation = named(generationSchema, 'Generation');
 const File = named(fileSchema, 'File');
 
@@ -176,6 +178,28 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
       body: { required: true, content: { 'application/json': { schema: topUpCheckoutInput.omit({ idempotency_key: true }), example: { amount_usd: 20 } } } },
     },
     responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 413, 415, 422, 502, ...common) },
+  });
+  path({
+    method: 'post',
+    path: '/credits/subscription',
+    operationId: 'createSubscriptionCheckout',
+    summary: 'A payment page (Stripe Checkout, subscription mode) for a plan: each paid period grants the plan’s coins',
+    description:
+      'Takes `plan`, the name of one of the server’s plans (`GET /credits/billing` lists them; 400 names `plan` otherwise). 409 `already_subscribed` while the ' +
+      'account has a running subscription: change or cancel it in the customer portal. Nothing is granted by this call: each paid invoice grants its period’s ' +
+      'coins to the subscription pocket, once. 503 `payments_not_configured` when the server takes no payments.',
+    request: {
+      headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and plan: the same Checkout Session') }),
+      body: { required: true, content: { 'application/json': { schema: subscriptionCheckoutInput.omit({ idempotency_key: true }), example: { plan: 'Starter' } } } },
+    },
+    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 409, 413, 415, 422, 502, ...common) },
+  });
+  path({
+    method: 'get',
+    path: '/credits/billing',
+    operationId: 'getBilling',
+    summary: 'What the account may pay and has paid: whether payments are on, the top-up bounds, the plans, its subscription and its latest top-ups with their receipts',
+    responses: { 200: json(Billing, 'The billing overview'), ...errors(...common) },
   });
   path({
     method: 'get',

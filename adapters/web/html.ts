@@ -33,6 +33,8 @@ export interface PageOptions {
   nav?: { email: string; csrf: string; current: string } | undefined;
   /** Which site's navigation: the account pages' (default) or the admin pages'. */
   area?: 'account' | 'admin';
+  /** Reload the page every so many seconds, with no script (a page waiting for something to land). */
+  refreshSeconds?: number | undefined;
 }
 
 const NAV = [
@@ -57,6 +59,7 @@ export function page(opts: PageOptions, body: Html): string {
 <head>
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
+  ${opts.refreshSeconds ? html`<meta http-equiv="refresh" content="${opts.refreshSeconds}">` : ''}
   <title>${opts.title} · Model Access Service${admin ? ' admin' : ''}</title>
   <link rel="stylesheet" href="/assets/app.css">
 </head>

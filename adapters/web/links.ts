@@ -1,13 +1,16 @@
-import type { CheckoutReturn } from '../../core/ports.ts';
+import type { PaymentsConfig } from '../../core/context.ts';
 
 /**
- * Where a payment page (Stripe Checkout) sends the customer back: the account overview, which
- * ignores what it does not know of the query. `{CHECKOUT_SESSION_ID}` is Stripe's placeholder,
- * filled in by Stripe. The redirect credits nothing: only the verified webhook does.
+ * Where a payment page (Stripe Checkout) and the customer portal send the customer back: the
+ * account pages. `{CHECKOUT_SESSION_ID}` is Stripe's placeholder, filled in by Stripe. A
+ * top-up comes back to its success page, which waits for the webhook's credit: the redirect
+ * itself credits nothing.
  */
-export function paymentReturnUrls(publicBaseUrl: string): CheckoutReturn {
+export function paymentReturnUrls(publicBaseUrl: string): PaymentsConfig['returnUrls'] {
   return {
-    successUrl: `${publicBaseUrl}/account?checkout=success&session_id={CHECKOUT_SESSION_ID}`,
+    successUrl: `${publicBaseUrl}/account/credits/success?session_id={CHECKOUT_SESSION_ID}`,
     cancelUrl: `${publicBaseUrl}/account?checkout=canceled`,
+    subscriptionSuccessUrl: `${publicBaseUrl}/account?checkout=subscribed`,
+    portalReturnUrl: `${publicBaseUrl}/account`,
   };
 }

@@ -9,7 +9,9 @@ import type { HttpAdapter } from '../http/app.ts';
 import type { BrowserKit } from '../http/browser.ts';
 import { sendPageError, statusOf } from './errors.ts';
 import { html, page } from './html.ts';
+import { randomUUID } from 'node:crypto';
 import { appsPage, keysPage, overviewPage, revokeKeyPage, usagePage } from './pages/account.ts';
+import { PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
 import { loginLinkPage, safeNext, signInPage, signUpPage } from './pages/auth.ts';
 import { authorizationErrorPage, consentPage } from './pages/consent.ts';
 
@@ -109,7 +111,60 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     res.redirect(303, '/login');
   });
 
-  router.get('/account', label('/account'), signedIn(async (req, res, nav, me) => send(res, overviewPage(nav, { balance: me.balance, passwordChanged: req.query.password === 'changed' }))));
+  /** The overview: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages. */
+  const renderOverview = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { pay?: Partial<BillingFormState>; passwordError?: string; passwordChanged?: boolean; status?: number } = {}) => {
+    const billing = await core(req).payments.billing();
+    if (billing.payments_enabled) {
+      const csp = String(res.getHeader('Content-Security-Policy') ?? '');
+      res.setHeader('Content-Security-Policy', csp.replace("form-action 'self'", `form-action 'self' ${PAYMENT_FORM_TARGETS.join(' ')}`));
+    }
+    const returned = typeof req.query.checkout === 'string' ? req.query.checkout : undefined;
+    const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, ...extra.pay };
+    send(res, overviewPage(nav, { balance: me.balance, billing, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged }), extra.status);
+  };
+  router.get('/account', label('/account'), signedIn((req, res, nav, me) => renderOverview(req, res, nav, me, { passwordChanged: req.query.password === 'changed' })));
+
+  // Paying (docs/payments.md): each form calls the one core use case a back office calls with its key, then goes to Stripe.
+  const toStripe = (res: Response, url: string) => {
+    res.setHeader('Cache-Control', 'no-store');
+    res.redirect(303, url);
+  };
+  const payFailure = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, err: unknown, amount?: string) => {
+    const failure = toCoreError(err);
+    if (!failure || failure.code === 'unauthorized') throw err;
+    await renderOverview(req, res, nav, me, { pay: { error: failure.message, amount }, status: statusOf(failure.code) });
+  };
+  router.post('/account/credits', label('/account/credits'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    const amount = form(req, 'amount_usd');
+    try {
+      const key = form(req, 'idempotency_key');
+      const session = await core(req).payments.checkout({ amount_usd: amount, ...(key ? { idempotency_key: key } : {}) });
+      toStripe(res, session.url);
+    } catch (err) {
+      await payFailure(req, res, nav, me, err, amount.slice(0, 13));
+    }
+  }));
+  router.post('/account/subscribe', label('/account/subscribe'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    try {
+      const key = form(req, 'idempotency_key');
+      const session = await core(req).payments.subscribe({ plan: form(req, 'plan'), ...(key ? { idempotency_key: key } : {}) });
+      toStripe(res, session.url);
+    } catch (err) {
+      await payFailure(req, res, nav, me, err);
+    }
+  }));
+  router.post('/account/billing/portal', label('/account/billing/portal'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    try {
+      toStripe(res, (await core(req).payments.portal()).url);
+    } catch (err) {
+      await payFailure(req, res, nav, me, err);
+    }
+  }));
+  router.get('/account/credits/success', label('/account/credits/success'), signedIn(async (req, res, nav) => {
+    res.setHeader('Cache-Control', 'no-store');
+    const status = await core(req).payments.topUpStatus({ session_id: typeof req.query.session_id === 'string' ? req.query.session_id : '' });
+    send(res, topUpSuccessPage(nav, status));
+  }));
   router.post('/account/password', label('/account/password'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
     const current = form(req, 'current_password');
     try {
@@ -120,7 +175,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
-      send(res, overviewPage(nav, { balance: me.balance, passwordError: failure.message }), statusOf(failure.code));
+      await renderOverview(req, res, nav, me, { passwordError: failure.message, status: statusOf(failure.code) });
     }
   }));
 

@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { listHistory, type WalletEntryView } from '../money/history.ts';
+import { receiptsOf } from '../payments/receipts.ts';
 
 /**
  * The wallet history as CSV (RFC 4180: comma-separated, CRLF line ends, fields quoted when
@@ -9,7 +10,7 @@ import { listHistory, type WalletEntryView } from '../money/history.ts';
 export const MAX_CSV_ROWS = 10_000;
 const PAGE = 100;
 
-const COLUMNS = ['id', 'created_at', 'type', 'description', 'amount_coins', 'balance_after_coins', 'reference', 'app_connection_id'] as const;
+const COLUMNS = ['id', 'created_at', 'type', 'description', 'amount_coins', 'balance_after_coins', 'reference', 'app_connection_id', 'receipt_url'] as const;
 
 export async function historyCsv(em: EntityManager, accountId: string, opts: { maxRows?: number } = {}) {
   const max = opts.maxRows ?? MAX_CSV_ROWS;
@@ -20,7 +21,8 @@ export async function historyCsv(em: EntityManager, accountId: string, opts: { m
   for (;;) {
     const page = await listHistory(em, accountId, { limit: PAGE, starting_after: cursor });
     const taken = page.data.slice(0, max - rows);
-    for (const entry of taken) lines.push(csvLine(entry));
+    const receipts = await receiptsOf(em, accountId, taken);
+    for (const entry of taken) lines.push(csvLine(entry, receipts.get(entry.reference) ?? ''));
     rows += taken.length;
     if (taken.length < page.data.length || (rows === max && page.has_more)) {
       truncated = true;
@@ -39,8 +41,11 @@ export async function historyCsv(em: EntityManager, accountId: string, opts: { m
   };
 }
 
-function csvLine(e: WalletEntryView): string {
-  return [e.id, e.created_at, e.type, text(e.description), String(e.amount_coins), String(e.balance_after_coins), text(e.reference), e.app_connection_id ?? ''].map(quote).join(',');
+/** A top-up's receipt is the payment provider's page (receipts.ts), the last column; empty for any other row. */
+function csvLine(e: WalletEntryView, receipt: string): string {
+  return [e.id, e.created_at, e.type, text(e.description), String(e.amount_coins), String(e.balance_after_coins), text(e.reference), e.app_connection_id ?? '', e.type === 'topup' ? text(receipt) : '']
+    .map(quote)
+    .join(',');
 }
 
 /**

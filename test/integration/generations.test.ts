@@ -40,6 +40,8 @@ beforeAll(async () => {
   inputBase = `http://127.0.0.1:${(inputServer.address() as { port: number }).port}`;
 });
 afterAll(async () => {
+  // A provider's kept-alive connection would hold close() open.
+  inputServer.closeAllConnections();
   await new Promise((r) => inputServer.close(r));
   await h.close();
 });

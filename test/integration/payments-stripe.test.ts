@@ -29,6 +29,10 @@ describe('the Stripe adapter', () => {
     expect((await stripe.portalLink({ customerId: 'cus_1', returnUrl: 'http://localhost/account' })).url).toMatch(/^https:\/\//);
   });
 
+  it("reads a payment's receipt from its charge (stripe-mock answers its fixture charge's receipt_url)", async () => {
+    expect(await stripe.receiptUrl!('pi_test_receipt')).toMatch(/^https:\/\/.+\/receipts\//);
+  });
+
   it('charges a saved card off-session, answering how it ended', async () => {
     const result = await stripe.chargeOffSession({ accountId: 'acct_A', customerId: 'cus_1', paymentMethodId: 'pm_1', amountCents: 2000, currency: 'usd', idempotencyKey: 'auto:acct_A:1' });
     expect(['succeeded', 'processing', 'requires_action', 'declined']).toContain(result.status);

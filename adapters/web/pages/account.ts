@@ -1,7 +1,8 @@
 import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import type { GenerationView } from '../../../core/generations/views.ts';
-import type { WalletEntryView } from '../../../core/money/history.ts';
+import type { WalletEntryWithReceipt } from '../../../core/payments/receipts.ts';
 import { html, notice, page } from '../html.ts';
+import { billingSections, type Billing, type BillingFormState } from './billing.ts';
 
 type Nav = { email: string; csrf: string };
 type Balance = { coins: number; subscription_coins: number; purchased_coins: number; held_coins: number; paid_account: boolean };
@@ -9,7 +10,7 @@ type Key = { id: string; name: string; prefix: string; created_at: string; last_
 
 const day = (iso: string | null) => (iso ? iso.replace('T', ' ').slice(0, 16) : '—');
 
-export function overviewPage(nav: Nav, v: { balance: Balance; passwordError?: string | undefined; passwordChanged?: boolean }) {
+export function overviewPage(nav: Nav, v: { balance: Balance; billing: Billing; pay: BillingFormState; passwordError?: string | undefined; passwordChanged?: boolean }) {
   const b = v.balance;
   return page(
     { title: 'Overview', nav: { ...nav, current: '/account' } },
@@ -20,8 +21,7 @@ export function overviewPage(nav: Nav, v: { balance: Balance; passwordError?: st
   <div class="card">Held by running requests <strong>${b.held_coins}</strong></div>
 </div>
 <p>${b.paid_account ? 'This is a paid account: every model is open to it.' : 'This account is not paid yet: models marked "paid accounts only" need a first top-up or a subscription.'}</p>
-<h2>Top up</h2>
-<p>1 USD buys 1000 coins. Top-ups are made by the service's operator for now: contact them with your account's email.</p>
+${billingSections(nav, v.billing, v.pay)}
 <p>Next: <a href="/account/keys">create an API key</a>, then see <a href="/api/v1/docs">the API reference</a>.</p>
 <h2>Password</h2>
 ${notice('error', v.passwordError)}${v.passwordChanged ? notice('info', 'Your password is changed. Every other session of this account has been signed out.') : ''}
@@ -97,9 +97,13 @@ export function appsPage(nav: Nav, v: { apps: AppConnectionView[] }) {
   );
 }
 
-export function usagePage(nav: Nav, v: { history: { data: WalletEntryView[]; has_more: boolean }; generations: GenerationView[]; cursor?: string | undefined }) {
-  const linkFor = (e: WalletEntryView) =>
-    e.reference.startsWith('gen_') ? html`<a href="#${e.reference}">${e.reference}</a>` : e.reference;
+export function usagePage(nav: Nav, v: { history: { data: WalletEntryWithReceipt[]; has_more: boolean }; generations: GenerationView[]; cursor?: string | undefined }) {
+  const linkFor = (e: WalletEntryWithReceipt) =>
+    e.reference.startsWith('gen_')
+      ? html`<a href="#${e.reference}">${e.reference}</a>`
+      : e.receipt_url
+        ? html`<a href="${e.receipt_url}" rel="noopener noreferrer">Receipt</a> <code>${e.reference}</code>`
+        : e.reference;
   const next = v.history.has_more ? v.history.data.at(-1)?.id : undefined;
   return page(
     { title: 'Usage', nav: { ...nav, current: '/account/usage' } },
