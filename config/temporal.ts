@@ -8,6 +8,7 @@ import {
   ANALYTICS_REFRESH_SCHEDULE_ID,
   GENERATION_WORKFLOW,
   HOLD_SWEEP_SCHEDULE_ID,
+  PAYMENTS_RECONCILE_SCHEDULE_ID,
   RESULT_RETENTION_SCHEDULE_ID,
   SEARCH_ATTRIBUTES,
   TASK_QUEUE,
@@ -126,8 +127,14 @@ export async function ensureResultRetentionSchedule(client: Client, everySeconds
   await ensureSchedule(client, scheduleId, 'resultRetentionWorkflow', taskQueue, everySeconds, 'Delete job results past their retention');
 }
 
+/** The payments reconciliation (paymentsReconcileWorkflow): paid sessions and invoices the webhook missed. */
+export async function ensurePaymentsReconcileSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
+  const { taskQueue, scheduleId } = scheduleIdOf(opts, PAYMENTS_RECONCILE_SCHEDULE_ID, 'payments-reconcile');
+  await ensureSchedule(client, scheduleId, 'paymentsReconcileWorkflow', taskQueue, everySeconds, 'Credit the paid Checkout Sessions and invoices of the last 3 days that the Stripe webhook missed');
+}
+
 /**
- * The three schedules, as the environment sets them: `npm start` and every worker ensure them
+ * The schedules, as the environment sets them: `npm start` and every worker ensure them
  * at start (one schedule per cluster, however many processes ensure it).
  */
 export async function ensureSchedules(client: Client, env: Pick<Env, 'HOLD_SWEEP_INTERVAL_SECONDS' | 'TEMPORAL_TASK_QUEUE'>): Promise<void> {
@@ -139,6 +146,8 @@ export async function ensureSchedules(client: Client, env: Pick<Env, 'HOLD_SWEEP
   await ensureResultRetentionSchedule(client, 60, opts);
   // Rebuilds the admin analytics' daily rollups of the days that changed (about a minute behind the ledger).
   await ensureAnalyticsRefreshSchedule(client, 60, opts);
+  // Credits payments the Stripe webhook missed (hourly; a run with payments off lists nothing).
+  await ensurePaymentsReconcileSchedule(client, 3600, opts);
 }
 
 /** What an operator reads in the UI's list: model, price and the prompt's head (never the whole prompt). */

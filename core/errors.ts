@@ -8,6 +8,7 @@ export type CoreErrorCode =
   | 'invalid_request' // a value the client sent is wrong; `param` names it
   | 'unauthorized' // missing, malformed, unknown or revoked key: one answer for all four
   | 'insufficient_balance'
+  | 'negative_balance' // the purchased pocket is below zero (a refund or dispute took back spent coins)
   | 'spend_cap_reached' // an app connection has spent the cap its person set
   | 'paid_account_required'
   | 'forbidden' // a signed link that is expired or tampered with
@@ -29,6 +30,7 @@ export const ERROR_VOCABULARY: Record<CoreErrorCode, { type: string; code: strin
   limit_reached: { type: 'invalid_request_error', code: 'limit_reached' },
   unauthorized: { type: 'authentication_error', code: 'invalid_api_key' },
   insufficient_balance: { type: 'billing_error', code: 'insufficient_balance' },
+  negative_balance: { type: 'billing_error', code: 'negative_balance' },
   spend_cap_reached: { type: 'billing_error', code: 'spend_cap_reached' },
   paid_account_required: { type: 'permission_error', code: 'paid_account_required' },
   forbidden: { type: 'permission_error', code: 'forbidden' },

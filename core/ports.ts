@@ -359,4 +359,12 @@ export interface PaymentProvider {
   verifyWebhook(rawBody: Uint8Array, signature: string | undefined, receivedAt: Date, toleranceSeconds: number): Promise<PaymentEvent>;
   /** The customer's receipt of a payment (Stripe: its charge's `receipt_url`), null when the provider has none yet. */
   receiptUrl?(paymentIntentId: string): Promise<string | null>;
+  /**
+   * What was paid since `since`, as the provider's API lists it (the reconciliation): the
+   * completed Checkout Sessions in payment mode whose payment is paid, and the paid invoices.
+   */
+  listPaidSince(since: Date): Promise<{ sessions: CheckoutSessionFacts[]; invoices: PaidInvoiceFacts[] }>;
 }
+
+/** A paid invoice, as `invoice_paid` events and the reconciliation read it. */
+export type PaidInvoiceFacts = Extract<PaymentEvent, { kind: 'invoice_paid' }>['invoice'];

@@ -194,15 +194,15 @@ export const SQL_MUTANTS: SqlMutant[] = [
     id: 'adjust-pockets-swapped',
     fn: 'mas_adjust',
     what: 'pockets swapped: a downward adjustment takes subscription coins first',
-    find: 'from_pur := least(w.purchased_micro, -p_amount);',
+    find: 'from_pur := least(greatest(w.purchased_micro, 0), -p_amount);',
     replace: 'from_pur := -p_amount - least(w.subscription_micro, -p_amount);',
   },
   {
     id: 'adjust-insufficient-bound',
     fn: 'mas_adjust',
     what: 'flipped comparison: a downward adjustment of exactly the spendable balance is refused',
-    find: 'if w.subscription_micro + w.purchased_micro < -p_amount then',
-    replace: 'if w.subscription_micro + w.purchased_micro <= -p_amount then',
+    find: 'if w.subscription_micro + greatest(w.purchased_micro, 0) < -p_amount then',
+    replace: 'if w.subscription_micro + greatest(w.purchased_micro, 0) <= -p_amount then',
   },
   {
     id: 'adjust-negative-refund',
@@ -226,6 +226,49 @@ export const SQL_MUTANTS: SqlMutant[] = [
     find: "when 'open' then h.amount_micro",
     replace: "when 'open' then 0",
   },
+  // mas_reverse_payment and the negative purchased pocket (refunds and disputes, issue 31).
+  {
+    id: 'reversal-sign-flipped',
+    fn: 'mas_reverse_payment',
+    what: 'flipped sign: a refund or dispute adds the coins instead of taking them back',
+    find: 'update wallets set purchased_micro = purchased_micro + p_amount',
+    replace: 'update wallets set purchased_micro = purchased_micro - p_amount',
+  },
+  {
+    id: 'reversal-ledger-dropped',
+    fn: 'mas_reverse_payment',
+    what: 'dropped ledger insert: the purchased pocket moves without its ledger entry',
+    find: "        insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description)\n          values (p_account, 'purchased', 'payment_reversal', p_amount, w.purchased_micro, p_reference, p_idempotency_key, p_description)\n          returning * into e;\n",
+    replace: '',
+  },
+  {
+    id: 'reversal-idempotency-dropped',
+    fn: 'mas_reverse_payment',
+    what: 'missing check: a repeated key takes the coins back again',
+    find: "        select * into e from ledger_entries where idempotency_key = p_idempotency_key;\n        if found then\n          return query select 'duplicate'::text, e.id, e.balance_after_micro;\n          return;\n        end if;\n",
+    replace: '',
+  },
+  {
+    id: 'reserve-negative-pocket-ignored',
+    fn: 'mas_reserve',
+    what: 'missing check: a negative purchased pocket is hidden by subscription coins (a media job spends past a debt)',
+    find: 'if w.purchased_micro < 0 then',
+    replace: 'if w.subscription_micro + w.purchased_micro < 0 then',
+  },
+  {
+    id: 'reserve-many-negative-pocket-ignored',
+    fn: 'mas_reserve_many',
+    what: 'missing check: a negative purchased pocket is hidden by subscription coins (a chat spends past a debt)',
+    find: 'if w.purchased_micro < 0 then',
+    replace: 'if w.subscription_micro + w.purchased_micro < 0 then',
+  },
+  {
+    id: 'adjust-takes-negative-pocket',
+    fn: 'mas_adjust',
+    what: 'a correction down takes from a negative purchased pocket, adding to it',
+    find: 'from_pur := least(greatest(w.purchased_micro, 0), -p_amount);',
+    replace: 'from_pur := least(w.purchased_micro, -p_amount);',
+  },
   // The ledger's append-only trigger.
   {
     id: 'ledger-append-only-dropped',
@@ -243,6 +286,7 @@ export const SQL_MUTANTS: SqlMutant[] = [
  */
 export const SQL_TESTS = [
   'test/integration/money-sql-rules.test.ts',
+  'test/integration/payment-reversals-sql.test.ts',
   'test/integration/holds.test.ts',
   'test/integration/hold-batcher.test.ts',
   'test/integration/sweep.test.ts',

@@ -26,6 +26,8 @@ export function createActivities(deps: CoreDeps) {
         const done = await core().analytics.refresh();
         return done.usage_days + done.job_days;
       }),
+    // The payments-reconcile schedule.
+    creditPaymentsTheWebhookMissed: (): Promise<number> => heartbeating(async () => (await core().payments.reconcile()).credited.length),
     // A job's workflow, in order.
     markJobRunning: (id: string) => core().jobs.begin({ id }),
     submitJobToProvider: (id: string) => core().jobs.submit({ id }),

@@ -5,3 +5,4 @@ export { analyticsRefreshWorkflow } from './analytics-refresh.workflow.ts';
 export { generationWorkflow } from './generation.workflow.ts';
 export { webhookDeliveryWorkflow } from './webhook.workflow.ts';
 export { resultRetentionWorkflow } from './result-retention.workflow.ts';
+export { paymentsReconcileWorkflow } from './payments-reconcile.workflow.ts';

@@ -5,6 +5,7 @@ export const TASK_QUEUE = 'mas';
 export const HOLD_SWEEP_SCHEDULE_ID = 'mas-hold-sweep';
 export const ANALYTICS_REFRESH_SCHEDULE_ID = 'mas-analytics-refresh';
 export const RESULT_RETENTION_SCHEDULE_ID = 'mas-result-retention';
+export const PAYMENTS_RECONCILE_SCHEDULE_ID = 'mas-payments-reconcile';
 export const GENERATION_WORKFLOW = 'generationWorkflow';
 export const WEBHOOK_WORKFLOW = 'webhookDeliveryWorkflow';
 

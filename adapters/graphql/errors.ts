@@ -15,6 +15,7 @@ const GRAPHQL_CODE: Record<CoreErrorCode, string> = {
   limit_reached: 'BAD_USER_INPUT',
   unauthorized: 'UNAUTHENTICATED',
   insufficient_balance: 'INSUFFICIENT_BALANCE',
+  negative_balance: 'NEGATIVE_BALANCE',
   spend_cap_reached: 'INSUFFICIENT_BALANCE',
   paid_account_required: 'FORBIDDEN',
   forbidden: 'FORBIDDEN',

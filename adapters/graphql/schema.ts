@@ -12,6 +12,7 @@ import './schema/key.ts';
 import './schema/ledger.ts';
 import './schema/model.ts';
 import './schema/models-admin.ts';
+import './schema/payments.ts';
 import './schema/wallet.ts';
 
 /** The admin API's schema: each file of schema/ adds its domain's types, queries and mutations to the one builder. */

@@ -6,6 +6,7 @@ export const HTTP_STATUS: Record<CoreErrorCode, number> = {
   limit_reached: 400,
   unauthorized: 401,
   insufficient_balance: 402,
+  negative_balance: 402,
   spend_cap_reached: 402,
   paid_account_required: 403,
   forbidden: 403,

@@ -22,5 +22,6 @@ export function stripeOnFirstUse(opts: StripeOptions): PaymentProvider {
     chargeOffSession: async (r) => (await provider()).chargeOffSession(r),
     receiptUrl: async (id) => (await provider()).receiptUrl?.(id) ?? null,
     verifyWebhook: async (body, signature, receivedAt, tolerance) => (await provider()).verifyWebhook(body, signature, receivedAt, tolerance),
+    listPaidSince: async (since) => (await provider()).listPaidSince(since),
   };
 }

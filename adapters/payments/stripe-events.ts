@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PaymentWebhookError, type CheckoutSessionFacts, type PaymentEvent } from '../../core/ports.ts';
+import { PaymentWebhookError, type CheckoutSessionFacts, type PaidInvoiceFacts, type PaymentEvent } from '../../core/ports.ts';
 
 /**
  * Stripe's webhook events as the port's domain events. Only the fields the service reads are
@@ -88,25 +88,8 @@ export function stripeEvent(raw: unknown): PaymentEvent {
     return { ...base, kind: 'checkout_session', stage: CHECKOUT_STAGES[e.type as keyof typeof CHECKOUT_STAGES], session: sessionFacts(object(checkoutSession)) };
   }
   switch (e.type) {
-    case 'invoice.paid': {
-      const i = object(invoice);
-      const details = i.parent?.subscription_details;
-      const periodEnds = i.lines.data.map((l) => l.period?.end).filter((t): t is number => t !== undefined);
-      return {
-        ...base,
-        kind: 'invoice_paid',
-        invoice: {
-          id: i.id,
-          subscriptionId: details?.subscription ?? i.subscription,
-          customerId: i.customer,
-          accountId: details?.metadata[METADATA.account] ?? null,
-          priceIds: i.lines.data.map((l) => l.pricing?.price_details?.price ?? l.price?.id ?? null).filter((p): p is string => p !== null),
-          amountPaidCents: i.amount_paid,
-          currency: i.currency,
-          periodEnd: periodEnds.length > 0 ? new Date(Math.max(...periodEnds) * 1000) : null,
-        },
-      };
-    }
+    case 'invoice.paid':
+      return { ...base, kind: 'invoice_paid', invoice: invoiceFacts(object(invoice)) };
     case 'customer.subscription.deleted': {
       const s = object(subscription);
       return { ...base, kind: 'subscription_deleted', subscription: { id: s.id, customerId: s.customer, accountId: s.metadata[METADATA.account] ?? null } };
@@ -128,6 +111,34 @@ export function stripeEvent(raw: unknown): PaymentEvent {
     default:
       return { ...base, kind: 'ignored' };
   }
+}
+
+function invoiceFacts(i: z.output<typeof invoice>): PaidInvoiceFacts {
+  const details = i.parent?.subscription_details;
+  const periodEnds = i.lines.data.map((l) => l.period?.end).filter((t): t is number => t !== undefined);
+  return {
+    id: i.id,
+    subscriptionId: details?.subscription ?? i.subscription,
+    customerId: i.customer,
+    accountId: details?.metadata[METADATA.account] ?? null,
+    priceIds: i.lines.data.map((l) => l.pricing?.price_details?.price ?? l.price?.id ?? null).filter((p): p is string => p !== null),
+    amountPaidCents: i.amount_paid,
+    currency: i.currency,
+    periodEnd: periodEnds.length > 0 ? new Date(Math.max(...periodEnds) * 1000) : null,
+  };
+}
+
+/**
+ * A Checkout Session or an invoice as the list endpoints give it (the reconciliation), read as
+ * the webhook reads them; null for one that cannot be read (skipped, never a failure of the run).
+ */
+export function listedSession(raw: unknown): CheckoutSessionFacts | null {
+  const r = checkoutSession.safeParse(raw);
+  return r.success ? sessionFacts(r.data) : null;
+}
+export function listedInvoice(raw: unknown): PaidInvoiceFacts | null {
+  const r = invoice.safeParse(raw);
+  return r.success ? invoiceFacts(r.data) : null;
 }
 
 function sessionFacts(s: z.output<typeof checkoutSession>): CheckoutSessionFacts {

@@ -3,11 +3,13 @@ import {
   PaymentProviderError,
   PaymentWebhookError,
   type CheckoutLink,
+  type CheckoutSessionFacts,
   type OffSessionChargeResult,
+  type PaidInvoiceFacts,
   type PaymentEvent,
   type PaymentProvider,
 } from '../../core/ports.ts';
-import { METADATA, stripeEvent } from './stripe-events.ts';
+import { listedInvoice, listedSession, METADATA, stripeEvent } from './stripe-events.ts';
 
 export interface StripeOptions {
   secretKey: string;
@@ -124,6 +126,25 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
         throw new PaymentWebhookError('payload', 'The body is not a JSON event.');
       }
       return stripeEvent(event);
+    },
+
+    async listPaidSince(since) {
+      const created = { gte: Math.floor(since.getTime() / 1000) };
+      const sessions: CheckoutSessionFacts[] = [];
+      const invoices: PaidInvoiceFacts[] = [];
+      await call(() =>
+        stripe.checkout.sessions.list({ created, status: 'complete', limit: 100 }).autoPagingEach((s) => {
+          const facts = s.mode === 'payment' && s.payment_status === 'paid' ? listedSession(s) : null;
+          if (facts) sessions.push(facts);
+        }),
+      );
+      await call(() =>
+        stripe.invoices.list({ created, status: 'paid', limit: 100 }).autoPagingEach((i) => {
+          const facts = listedInvoice(i);
+          if (facts) invoices.push(facts);
+        }),
+      );
+      return { sessions, invoices };
     },
   };
 }

@@ -3,6 +3,7 @@ import { adminActionsRouter } from './actions/router.ts';
 import { analyticsRouter } from './analytics/router.ts';
 import { auditFilterInput, listAudit } from './audit.ts';
 import { modelAdminRouter } from './models/router.ts';
+import { listPayments, paymentsInput, revenueInput, revenuePerDay } from './payments.ts';
 import { adminReadRouter } from './reads/router.ts';
 import {
   adminLoginLinkFor,
@@ -49,5 +50,10 @@ export const adminRouter = router({
   read: adminReadRouter,
   analytics: analyticsRouter,
   models: modelAdminRouter,
+  /** Payments from Stripe with their refunds and disputes, and revenue per day (docs/payments.md, "Operators"). */
+  payments: router({
+    list: adminProcedure.input(paymentsInput).query(({ ctx, input }) => listPayments(ctx.em, input)),
+    revenue: adminProcedure.input(revenueInput).query(({ ctx, input }) => revenuePerDay(ctx.em, input)),
+  }),
   actions: adminActionsRouter,
 });

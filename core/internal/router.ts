@@ -5,6 +5,7 @@ import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, s
 import { endOrphanedJobs } from '../generations/orphans.ts';
 import { deleteExpiredResults } from '../generations/retention.ts';
 import { sweep } from '../money/sweep.ts';
+import { reconcilePayments } from '../payments/reconcile.ts';
 import { createCallerFactory, internalProcedure, router } from '../trpc.ts';
 import { deliverJobWebhook } from '../webhooks/webhooks.ts';
 
@@ -44,6 +45,8 @@ export const internalRouter = router({
     /** Releases reservations past their expiry; run by the hold-sweep Temporal Schedule. */
     releaseExpired: internalProcedure.mutation(({ ctx }) => sweep(ctx.deps, ctx.em)),
   }),
+  /** Credits the paid sessions and invoices of the last 3 days the webhook missed; run by the mas-payments-reconcile Schedule. */
+  payments: router({ reconcile: internalProcedure.mutation(({ ctx }) => reconcilePayments(ctx.deps, ctx.em)) }),
   /** Rebuilds the usage analytics' daily rollups for the days that changed; run by the mas-analytics-refresh Schedule. */
   analytics: router({ refresh: internalProcedure.mutation(({ ctx }) => refreshAnalytics(ctx.em)) }),
 });

@@ -41,7 +41,7 @@ export const walletEntrySchema = z
     id: z.string().describe("`le_…`: the id of the event's last ledger entry; pass it as `starting_after` for the rows after it"),
     object: z.literal('wallet_entry'),
     type: z.enum(['topup', 'subscription_grant', 'api_usage', 'refund', 'adjustment']),
-    description: z.string().describe('`Top-up`, `Subscription coins`, `API usage`, `Refund` (`Refund: generation failed`, …) or `Balance adjustment` (an operator\'s correction)'),
+    description: z.string().describe('`Top-up`, `Subscription coins`, `API usage`, `Refund` (`Refund: generation failed`, …) `Balance adjustment` (an operator\'s correction), or a payment taken back or given back: `Refund (Stripe)`, `Dispute`, `Dispute won` (type adjustment)'),
     amount_coins: z.number().describe('signed: what the event added to (+) or took from (−) the spendable coins'),
     balance_after_coins: coinsSchema.describe('spendable coins (subscription + purchased) right after the event'),
     reference: z.string().describe('the chat completion id or job id (`api_usage`, `refund`), or the payment reference (credits)'),
@@ -77,7 +77,7 @@ const MAY_SHOW = `(hold_id is null or kind = 'capture' or reference not like 'ch
 interface Entry {
   id: bigint;
   pocket: 'subscription' | 'purchased' | 'held';
-  kind: 'topup' | 'subscription_grant' | 'reservation' | 'capture' | 'release' | 'adjustment' | 'refund';
+  kind: 'topup' | 'subscription_grant' | 'reservation' | 'capture' | 'release' | 'adjustment' | 'refund' | 'payment_reversal';
   amount: Micro;
   reference: string;
   holdId: string | null;
@@ -258,7 +258,9 @@ function customerRow({ entries: event, hold }: Group, anchor: Entry): PendingRow
   if (!hold) {
     // A credit, or an operator's correction or refund: its entries are on spendable pockets.
     const amount = sum(event.map((e) => e.amount));
-    const type = anchor.kind === 'subscription_grant' || anchor.kind === 'adjustment' || anchor.kind === 'refund' ? anchor.kind : 'topup';
+    // A payment taken back or given back (payments/reversals.ts): an adjustment of the balance,
+    // labelled `Refund (Stripe)`, `Dispute` or `Dispute won`.
+    const type = anchor.kind === 'payment_reversal' ? 'adjustment' : anchor.kind === 'subscription_grant' || anchor.kind === 'adjustment' || anchor.kind === 'refund' ? anchor.kind : 'topup';
     return { ...base, type, description: anchor.description, amount };
   }
   const job = hold.kind === 'generation';

@@ -73,6 +73,11 @@ export function reserveOutcome(row: { status: string; available: string | null }
         'spend_cap_reached',
         `This app's spend cap is reached: this request needs ${formatCoins(input.amount)} coins and ${formatCoins(BigInt(row.available ?? '0'))} are left under the cap. The account owner can connect the app again with a higher cap.`,
       );
+    case 'negative_balance':
+      throw new CoreError(
+        'negative_balance',
+        `Spending is paused: the purchased balance is ${formatCoins(BigInt(row.available ?? '0'))} coins, below zero, because a payment was refunded or disputed after its coins were spent. Add credits to bring it back above zero.`,
+      );
     case 'insufficient':
       throw new CoreError(
         'insufficient_balance',

@@ -7,7 +7,8 @@
 -- database and fails if it would change any definition, so the two never drift apart.
 --
 -- Amounts are integer micro-coins (1 coin = 1,000,000). Pockets: subscription and purchased
--- are spendable, held is what open reservations hold. Locks are taken hold first, then wallet.
+-- are spendable, held is what open reservations hold. Only the purchased pocket may be negative
+-- (mas_reverse_payment); while it is, nothing is reserved. Locks are taken hold first, then wallet.
 
 -- ledger_entries_append_only: The ledger is append-only: a trigger refuses every UPDATE and DELETE of ledger_entries.
 CREATE OR REPLACE FUNCTION public.ledger_entries_append_only()
@@ -21,8 +22,8 @@ AS $function$
 
 -- mas_adjust: An operator's correction (kind adjustment, either sign) or a refund of a settled job (kind refund,
 -- positive): up into the purchased pocket; down out of the purchased pocket first, then the subscription
--- pocket, never more than they hold ('insufficient'; held coins are never taken). Idempotent on
--- p_idempotency_key. Does not change whether the account is paid.
+-- pocket, never more than they hold ('insufficient'; held coins are never taken, nor coins of a negative
+-- purchased pocket). Idempotent on p_idempotency_key. Does not change whether the account is paid.
 CREATE OR REPLACE FUNCTION public.mas_adjust(p_account text, p_kind text, p_amount bigint, p_reference text, p_idempotency_key text, p_description text)
  RETURNS TABLE(status text, entry_id bigint, available bigint)
  LANGUAGE plpgsql
@@ -58,11 +59,11 @@ AS $function$
           return query select 'applied'::text, e.id, w.subscription_micro + w.purchased_micro;
           return;
         end if;
-        if w.subscription_micro + w.purchased_micro < -p_amount then
+        if w.subscription_micro + greatest(w.purchased_micro, 0) < -p_amount then
           return query select 'insufficient'::text, null::bigint, w.subscription_micro + w.purchased_micro;
           return;
         end if;
-        from_pur := least(w.purchased_micro, -p_amount);
+        from_pur := least(greatest(w.purchased_micro, 0), -p_amount);
         from_sub := -p_amount - from_pur;
         update wallets set purchased_micro = purchased_micro - from_pur, subscription_micro = subscription_micro - from_sub, updated_at = now()
           where account_id = p_account returning * into w;
@@ -307,7 +308,9 @@ AS $function$
 ;
 
 -- mas_reserve: Moves p_amount of an account's spendable coins into its held pocket, subscription coins
--- first; refuses ('insufficient') when they do not fit. Idempotent on the hold id.
+-- first; refuses ('insufficient') when they do not fit, and refuses everything ('negative_balance',
+-- available = the purchased pocket) while the purchased pocket is below zero (a refund or dispute
+-- took back coins already spent). Idempotent on the hold id.
 CREATE OR REPLACE FUNCTION public.mas_reserve(p_hold_id text, p_account text, p_amount bigint, p_reference text, p_expires_at timestamp with time zone, p_metadata jsonb)
  RETURNS TABLE(status text, available bigint)
  LANGUAGE plpgsql
@@ -339,6 +342,10 @@ AS $function$
           return query select 'exists'::text, w.subscription_micro + w.purchased_micro;
           return;
         end if;
+        if w.purchased_micro < 0 then
+          return query select 'negative_balance'::text, w.purchased_micro;
+          return;
+        end if;
         if w.subscription_micro + w.purchased_micro < p_amount then
           return query select 'insufficient'::text, w.subscription_micro + w.purchased_micro;
           return;
@@ -366,7 +373,8 @@ AS $function$
       end $function$
 ;
 
--- mas_reserve_many: mas_reserve for a JSON list of items, in one statement, with the same outcomes; an item with a
+-- mas_reserve_many: mas_reserve for a JSON list of items, in one statement, with the same outcomes (also
+-- 'negative_balance'); an item with a
 -- key id reserves only while that key is active and its account not disabled (else 'key_revoked', nothing held). Reservations
 -- commit without waiting for the disk: the settle's synchronous commit makes them durable.
 CREATE OR REPLACE FUNCTION public.mas_reserve_many(p_items jsonb)
@@ -437,6 +445,12 @@ AS $function$
             return next;
             continue;
           end if;
+          if w.purchased_micro < 0 then
+            status := case when exists (select 1 from holds h where h.id = x.hold_id) then 'exists' else 'negative_balance' end;
+            available := w.purchased_micro;
+            return next;
+            continue;
+          end if;
           if w.subscription_micro + w.purchased_micro < x.amount then
             status := case when exists (select 1 from holds h where h.id = x.hold_id) then 'exists' else 'insufficient' end;
             available := w.subscription_micro + w.purchased_micro;
@@ -480,6 +494,39 @@ AS $function$
         from unnest(l_account, l_pocket, l_amount, l_after, l_reference, l_hold) with ordinality
           as u (account, pocket, amount, after, reference, hold, ord)
         order by u.ord;
+      end $function$
+;
+
+-- mas_reverse_payment: A payment taken back (a refund or a dispute at the payment provider: p_amount < 0) or a
+-- dispute won (p_amount > 0), on the purchased pocket only, which may go below zero: the coins
+-- were spent already. One ledger entry, kind payment_reversal. Idempotent on p_idempotency_key.
+CREATE OR REPLACE FUNCTION public.mas_reverse_payment(p_account text, p_amount bigint, p_reference text, p_idempotency_key text, p_description text)
+ RETURNS TABLE(status text, entry_id bigint, balance_after bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        w wallets%rowtype;
+        e ledger_entries%rowtype;
+      begin
+        if p_amount = 0 then
+          raise exception 'a payment reversal must not be 0';
+        end if;
+        select * into w from wallets where account_id = p_account for update;
+        if not found then
+          return query select 'no_wallet'::text, null::bigint, null::bigint;
+          return;
+        end if;
+        select * into e from ledger_entries where idempotency_key = p_idempotency_key;
+        if found then
+          return query select 'duplicate'::text, e.id, e.balance_after_micro;
+          return;
+        end if;
+        update wallets set purchased_micro = purchased_micro + p_amount, updated_at = now()
+          where account_id = p_account returning * into w;
+        insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description)
+          values (p_account, 'purchased', 'payment_reversal', p_amount, w.purchased_micro, p_reference, p_idempotency_key, p_description)
+          returning * into e;
+        return query select 'applied'::text, e.id, w.purchased_micro;
       end $function$
 ;
 

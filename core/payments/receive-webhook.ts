@@ -6,6 +6,7 @@ import { PaymentWebhookError, type PaymentEvent } from '../ports.ts';
 import { creditTopUp } from './credit-top-up.ts';
 import type { EventOutcome } from './outcome.ts';
 import { paymentProvider } from './setup.ts';
+import { handleDispute, takeBackRefund } from './reversals.ts';
 import { endSubscription, grantInvoice } from './subscriptions.ts';
 
 export const webhookInput = z.object({
@@ -79,9 +80,9 @@ async function act(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: Pay
     case 'ignored':
       return { outcome: 'ignored', accountId: null, alert: false };
     case 'refund':
+      return takeBackRefund(deps, tx, event);
     case 'dispute':
-      // Read but not acted on yet (issue 31): recorded as `unhandled`, for the reconciliation to find.
-      return { outcome: 'unhandled', accountId: null, alert: false };
+      return handleDispute(deps, tx, event);
   }
 }
 

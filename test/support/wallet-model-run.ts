@@ -10,6 +10,9 @@ import { HoldBatcher } from '../../core/money/hold-batcher.ts';
 import { release, reserve, settle } from '../../core/money/holds.ts';
 import { releaseExpiredHolds } from '../../core/money/sweep.ts';
 import { credit } from '../../core/money/wallet.ts';
+import type { CoreDeps } from '../../core/context.ts';
+import { handlePaymentEvent } from '../../core/payments/receive-webhook.ts';
+import type { PaymentEvent } from '../../core/ports.ts';
 import { makeAppConnection } from './apps.ts';
 import { makeKey, uniqueEmail, walletInvariants } from './db.ts';
 import { WalletModel, type EndOutcome, type Pocket, type ReserveOutcome, type ReservePath, type ReserveRequest } from './wallet-model.ts';
@@ -40,6 +43,10 @@ import { WalletModel, type EndOutcome, type Pocket, type ReserveOutcome, type Re
  * - race: two or three endings of one hold (open if any) at once (settle, release, the sweep
  *   after its expiry, through either path): exactly one wins, every caller sees its outcome;
  * - batch: several batched reservations in one turn of the event loop (one mas_reserve_many);
+ * - payments, through handlePaymentEvent (what the webhook runs once an event is verified): a
+ *   paid top-up session (or the same session again under a new event id), a refund with a
+ *   cumulative amount drawn up to the payment and above it, a dispute created, lost or won (two
+ *   dispute ids per payment, in any order), and a replay of an event already delivered;
  * - parallel: several single reservations at once on separate connections; the model replays
  *   the successful ones in the order the database took them (their ledger entries' ids) and
  *   checks that each refused one did not fit at the end either.
@@ -83,6 +90,10 @@ interface State {
   attempts: { id: string; account: string }[];
   tag: string;
   seq: number;
+  /** The paid top-ups of the run (their session, PaymentIntent, account, cents), in order. */
+  sessions: { session: string; paymentIntent: string; account: string; cents: number }[];
+  /** Every payment event delivered, for replays. */
+  payEvents: PaymentEvent[];
 }
 
 interface Real {
@@ -103,7 +114,11 @@ type Op =
   | { t: 'sweep'; holds: number[]; sweepers: number }
   | { t: 'race'; hold: number; contenders: { mode: 'settle' | 'release' | 'sweep'; fraction: number; path: ReservePath }[] }
   | { t: 'batch'; items: { who: number; amount: bigint }[] }
-  | { t: 'parallel'; items: { who: number; amount: bigint }[] };
+  | { t: 'parallel'; items: { who: number; amount: bigint }[] }
+  | { t: 'paytopup'; acct: number; cents: number; resend: number | null }
+  | { t: 'refund'; pay: number; percent: number; plus: number }
+  | { t: 'dispute'; pay: number; dispute: number; stage: 'created' | 'lost' | 'won'; percent: number }
+  | { t: 'replay'; event: number };
 
 // Amounts in micro-coins, of the same order as each other, so that every refusal happens.
 const creditAmount = fc.bigInt({ min: 1n, max: 5_000_000n });
@@ -169,7 +184,27 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('batch' as const), items: fc.array(fc.record({ who, amount: reserveAmount }), { minLength: 2, maxLength: 5 }) }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('parallel' as const), items: fc.array(fc.record({ who, amount: reserveAmount }), { minLength: 2, maxLength: 5 }) }) },
+  // Payments: 1 cent = 10,000,000 micro-coins, so 1–3 cents is of the order of the balances above.
+  {
+    weight: 2,
+    arbitrary: fc.record({ t: fc.constant('paytopup' as const), acct: fc.nat(1), cents: fc.integer({ min: 1, max: 3 }), resend: fc.oneof({ weight: 4, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: fc.nat(10) }) }),
+  },
+  { weight: 2, arbitrary: fc.record({ t: fc.constant('refund' as const), pay: fc.nat(10), percent: fc.constantFrom(0, 34, 50, 67, 100), plus: fc.constantFrom(0, 0, 1) }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      t: fc.constant('dispute' as const),
+      pay: fc.nat(10),
+      dispute: fc.nat(1),
+      stage: fc.constantFrom<'created' | 'lost' | 'won'>('created', 'created', 'lost', 'won', 'won'),
+      percent: fc.constantFrom(34, 100, 150),
+    }),
+  },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('replay' as const), event: fc.nat(20) }) },
 );
+
+/** What handlePaymentEvent reads of the configuration. */
+const PAYMENT_DEPS = { config: { payments: { currency: 'usd' } } } as unknown as Pick<CoreDeps, 'config'>;
 
 const show = (op: Op) => JSON.stringify(op, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v));
 
@@ -186,6 +221,11 @@ class Step implements fc.AsyncCommand<State, Real> {
         return s.attempts.length > 0;
       case 'race':
         return s.m.holds.size > 0;
+      case 'refund':
+      case 'dispute':
+        return s.sessions.length > 0;
+      case 'replay':
+        return s.payEvents.length > 0;
       default:
         return true;
     }
@@ -209,7 +249,7 @@ const inAnHour = () => new Date(Date.now() + 3_600_000);
 const newHoldId = (s: State) => `hold_wm${s.tag}x${++s.seq}`;
 const pick = <T>(xs: readonly T[], i: number): T => xs[i % xs.length]!;
 
-type RealReserve = 'ok' | 'insufficient' | 'spend_cap_reached' | 'key_revoked';
+type RealReserve = 'ok' | 'insufficient' | 'spend_cap_reached' | 'key_revoked' | 'negative_balance';
 const asReal = (o: ReserveOutcome): RealReserve => (o === 'reserved' || o === 'exists' ? 'ok' : o);
 
 async function reserveReal(real: Real, via: ReservePath, r: ReserveRequest): Promise<RealReserve> {
@@ -228,6 +268,7 @@ async function reserveReal(real: Real, via: ReservePath, r: ReserveRequest): Pro
   } catch (err) {
     if (isCoreError(err)) {
       if (err.code === 'insufficient_balance') return 'insufficient';
+      if (err.code === 'negative_balance') return 'negative_balance';
       if (err.code === 'spend_cap_reached') return 'spend_cap_reached';
       if (err.code === 'unauthorized') return 'key_revoked';
     }
@@ -425,6 +466,9 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
         if (got[i] === 'insufficient') {
           const a = s.m.account(r.account);
           expect(a.sub + a.pur).toBeLessThan(r.amount);
+        } else if (got[i] === 'negative_balance') {
+          // Reservations never add to the purchased pocket: negative then, negative now.
+          expect(s.m.account(r.account).pur).toBeLessThan(0n);
         } else if (got[i] === 'spend_cap_reached') {
           const room = r.connection ? s.m.capRoom(r.connection) : null;
           expect(room !== null && room < r.amount).toBe(true);
@@ -435,7 +479,71 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
       });
       return;
     }
+    case 'paytopup': {
+      const eventId = `evt_wm${s.tag}x${++s.seq}`;
+      const again = op.resend !== null && s.sessions.length > 0 ? pick(s.sessions, op.resend) : null;
+      const p = again ?? { session: `cs_wm${s.tag}x${s.seq}`, paymentIntent: `pi_wm${s.tag}x${s.seq}`, account: pick(accounts, op.acct), cents: op.cents };
+      if (!again) s.sessions.push(p);
+      const expected = s.m.payTopUp(eventId, p);
+      const event: PaymentEvent = {
+        eventId,
+        providerType: 'checkout.session.completed',
+        createdAt: new Date(),
+        kind: 'checkout_session',
+        stage: 'completed',
+        session: { id: p.session, mode: 'payment', accountId: p.account, purpose: 'topup', paymentStatus: 'paid', amountTotalCents: p.cents, currency: 'usd', customerId: null, paymentIntentId: p.paymentIntent },
+      };
+      await deliverPayment(s, real, event, expected);
+      return;
+    }
+    case 'refund': {
+      const p = pick(s.sessions, op.pay);
+      const eventId = `evt_wm${s.tag}x${++s.seq}`;
+      const amountRefunded = Math.floor((p.cents * op.percent) / 100) + op.plus;
+      const expected = s.m.refund(eventId, p.paymentIntent, amountRefunded);
+      const event: PaymentEvent = {
+        eventId,
+        providerType: 'charge.refunded',
+        createdAt: new Date(),
+        kind: 'refund',
+        charge: { id: `ch_${p.paymentIntent}`, paymentIntentId: p.paymentIntent, amountCents: p.cents, amountRefundedCents: amountRefunded, currency: 'usd' },
+      };
+      await deliverPayment(s, real, event, expected);
+      return;
+    }
+    case 'dispute': {
+      const p = pick(s.sessions, op.pay);
+      const eventId = `evt_wm${s.tag}x${++s.seq}`;
+      const d = { id: `dp_${op.dispute}_${p.paymentIntent}`, stage: op.stage, cents: Math.max(1, Math.floor((p.cents * op.percent) / 100)) };
+      const expected = s.m.dispute(eventId, p.paymentIntent, d);
+      const event: PaymentEvent = {
+        eventId,
+        providerType: op.stage === 'created' ? 'charge.dispute.created' : 'charge.dispute.closed',
+        createdAt: new Date(),
+        kind: 'dispute',
+        stage: op.stage === 'created' ? 'created' : 'closed',
+        dispute: { id: d.id, chargeId: `ch_${p.paymentIntent}`, paymentIntentId: p.paymentIntent, amountCents: d.cents, currency: 'usd', status: op.stage === 'created' ? 'needs_response' : op.stage },
+      };
+      await deliverPayment(s, real, event, expected);
+      return;
+    }
+    case 'replay': {
+      const event = pick(s.payEvents, op.event);
+      expect(s.m.events.has(event.eventId)).toBe(true);
+      const got = await handlePaymentEvent(PAYMENT_DEPS, real.orm.em.fork(), event);
+      expect(got.outcome).toBe('duplicate_event');
+      count(real, 'payment:replay');
+      return;
+    }
   }
+}
+
+/** One payment event through core, as the webhook hands it over: the outcome is the model's. */
+async function deliverPayment(s: State, real: Real, event: PaymentEvent, expected: string): Promise<void> {
+  s.payEvents.push(event);
+  const got = await handlePaymentEvent(PAYMENT_DEPS, real.orm.em.fork(), event);
+  expect(got.outcome, `${event.providerType} ${event.eventId}`).toBe(expected);
+  count(real, `payment:${event.kind}:${expected}`);
 }
 
 interface HoldRow {
@@ -461,7 +569,8 @@ async function expectAgreement(s: State, real: Real): Promise<void> {
     expect(state.balance, `wallet ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held, paid: a.paid });
     expect(state.ledgerByPocket, `ledger of ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held });
     expect(state.openHolds).toBe(a.held);
-    for (const v of [state.balance.subscription, state.balance.purchased, state.balance.held]) expect(v).toBeGreaterThanOrEqual(0n);
+    // Only the purchased pocket may go below zero (a payment taken back after its coins were spent).
+    for (const v of [state.balance.subscription, state.balance.held]) expect(v).toBeGreaterThanOrEqual(0n);
 
     const [drift] = await em.execute<{ n: number }[]>(
       `select count(*)::int as n from (
@@ -531,7 +640,7 @@ let runs = 0;
 
 /** A fresh pair of accounts, keys and app connections, in the database and in the model. */
 async function setup(real: Real, caps: [bigint | null, bigint | null], start: bigint[]): Promise<{ model: State; real: Real }> {
-  const s: State = { m: new WalletModel(), principals: [], attempts: [], tag: `${process.pid.toString(36)}${(++runs).toString(36)}${randomBytes(3).toString('hex')}`, seq: 0 };
+  const s: State = { m: new WalletModel(), principals: [], attempts: [], tag: `${process.pid.toString(36)}${(++runs).toString(36)}${randomBytes(3).toString('hex')}`, seq: 0, sessions: [], payEvents: [] };
   for (const [n, capMicro] of caps.entries()) {
     const account = await createAccount(real.orm.em.fork(), { email: uniqueEmail('wallet-model') });
     s.m.addAccount(account.id);

@@ -19,6 +19,14 @@
  *   capture above the hold or below 0 is refused and changes nothing; ending an ended hold
  *   answers its first outcome and moves nothing.
  * - `sweep` (releaseExpiredHolds): every open hold past its expiry is released, once.
+ * - payments (core/payments, handlePaymentEvent, as the webhook calls it after verification):
+ *   every event id acts once (`duplicate_event`). `payTopUp`: a paid Checkout Session credits
+ *   cents × 10 coins to purchased once per session. `refund`: Stripe's cumulative refunded
+ *   amount, capped at the payment, takes back only its increase over what earlier refunds of the
+ *   payment took. `dispute`: created (or closed lost) takes the disputed cents (capped) once per
+ *   dispute; closed won gives back what that dispute took, once. Taking back may leave purchased
+ *   below zero; while it is, every reservation is refused ('negative_balance', subscription
+ *   coins do not hide it) and a correction down never takes from it.
  */
 
 export type Pocket = 'subscription' | 'purchased';
@@ -54,7 +62,7 @@ export interface ModelConnection {
 
 export type CreditOutcome = 'credited' | 'duplicate';
 export type AdjustOutcome = 'applied' | 'duplicate' | 'insufficient';
-export type ReserveOutcome = 'reserved' | 'exists' | 'insufficient' | 'spend_cap_reached' | 'key_revoked';
+export type ReserveOutcome = 'reserved' | 'exists' | 'insufficient' | 'spend_cap_reached' | 'key_revoked' | 'negative_balance';
 export type EndOutcome = { status: 'settled' | 'released'; captured: bigint } | { status: 'invalid_amount' } | { status: 'not_found' };
 
 export interface ReserveRequest {
@@ -68,6 +76,22 @@ export interface ReserveRequest {
 }
 
 const min = (a: bigint, b: bigint) => (a < b ? a : b);
+const max = (a: bigint, b: bigint) => (a > b ? a : b);
+
+/** 1 cent = 10 coins = 10,000,000 micro-coins (1 USD = 1000 coins). */
+export const MICRO_PER_CENT = 10_000_000n;
+
+/** A top-up paid through the payment provider, as the model sees it. */
+export interface ModelPayment {
+  session: string;
+  paymentIntent: string;
+  account: string;
+  cents: number;
+  /** Cents its refunds took back so far. */
+  refunded: number;
+  /** Its disputes: the cents each took back, and whether a win gave them back. */
+  disputes: Map<string, { cents: number; won: boolean }>;
+}
 
 export class WalletModel {
   readonly accounts = new Map<string, ModelAccount>();
@@ -76,6 +100,9 @@ export class WalletModel {
   readonly revokedKeys = new Set<string>();
   /** Every idempotency key a credit or adjustment wrote to the ledger (they are global). */
   readonly ledgerKeys = new Set<string>();
+  /** The payment provider's event ids already handled (each acts once). */
+  readonly events = new Set<string>();
+  readonly payments = new Map<string, ModelPayment>();
 
   addAccount(id: string): ModelAccount {
     const account = { id, sub: 0n, pur: 0n, held: 0n, paid: false };
@@ -114,8 +141,9 @@ export class WalletModel {
       return 'applied';
     }
     const down = -amount;
-    if (a.sub + a.pur < down) return 'insufficient';
-    const fromPur = min(a.pur, down);
+    const purchased = max(a.pur, 0n);
+    if (a.sub + purchased < down) return 'insufficient';
+    const fromPur = min(purchased, down);
     const fromSub = down - fromPur;
     a.pur -= fromPur;
     a.sub -= fromSub;
@@ -157,6 +185,7 @@ export class WalletModel {
     }
     if (exists) return 'exists';
     const a = this.account(r.account);
+    if (a.pur < 0n) return 'negative_balance';
     if (a.sub + a.pur < r.amount) return 'insufficient';
     const fromSub = min(a.sub, r.amount);
     const fromPur = r.amount - fromSub;
@@ -213,6 +242,54 @@ export class WalletModel {
       }
     }
     return released;
+  }
+
+  /** A paid top-up session (checkout.session.completed); a new event id each time unless `eventId` was seen. */
+  payTopUp(eventId: string, p: { session: string; paymentIntent: string; account: string; cents: number }): string {
+    if (this.events.has(eventId)) return 'duplicate_event';
+    this.events.add(eventId);
+    const outcome = this.credit(p.account, 'purchased', BigInt(p.cents) * MICRO_PER_CENT, `stripe:checkout:${p.session}`);
+    if (outcome === 'duplicate') return 'already_credited';
+    this.payments.set(p.paymentIntent, { ...p, refunded: 0, disputes: new Map() });
+    return 'credited';
+  }
+
+  /** charge.refunded with Stripe's cumulative `amountRefunded`. */
+  refund(eventId: string, paymentIntent: string, amountRefunded: number): string {
+    if (this.events.has(eventId)) return 'duplicate_event';
+    this.events.add(eventId);
+    const p = this.payments.get(paymentIntent);
+    if (!p) return 'unknown_payment';
+    const cumulative = Math.min(amountRefunded, p.cents);
+    const increase = cumulative - p.refunded;
+    if (increase <= 0) return 'already_refunded';
+    this.account(p.account).pur -= BigInt(increase) * MICRO_PER_CENT;
+    p.refunded = cumulative;
+    return 'refunded';
+  }
+
+  /** charge.dispute.created (status needs_response) or charge.dispute.closed (lost or won). */
+  dispute(eventId: string, paymentIntent: string, d: { id: string; stage: 'created' | 'lost' | 'won'; cents: number }): string {
+    if (this.events.has(eventId)) return 'duplicate_event';
+    this.events.add(eventId);
+    const p = this.payments.get(paymentIntent);
+    if (!p) return 'unknown_payment';
+    const a = this.account(p.account);
+    const taken = p.disputes.get(d.id);
+    if (d.stage === 'won') {
+      if (!taken) return 'dispute_won';
+      if (taken.won) return 'already_given_back';
+      taken.won = true;
+      a.pur += BigInt(taken.cents) * MICRO_PER_CENT;
+      return 'dispute_won';
+    }
+    if (!taken) {
+      const cents = Math.min(d.cents, p.cents);
+      p.disputes.set(d.id, { cents, won: false });
+      a.pur -= BigInt(cents) * MICRO_PER_CENT;
+      return d.stage === 'created' ? 'dispute_taken' : 'dispute_lost';
+    }
+    return d.stage === 'created' ? 'already_disputed' : 'dispute_lost';
   }
 
   holdsOf(accountId: string): ModelHold[] {

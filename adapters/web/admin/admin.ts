@@ -34,6 +34,8 @@ const DASHBOARD = `query Dashboard($from: String!, $to: String!) {
   topModels(from: $from, to: $to, limit: 5) { data { modelId measures { spentCoins requests } } }
   topAccounts(from: $from, to: $to, limit: 5) { data { accountId email measures { spentCoins requests } } }
   generations(first: 10, filter: { status: failed }) { edges { node { id modelId createdAt error { code message } temporalUiUrl account { id email } } } }
+  revenuePerDay(from: $from, to: $to) { day usdIn coinsCredited coinsSpent coinsTakenBack }
+  payments(limit: 10) { accountId checkoutSessionId paymentIntentId amountUsd coins status refundedCents reversals { kind stripeId amountCents } createdAt }
 }`;
 const FAILED_JOBS = `query FailedJobs { generations(first: 50, filter: { status: failed }) { edges { node { id modelId createdAt error { code message } temporalUiUrl account { id email } } } } }`;
 const ACCOUNTS = `query Accounts($filter: AccountFilter) { accounts(first: 50, filter: $filter) { edges { node { id email createdAt disabledAt wallet { coins } } } } }`;
@@ -45,6 +47,37 @@ const ACCOUNT = `query Account($id: ID!) { account(id: $id) {
 } }`;
 const ADJUST = `mutation Adjust($input: AdjustBalanceInput!) { adjustBalance(input: $input) { applied wallet { coins } } }`;
 const AUDIT = `query Audit { auditLog(first: 50) { edges { node { id createdAt actorType actorId action targetType targetId reason } } } }`;
+
+interface RevenueDay { day: string; usdIn: string; coinsCredited: number; coinsSpent: number; coinsTakenBack: number }
+interface PaymentRow {
+  accountId: string;
+  checkoutSessionId: string;
+  paymentIntentId: string | null;
+  amountUsd: string;
+  coins: number;
+  status: string;
+  refundedCents: number;
+  reversals: { kind: string; stripeId: string; amountCents: number }[];
+  createdAt: string;
+}
+
+/** Revenue per day, newest first, only the days with something (docs/payments.md, "Operators"). */
+function revenueTable(days: RevenueDay[]): Html {
+  const active = days.filter((d) => d.usdIn !== '0.00' || d.coinsCredited !== 0 || d.coinsSpent !== 0 || d.coinsTakenBack !== 0).reverse();
+  if (active.length === 0) return html`<p>No payments and no spend in these 30 days.</p>`;
+  return html`<table><thead><tr><th>Day</th><th>USD in</th><th>Coins credited</th><th>Coins spent</th><th>Coins taken back</th></tr></thead><tbody>
+${active.map((d) => html`<tr><td>${d.day}</td><td>${d.usdIn}</td><td>${d.coinsCredited}</td><td>${d.coinsSpent}</td><td>${d.coinsTakenBack}</td></tr>`)}
+</tbody></table>`;
+}
+
+function paymentsTable(payments: PaymentRow[]): Html {
+  if (payments.length === 0) return html`<p>No payment yet.</p>`;
+  return html`<table><thead><tr><th>When</th><th>Account</th><th>Checkout Session</th><th>PaymentIntent</th><th>USD</th><th>Coins</th><th>Status</th><th>Refunds and disputes</th></tr></thead><tbody>
+${payments.map(
+  (p) => html`<tr><td>${p.createdAt}</td><td><a href="/admin/accounts/${p.accountId}">${p.accountId}</a></td><td>${p.checkoutSessionId}</td><td>${p.paymentIntentId ?? ''}</td><td>${p.amountUsd}</td><td>${p.coins}</td><td>${p.status}</td><td>${p.reversals.map((r) => `${r.kind} ${r.stripeId} (${r.amountCents} cents)`).join('; ')}</td></tr>`,
+)}
+</tbody></table>`;
+}
 
 interface FailedJob { id: string; modelId: string; createdAt: string; error: { code: string; message: string } | null; temporalUiUrl: string | null; account: { id: string; email: string } }
 
@@ -196,6 +229,8 @@ ${(data.topModels.data as { modelId: string; measures: { spentCoins: string; req
 <table><thead><tr><th>Account</th><th>Coins spent</th><th>Requests</th></tr></thead><tbody>
 ${(data.topAccounts.data as { accountId: string; email: string | null; measures: { spentCoins: string; requests: number } }[]).map((a) => html`<tr><td><a href="/admin/accounts/${a.accountId}">${a.email ?? a.accountId}</a></td><td>${a.measures.spentCoins}</td><td>${a.measures.requests}</td></tr>`)}
 </tbody></table></section>
+<section><h2>Revenue per day, last 30 days</h2>${revenueTable(data.revenuePerDay as RevenueDay[])}</section>
+<section><h2>Newest payments</h2>${paymentsTable(data.payments as PaymentRow[])}</section>
 <section><h2>Newest failed jobs</h2>${jobsTable(jobs)}</section>`));
   }));
 

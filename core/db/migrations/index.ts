@@ -25,6 +25,7 @@ import { Migration20261128000000_change_notices } from './Migration2026112800000
 import { Migration20261129000000_payments } from './Migration20261129000000_payments.ts';
 import { Migration20261129010000_subscriptions } from './Migration20261129010000_subscriptions.ts';
 import { Migration20261130000000_payment_receipts } from './Migration20261130000000_payment_receipts.ts';
+import { Migration20261130010000_payment_reversals } from './Migration20261130010000_payment_reversals.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -55,4 +56,5 @@ export const migrations = [
   { name: 'Migration20261129000000_payments', class: Migration20261129000000_payments },
   { name: 'Migration20261129010000_subscriptions', class: Migration20261129010000_subscriptions },
   { name: 'Migration20261130000000_payment_receipts', class: Migration20261130000000_payment_receipts },
+  { name: 'Migration20261130010000_payment_reversals', class: Migration20261130010000_payment_reversals },
 ];
