@@ -2,6 +2,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { ensureStripeMock, startStripeMock, type RunningStripeMock } from '../adapters/embedded/stripe-mock.ts';
+import { createLogger } from '../config/logger.ts';
 import { defaultVenvDir, ensurePythonVenv } from './support/python-venv.ts';
 import { killLeftoversOnExit, positiveInt as envInt, printServerErrors, root, sayer, startServer, stopServer, type Server } from './support/server.ts';
 
@@ -59,6 +61,7 @@ async function main(): Promise<number> {
   const dataDir = path.join(work, 'data');
   const logFile = path.join(work, 'server.log');
   let server: Server | undefined;
+  let stripe: RunningStripeMock | undefined;
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (interrupted) return;
@@ -72,8 +75,15 @@ async function main(): Promise<number> {
   killLeftoversOnExit(work, () => server);
 
   try {
-    say(`starting the server (DATA_DIR ${dataDir})`);
-    server = await startServer(say, work, dataDir, logFile);
+    // Payments on, against stripe-mock (Stripe's API, locally): the payment routes are fuzzed as
+    // a server that takes payments runs them, not only as "payments are not set up" (503).
+    stripe = await startStripeMock(await ensureStripeMock(createLogger('warn', process.stderr)));
+    say(`starting the server (DATA_DIR ${dataDir}; Stripe API: stripe-mock at ${stripe.url})`);
+    server = await startServer(say, work, dataDir, logFile, {
+      STRIPE_SECRET_KEY: 'sk_test_SchemaFuzz',
+      STRIPE_WEBHOOK_SECRET: 'whsec_schema_fuzz',
+      STRIPE_API_URL: stripe.url,
+    });
     if (interrupted) return 130;
     say(`server up at ${server.base}; fuzzing with up to ${maxExamples} examples per operation`);
     const args = [
@@ -117,6 +127,7 @@ async function main(): Promise<number> {
       say('stopping the server');
       await stopServer(say, server, work);
     }
+    await stripe?.stop();
     if (process.env.SCHEMA_KEEP_DATA === '1') say(`kept ${work}`);
     else await fs.rm(work, { recursive: true, force: true }).catch(() => undefined);
   }

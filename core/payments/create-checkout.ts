@@ -7,14 +7,18 @@ import { idempotencyKeySchema } from '../idempotency.ts';
 import { COINS_PER_CENT, formatUsd, parseUsdCents } from './amounts.ts';
 import { paymentProvider, providerFailure } from './setup.ts';
 
+const USD_AMOUNT = 'must be an amount in US dollars with at most 2 decimals, such as 12.50';
+
 export const topUpCheckoutInput = z.object({
   amount_usd: z
-    .union([z.number(), z.string()])
+    // The document says what a dollar amount looks like; the operator's minimum and maximum
+    // (TOPUP_MIN_USD, TOPUP_MAX_USD) are checked after, naming the field.
+    .union([z.number().positive(USD_AMOUNT), z.string().regex(/^\s*\d{1,9}(\.\d{1,2})?\s*$/, USD_AMOUNT)])
     .describe('US dollars, at most 2 decimals (12.34); 1 USD buys 1000 coins, 1 cent 10')
     .transform((v, ctx) => {
       const cents = parseUsdCents(v);
       if (cents !== null && cents > 0) return cents;
-      ctx.addIssue({ code: 'custom', message: 'must be an amount in US dollars with at most 2 decimals, such as 12.50' });
+      ctx.addIssue({ code: 'custom', message: USD_AMOUNT });
       return z.NEVER;
     }),
   /** Makes a retried request return the first Checkout Session. */

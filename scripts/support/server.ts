@@ -102,7 +102,7 @@ export interface Server {
  * key and sign-in link) with its stderr, and its stdout with the key and link masked, in `logFile`.
  * Resolves once it listens.
  */
-export async function startServer(say: Say, work: string, dataDir: string, logFile: string): Promise<Server> {
+export async function startServer(say: Say, work: string, dataDir: string, logFile: string, extraEnv: Record<string, string> = {}): Promise<Server> {
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env };
   // Everything embedded and local: no external database, Temporal, Redis, bucket or upstream.
@@ -117,6 +117,7 @@ export async function startServer(say: Say, work: string, dataDir: string, logFi
     DEMO_COINS: '100000000',
     RATE_LIMIT_PER_MINUTE: '1000000',
     SHUTDOWN_TIMEOUT_SECONDS: '5',
+    ...extraEnv,
   });
   // Its own process group, so that everything it starts (PostgreSQL, Temporal) can be found and stopped.
   const child = spawn(process.execPath, ['--import', 'tsx', 'main.ts'], { cwd: root, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
