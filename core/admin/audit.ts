@@ -109,9 +109,11 @@ export async function listAudit(em: EntityManager, input: z.output<typeof auditF
   if (input.since) add('created_at >= ?', new Date(input.since));
   if (input.until) add('created_at < ?', new Date(input.until));
   if (input.after) add('id < ?', input.after.slice(4));
+  // Ordered by the bigint column itself: `order by id` would name the output column id::text
+  // and sort as text, so entry 10 came after entry 9.
   const rows = await em.execute<AuditRow[]>(
     `select id::text, actor_type, actor_id, action, target_type, target_id, reason, before, after, request_id, created_at
-     from admin_audit_log ${where.length ? `where ${where.join(' and ')}` : ''} order by id desc limit ?`,
+     from admin_audit_log ${where.length ? `where ${where.join(' and ')}` : ''} order by admin_audit_log.id desc limit ?`,
     [...params, input.first + 1],
   );
   const data = rows.slice(0, input.first).map(
