@@ -38,6 +38,8 @@ export const MUTATION_TESTS = [
   'test/integration/account-session.test.ts',
   'test/integration/admin-actions.test.ts',
   'test/integration/rest.test.ts',
+  // Payments taken back: how the customer's history shows them (core/money/history.ts).
+  'test/integration/payments-refunds.test.ts',
 ];
 
 export default defineConfig({

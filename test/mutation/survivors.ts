@@ -16,6 +16,20 @@ export interface AcceptedSurvivor {
 
 export const ACCEPTED_SURVIVORS: AcceptedSurvivor[] = [
   {
+    file: "core/money/history.ts",
+    mutator: "ConditionalExpression",
+    code: "anchor.kind === 'subscription_grant' || anchor.kind === 'adjustment' || anchor.kind === 'refund'",
+    replacement: "true",
+    reason: "Equivalent: an entry with no hold is of one of the kinds topup, subscription_grant, adjustment, refund or payment_reversal (the ledger's check constraint; reservation, capture and release always have a hold), payment_reversal is taken just before, so the fallback 'topup' is only ever met by a topup, whose kind is the same word.",
+  },
+  {
+    file: "core/auth/api-keys.ts",
+    mutator: "ConditionalExpression",
+    code: "last !== undefined",
+    replacement: "true",
+    reason: "Equivalent: for a key not yet touched, now - undefined is NaN, and NaN < intervalMs is false, so the write goes ahead exactly as without the check.",
+  },
+  {
     file: "adapters/limits/rate-limiter.ts",
     mutator: "ObjectLiteral",
     code: "{ enableOfflineQueue: false, maxRetriesPerRequest: 1 }",
