@@ -1,4 +1,3 @@
-import http from 'node:http';
 import { randomBytes } from 'node:crypto';
 import Stripe from 'stripe';
 import type { MikroORM } from '@mikro-orm/postgresql';
@@ -10,7 +9,7 @@ import { createCaller } from '../../core/router.ts';
 import { makeAccount, makeKey, openTestOrm, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
 import { refusal } from '../support/refusal.ts';
-import { startTestStripeMock } from '../support/stripe-mock.ts';
+import { startRecordingProxy, startTestStripeMock } from '../support/stripe-mock.ts';
 
 /**
  * The billing use cases besides the top-up checkout, against stripe-mock and PostgreSQL: a
@@ -23,7 +22,7 @@ const STARTER = { name: 'Starter', priceId: 'price_starter', coinsPerPeriod: 10_
 const PRO = { name: 'Pro', priceId: 'price_pro', coinsPerPeriod: 50_000n * 1_000_000n };
 let orm: MikroORM;
 let mock: RunningStripeMock;
-let recorder: { url: string; requests: { method: string; path: string; body: URLSearchParams }[]; close: () => Promise<void> };
+let recorder: Awaited<ReturnType<typeof startRecordingProxy>>;
 let deps: CoreDeps;
 let offDeps: CoreDeps;
 let on: Awaited<ReturnType<typeof serve>>;
@@ -31,7 +30,7 @@ let off: Awaited<ReturnType<typeof serve>>;
 beforeAll(async () => {
   orm = await openTestOrm();
   mock = await startTestStripeMock();
-  recorder = await recordingProxy(mock.url);
+  recorder = await startRecordingProxy(mock.url);
   const stripe = { STRIPE_SECRET_KEY: 'sk_test_PaymentsBilling', STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_API_URL: recorder.url, SIGNUP: 'open' };
   deps = testDeps(orm, { env: stripe, publicBaseUrl: 'https://mas.example', plans: [STARTER, PRO] });
   offDeps = testDeps(orm, { env: { SIGNUP: 'open' }, plans: [STARTER] });
@@ -45,25 +44,6 @@ afterAll(async () => {
   await mock?.stop();
   await orm?.close();
 });
-
-async function recordingProxy(target: string): Promise<typeof recorder> {
-  const requests: typeof recorder.requests = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      requests.push({ method: req.method!, path: req.url!, body: new URLSearchParams(body.toString()) });
-      const upstream = http.request(`${target}${req.url}`, { method: req.method, headers: { ...req.headers, host: new URL(target).host } }, (answer) => {
-        res.writeHead(answer.statusCode!, answer.headers);
-        answer.pipe(res);
-      });
-      upstream.end(body);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, requests, close: () => new Promise((resolve) => server.close(() => resolve())) };
-}
 
 const as = (d: CoreDeps, credential: Credential) => createCaller(createContext(d, credential));
 const unique = (prefix: string) => `${prefix}_test_${randomBytes(8).toString('hex')}`;

@@ -1,10 +1,9 @@
-import http from 'node:http';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningStripeMock } from '../../adapters/embedded/stripe-mock.ts';
 import { makeAccount, makeKey, openTestOrm, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
-import { startTestStripeMock } from '../support/stripe-mock.ts';
+import { startRecordingProxy, startTestStripeMock } from '../support/stripe-mock.ts';
 
 /**
  * POST /api/v1/credits/checkout against stripe-mock (through a proxy that records what the
@@ -12,13 +11,13 @@ import { startTestStripeMock } from '../support/stripe-mock.ts';
  */
 let orm: MikroORM;
 let mock: RunningStripeMock;
-let recorder: { url: string; requests: { method: string; path: string; body: URLSearchParams; idempotencyKey: string | undefined }[]; close: () => Promise<void> };
+let recorder: Awaited<ReturnType<typeof startRecordingProxy>>;
 let on: Awaited<ReturnType<typeof serve>>;
 let off: Awaited<ReturnType<typeof serve>>;
 beforeAll(async () => {
   orm = await openTestOrm();
   mock = await startTestStripeMock();
-  recorder = await recordingProxy(mock.url);
+  recorder = await startRecordingProxy(mock.url);
   const stripe = { STRIPE_SECRET_KEY: 'sk_test_PaymentsCheckout', STRIPE_WEBHOOK_SECRET: 'whsec_test_checkout', STRIPE_API_URL: recorder.url };
   on = await serve(createTestApp({ deps: testDeps(orm, { env: stripe, publicBaseUrl: 'https://mas.example' }) }));
   off = await serve(createTestApp({ deps: testDeps(orm) }));
@@ -30,30 +29,6 @@ afterAll(async () => {
   await mock?.stop();
   await orm?.close();
 });
-
-/** Forwards to stripe-mock, keeping each request's form body: what the service asked Stripe for. */
-async function recordingProxy(target: string): Promise<typeof recorder> {
-  const requests: typeof recorder.requests = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks);
-      requests.push({ method: req.method!, path: req.url!, body: new URLSearchParams(body.toString()), idempotencyKey: req.headers['idempotency-key'] as string | undefined });
-      const upstream = http.request(`${target}${req.url}`, { method: req.method, headers: { ...req.headers, host: new URL(target).host } }, (answer) => {
-        res.writeHead(answer.statusCode!, answer.headers);
-        answer.pipe(res);
-      });
-      upstream.end(body);
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
-    requests,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
-  };
-}
 
 const checkout = (base: string, key: string | undefined, body: unknown, headers: Record<string, string> = {}) =>
   getJson(`${base}/api/v1/credits/checkout`, {
