@@ -37,6 +37,7 @@ import { createTopUpCheckout, topUpCheckoutInput } from './payments/create-check
 import { receivePaymentWebhook, webhookInput } from './payments/receive-webhook.ts';
 import { billingOverview, createPortalLink, createSubscriptionCheckout, subscriptionCheckoutInput, topUpStatus, topUpStatusInput } from './payments/billing.ts';
 import { fillReceipts, historyWithReceipts } from './payments/receipts.ts';
+import { autoTopUpInput, configureAutoTopUp, readAutoTopUp } from './payments/auto-top-up.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 
@@ -114,6 +115,10 @@ export const appRouter = router({
     billing: payerProcedure.query(({ ctx }) => billingOverview(ctx.deps, ctx.em, ctx.principal.accountId)),
     /** Whether a top-up's Checkout Session of this account has been credited yet (the success page). */
     topUpStatus: payerProcedure.input(topUpStatusInput).query(({ ctx, input }) => topUpStatus(ctx.em, ctx.principal.accountId, input.session_id)),
+    /** The account's auto top-up: its threshold, amount, saved card and why it turned off, if it did. */
+    autoTopUp: payerProcedure.query(({ ctx }) => readAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId)),
+    /** Turns auto top-up on (a Checkout saves the card first when none is saved) or off. */
+    configureAutoTopUp: payerProcedure.input(autoTopUpInput).mutation(({ ctx, input }) => configureAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId, input)),
     /** A delivery of the payment provider's webhook: no key, its signature over the raw body is the credential. */
     webhook: publicProcedure.input(webhookInput).mutation(({ ctx, input }) => receivePaymentWebhook(ctx.deps, ctx.em, input)),
   }),

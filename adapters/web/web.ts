@@ -114,13 +114,15 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   /** The overview: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages. */
   const renderOverview = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { pay?: Partial<BillingFormState>; passwordError?: string; passwordChanged?: boolean; status?: number } = {}) => {
     const billing = await core(req).payments.billing();
+    const autoTopUp = billing.payments_enabled ? await core(req).payments.autoTopUp() : undefined;
     if (billing.payments_enabled) {
       const csp = String(res.getHeader('Content-Security-Policy') ?? '');
       res.setHeader('Content-Security-Policy', csp.replace("form-action 'self'", `form-action 'self' ${PAYMENT_FORM_TARGETS.join(' ')}`));
     }
     const returned = typeof req.query.checkout === 'string' ? req.query.checkout : undefined;
-    const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, ...extra.pay };
-    send(res, overviewPage(nav, { balance: me.balance, billing, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged }), extra.status);
+    const changed = typeof req.query.auto_top_up === 'string' ? req.query.auto_top_up : undefined;
+    const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, autoTopUp: { changed }, ...extra.pay };
+    send(res, overviewPage(nav, { balance: me.balance, billing, autoTopUp, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged }), extra.status);
   };
   router.get('/account', label('/account'), signedIn((req, res, nav, me) => renderOverview(req, res, nav, me, { passwordChanged: req.query.password === 'changed' })));
 
@@ -151,6 +153,24 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
       toStripe(res, session.url);
     } catch (err) {
       await payFailure(req, res, nav, me, err);
+    }
+  }));
+  router.post('/account/auto-top-up', label('/account/auto-top-up'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    const threshold = form(req, 'threshold_coins');
+    const amount = form(req, 'amount_usd');
+    const enabled = form(req, 'enabled') === 'on';
+    try {
+      const key = form(req, 'idempotency_key');
+      const result = await core(req).payments.configureAutoTopUp(
+        enabled ? { enabled, threshold_coins: threshold, amount_usd: amount, ...(key ? { idempotency_key: key } : {}) } : { enabled },
+      );
+      // No card saved yet: Stripe's page takes the first payment and saves it.
+      if (result.checkout) return toStripe(res, result.checkout.url);
+      res.redirect(303, `/account?auto_top_up=${result.enabled ? 'on' : 'off'}#auto-top-up`);
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized') throw err;
+      await renderOverview(req, res, nav, me, { pay: { autoTopUp: { error: failure.message, threshold: threshold.slice(0, 9), amount: amount.slice(0, 13) } }, status: statusOf(failure.code) });
     }
   }));
   router.post('/account/billing/portal', label('/account/billing/portal'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {

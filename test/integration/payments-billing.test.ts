@@ -197,7 +197,7 @@ describe('the billing read, the top-up status and receipts', () => {
     expect(billing.can_manage_billing).toBe(true);
     // stripe-mock answers every PaymentIntent with its fixture charge, whose receipt_url is a Stripe receipt page.
     expect(billing.payments).toEqual([
-      { id: expect.stringMatching(/^pay_/), checkout_session_id: sessionId, amount_usd: '12.34', coins: 12_340, created_at: expect.any(String), receipt_url: expect.stringMatching(/^https:\/\/.+\/receipts\//) },
+      { id: expect.stringMatching(/^pay_/), source: 'checkout', checkout_session_id: sessionId, amount_usd: '12.34', coins: 12_340, created_at: expect.any(String), receipt_url: expect.stringMatching(/^https:\/\/.+\/receipts\//) },
     ]);
 
     const history = await me.account.history({ limit: 10 });
