@@ -6,7 +6,7 @@ import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { RunningStripeMock } from '../../adapters/embedded/stripe-mock.ts';
-import { temporalAutoTopUps } from '../../config/temporal.ts';
+import { temporalAutoTopUps, temporalGenerationStarter } from '../../config/temporal.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { startAutoTopUpIfLow } from '../../core/payments/auto-top-up.ts';
 import { reconcilePayments } from '../../core/payments/reconcile.ts';
@@ -116,6 +116,7 @@ beforeAll(async () => {
   deps = testDeps(orm, {
     providers,
     autoTopUps: temporalAutoTopUps(client, { taskQueue }),
+    generations: temporalGenerationStarter(client, { taskQueue }),
     publicBaseUrl: 'https://mas.example',
     env: { STRIPE_SECRET_KEY: 'sk_test_AutoTopUp', STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_API_URL: proxyUrl, SIGNUP: 'open', AUTO_TOPUP_MAX_PER_DAY: '2' },
   });
@@ -313,6 +314,26 @@ describe('auto top-up', () => {
     expect(await nextOutcome(person.accountId, () => chat(person.accountId))).toBe('daily_limit');
     expect(intentPosts()).toHaveLength(2);
     expect(await as(person).payments.autoTopUp()).toMatchObject({ enabled: true, charges_last_24h: 2, max_per_day: 2 });
+  });
+
+  it("a media job's settle starts it too", async () => {
+    const { person } = await withCardSaved('atu-media');
+    const key = (await makeKey(orm, person.accountId)).key;
+    sent.length = 0;
+    let jobId = '';
+    const outcome = await nextOutcome(person.accountId, async () => {
+      const job = await getJson(`${api.base}/api/v1/generations`, {
+        method: 'POST',
+        headers: { ...bearer(key), 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'test/image', prompt: 'a lighthouse' }),
+      });
+      expect(job.status).toBe(202);
+      jobId = job.body.id as string;
+    });
+    expect(outcome).toBe('charged');
+    const [job] = await orm.em.fork().execute<{ status: string }[]>('select status from generations where id = ?', [jobId]);
+    expect(job?.status).toBe('succeeded');
+    expect(intentPosts()).toHaveLength(1);
   });
 
   it('does not charge while the purchased coins are at or above the threshold, nor once turned off', async () => {
