@@ -3,7 +3,6 @@ import type { CoreDeps } from '../context.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import type { HoldOutcome } from '../money/holds.ts';
 import { prepareChat, runChat, type ChatEvent, type PreparedChat } from './chat.ts';
-import { recordCompletion } from './records.ts';
 import type { ChatRequest } from './schema.ts';
 import { countTextTokens } from './tokens.ts';
 import { collectCompletion, streamChunks } from './views.ts';
@@ -18,7 +17,7 @@ export async function chatCompletion(deps: CoreDeps, em: EntityManager, principa
     settle: async (holdId: string, actual: bigint) => (settled = await deps.holds.settle(holdId, actual)),
     release: (holdId: string) => deps.holds.release(holdId),
   };
-  const events = recorded(deps, em, principal, chat, started, () => settled, runChat({ holds }, chat, { signal, streaming: request.stream }));
+  const events = recorded(deps, principal, chat, started, () => settled, runChat({ holds }, chat, { signal, streaming: request.stream }));
   if (request.stream) return { stream: true as const, chunks: streamChunks(chat, events) };
   return { stream: false as const, completion: await collectCompletion(chat, events) };
 }
@@ -30,8 +29,7 @@ export async function chatCompletion(deps: CoreDeps, em: EntityManager, principa
  * began) is recorded too, with no finish reason. The record never changes the charge.
  */
 async function* recorded(
-  deps: Pick<CoreDeps, 'logger'>,
-  em: EntityManager,
+  deps: Pick<CoreDeps, 'completions'>,
   principal: Principal,
   chat: PreparedChat,
   started: number,
@@ -47,7 +45,7 @@ async function* recorded(
       else {
         done = true;
         const { promptTokens, completionTokens, cost } = event.usage;
-        await recordCompletion(deps, em, { ...base, promptTokens, completionTokens, cost, finishReason: event.finishReason, durationMs: performance.now() - started });
+        await deps.completions.record({ ...base, promptTokens, completionTokens, cost, finishReason: event.finishReason, durationMs: performance.now() - started });
       }
       yield event;
     }
@@ -56,7 +54,7 @@ async function* recorded(
     if (!done && charge?.status === 'settled') {
       // runChat charges such a run on its own count: the input as counted, the output produced (at most the limit).
       const completionTokens = Math.min(countTextTokens(produced), chat.maxTokens);
-      await recordCompletion(deps, em, { ...base, promptTokens: chat.inputTokens, completionTokens, cost: charge.captured, finishReason: null, durationMs: performance.now() - started });
+      await deps.completions.record({ ...base, promptTokens: chat.inputTokens, completionTokens, cost: charge.captured, finishReason: null, durationMs: performance.now() - started });
     }
   }
 }

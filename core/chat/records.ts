@@ -1,6 +1,8 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
+import type DataLoader from 'dataloader';
 import type { Logger } from 'pino';
 import { z } from 'zod';
+import { statementBatcher, type Execute } from '../db/batch.ts';
 import { notFound } from '../errors.ts';
 import type { Micro } from '../money/coins.ts';
 import { chatUsageSchema, usageView } from './views.ts';
@@ -33,19 +35,55 @@ export interface CompletionRecord {
   durationMs: number;
 }
 
+const INSERT = `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms)
+  select id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms
+    from jsonb_to_recordset($1::jsonb) as r(id text, kind text, account_id text, key_id text, model text, prompt_tokens integer,
+      completion_tokens integer, cost_micro bigint, finish_reason text, created_at timestamptz, duration_ms integer)
+  on conflict (id) do nothing`;
+
 /**
- * Writes the record of an ended request. It never fails the request nor changes its charge: the
- * charge is already settled, and a failure here is logged and forgotten (the ledger still has it).
+ * Writes the records of ended requests, batched as the hold batcher batches settles (one
+ * statement in flight; the records that arrive meanwhile go together into the next), on the
+ * hot path's statement pool. A write never fails its request nor changes its charge: the charge
+ * is already settled, and a failed write is logged and forgotten (the ledger still has it).
  */
-export async function recordCompletion(deps: { logger: Logger }, em: EntityManager, r: CompletionRecord): Promise<void> {
-  try {
-    await em.execute(
-      `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms)
-       values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) on conflict (id) do nothing`,
-      [r.id, r.kind, r.accountId, r.keyId, r.model, r.promptTokens, r.completionTokens, r.cost.toString(), r.finishReason, r.createdAt, Math.max(0, Math.round(r.durationMs))],
-    );
-  } catch (err) {
-    deps.logger.warn({ err, completion: r.id }, 'could not record the completion; its charge stands');
+export class CompletionRecorder {
+  private readonly inserts: DataLoader<CompletionRecord, true>;
+  private readonly logger: Logger;
+
+  constructor(execute: Execute, logger: Logger) {
+    this.logger = logger;
+    this.inserts = statementBatcher(async (items) => {
+      const rows = items.map((r) => ({
+        id: r.id,
+        kind: r.kind,
+        account_id: r.accountId,
+        key_id: r.keyId,
+        model: r.model,
+        prompt_tokens: r.promptTokens,
+        completion_tokens: r.completionTokens,
+        cost_micro: r.cost.toString(),
+        finish_reason: r.finishReason,
+        created_at: r.createdAt.toISOString(),
+        duration_ms: Math.max(0, Math.round(r.durationMs)),
+      }));
+      try {
+        await execute(INSERT, [JSON.stringify(rows)]);
+        return items.map(() => true as const);
+      } catch (err) {
+        if (rows.length === 1) throw err;
+        // One row the database refuses must not lose the others: each again on its own.
+        return Promise.all(rows.map((row) => execute(INSERT, [JSON.stringify([row])]).then(() => true as const, (e: unknown) => (e instanceof Error ? e : new Error(String(e))))));
+      }
+    });
+  }
+
+  async record(r: CompletionRecord): Promise<void> {
+    try {
+      await this.inserts.load(r);
+    } catch (err) {
+      this.logger.warn({ err, completion: r.id }, 'could not record the completion; its charge stands');
+    }
   }
 }
 

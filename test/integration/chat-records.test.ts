@@ -169,6 +169,17 @@ describe('GET /chat/completions/{id}', () => {
     expect(row!.n).toBe('1');
   });
 
+  it('many completions at once: each recorded, each with its own usage', async () => {
+    const clients = await Promise.all(Array.from({ length: 30 }, () => customer()));
+    // Short prompts of different lengths: each is counted (and charged) differently.
+    const answers = await Promise.all(clients.map((c, i) => c.client.chat.completions.create({ model: 'test/ok', messages: [{ role: 'user', content: 'hi'.repeat(i % 3 + 1) }], max_tokens: 50 })));
+    for (const [i, answer] of answers.entries()) {
+      const got = await record(clients[i]!.key, answer.id);
+      expect(got.body).toMatchObject({ id: answer.id, usage: answer.usage });
+      expect(got.body.usage.cost_coins).toBe(Number(await capturedFor(orm, answer.id)) / 1e6);
+    }
+  });
+
   it('the MCP chat tool goes through the same core: its completion is recorded too', async () => {
     const { account, key } = await customer();
     const before = (await walletInvariants(orm, account.id)).balance.purchased;
@@ -195,11 +206,14 @@ describe('GET /chat/completions/{id}', () => {
     await orm.em.fork().execute(
       `create trigger test_refuse_record before insert on completion_records for each row when (new.account_id = '${account.id}') execute function test_refuse_record()`,
     );
+    const neighbours = await Promise.all(Array.from({ length: 5 }, () => customer()));
     try {
-      const completion = await client.chat.completions.create({ model: 'test/ok', messages });
-      expect(completion.usage).toMatchObject({ prompt_tokens: promptTokens, completion_tokens: 5 });
+      // Records are written in batches: the refused one must not take its neighbours' with it.
+      const [completion, ...others] = await Promise.all([client, ...neighbours.map((n) => n.client)].map((c) => c.chat.completions.create({ model: 'test/ok', messages })));
+      expect(completion!.usage).toMatchObject({ prompt_tokens: promptTokens, completion_tokens: 5 });
       expect(await spent(account.id, before)).toBe(cost(promptTokens, 5));
-      expect((await record(key, completion.id)).status).toBe(404);
+      expect((await record(key, completion!.id)).status).toBe(404);
+      for (const [i, other] of others.entries()) expect((await record(neighbours[i]!.key, other.id)).body.usage).toEqual(other.usage);
     } finally {
       await orm.em.fork().execute('drop trigger test_refuse_record on completion_records');
     }
