@@ -29,8 +29,9 @@ export interface WebOptions {
 export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   const { kit } = opts;
   const router = Router();
-  // The APIs' paths are never pages: an unknown /api/… path gets the JSON 404, and no cookie. So
-  // is /v1/…, the base path most OpenAI-compatible servers use, which clients try here by mistake.
+  // The APIs' paths are never pages: an unknown /api/… or /webhooks/… path gets the JSON 404, and
+  // no cookie. So does /v1/…, the base path most OpenAI-compatible servers use, which clients try
+  // here by mistake.
   router.use((req, _res, next) => next(isApiPath(req.path) ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
   router.use(kit.middleware);
@@ -331,7 +332,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   return { path: '/', router };
 }
 
-const isApiPath = (path: string) => /^\/(api|v1)(\/|$)/.test(path);
+const isApiPath = (path: string) => /^\/(api|v1|webhooks)(\/|$)/.test(path);
 
 /** A browser navigating asks for HTML by name; SDKs ask for JSON, curl and fetch for anything. */
 const wantsPage = (req: Request) => /\btext\/html\b/i.test(req.get('accept') ?? '');

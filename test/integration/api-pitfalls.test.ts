@@ -105,6 +105,7 @@ describe('unknown paths: a JSON 404 that names the base URL', () => {
       ['GET', '/api/v1/nope'],
       ['POST', '/api/v2/chat/completions'],
       ['GET', '/chat/completions'],
+      ['POST', '/webhooks/paypal'],
     ] as const) {
       const res = await getJson(`${served.base}${path}`, { method, headers: { 'content-type': 'application/json' }, ...(method === 'POST' ? { body: '{}' } : {}) });
       expect(res.status, path).toBe(404);
