@@ -23,7 +23,6 @@ const HTTP_ERRORS = {
   },
   request_too_large: { status: 413, type: 'invalid_request_error', message: 'The request body is too large.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The request body encoding is not supported.' },
-  unknown_route: { status: 404, type: 'not_found_error', message: 'Unknown route.' },
   method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'Method not allowed.' },
   internal_error: { status: 500, type: 'server_error', message: 'Internal server error. The request id is in the x-request-id header.' },
 } as const;

@@ -97,7 +97,7 @@ export const completionRecordSchema = z
     model: z.string(),
     finish_reason: z.string().nullable().describe('as in the answer; null when the request ended before the model finished (the client went away, or the provider failed mid-stream)'),
     usage: chatUsageSchema,
-    duration_ms: z.number().int().describe('from the request\'s arrival to its charge'),
+    duration_ms: z.number().int().describe('from the start of the chat (after the key check and validation) to its charge'),
   })
   .strict();
 export type CompletionRecordView = z.infer<typeof completionRecordSchema>;
