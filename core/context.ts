@@ -1,6 +1,7 @@
 import type { MikroORM, EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { KeyLookup, LastUsedRecorder } from './auth/api-keys.ts';
+import { CompletionRecorder } from './chat/records.ts';
 import type { Credential } from './auth/principals.ts';
 import { ModelCatalog } from './catalog/catalog.ts';
 import type { Execute } from './db/batch.ts';
@@ -72,6 +73,8 @@ export interface CoreDeps {
   keys: KeyLookup;
   /** Reserve and settle outside a transaction (chat), batched across concurrent requests. */
   holds: HoldBatcher;
+  /** What each chat completion was charged, written as it ends (batched like `holds`). */
+  completions: CompletionRecorder;
   catalog: ModelCatalog;
   /** OAuth clients described by a metadata document at their client id URL, fetched and cached. */
   clientDocuments: ClientDocuments;
@@ -105,7 +108,7 @@ const noJobRunner: GenerationStarter = {
 };
 
 export function createCoreDeps(
-  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations' | 'autoTopUps' | 'clientDocuments' | 'payments'> & {
+  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'completions' | 'catalog' | 'generations' | 'autoTopUps' | 'clientDocuments' | 'payments'> & {
     /** Runs the hot path's batched statements (adapters/db/statement-pool.ts). */
     execute: Execute;
     generations?: GenerationStarter | undefined;
@@ -135,6 +138,7 @@ export function createCoreDeps(
     lastUsed: new LastUsedRecorder(execute, args.logger),
     keys: new KeyLookup(execute),
     holds: new HoldBatcher(execute),
+    completions: new CompletionRecorder(execute, args.logger),
     catalog: new ModelCatalog(args.logger, args.catalogTtlMs),
     clientDocuments: new ClientDocuments(args.urlGuard, args.config.oauth.httpClientIdHosts),
   };

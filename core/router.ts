@@ -13,6 +13,7 @@ import { syncCatalog } from './admin/models/sync-catalog.ts';
 import { modelIdInput, modelTypeFilter } from './catalog/catalog.ts';
 import { getModel, listModels } from './catalog/read-models.ts';
 import { chatCompletion } from './chat/complete.ts';
+import { completionIdInput, readCompletionRecord } from './chat/records.ts';
 import { chatRequestSchema } from './chat/schema.ts';
 import { createFile, type SpooledUpload } from './files/files.ts';
 import { importFile, importFileInput } from './files/import-file.ts';
@@ -63,6 +64,8 @@ export const appRouter = router({
 
   chat: router({
     complete: chatProcedure.input(chatRequestSchema).mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
+    /** A past completion's model, usage, cost and time, to the account that made it (the cost for clients that drop it). */
+    get: spendingProcedure.input(completionIdInput).query(({ ctx, input }) => readCompletionRecord(ctx.em, ctx.principal.accountId, 'chat.completion', input.id)),
   }),
 
   generations: router({

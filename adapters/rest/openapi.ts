@@ -7,6 +7,7 @@ import { generationSchema } from '../../core/generations/views.ts';
 import { fileSchema } from '../../core/files/file-row.ts';
 import { modelViewSchema } from '../../core/catalog/views.ts';
 import { chatCompletionSchema } from '../../core/chat/views.ts';
+import { completionRecordSchema } from '../../core/chat/records.ts';
 import { balanceSchema } from '../../core/money/wallet.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
@@ -26,7 +27,16 @@ extendZodWithOpenApi(z);
 
 
 const ErrorBody = z
-  .object({ error: z.object({ message: z.string(), type: z.string(), code: z.string() }).strict() })
+  .object({
+    error: z
+      .object({
+        message: z.string(),
+        type: z.string(),
+        param: z.string().nullable().describe('the request field the error is about, as a dotted path (`messages.0.content`); null when none is'),
+        code: z.string(),
+      })
+      .strict(),
+  })
   .strict()
   .openapi('Error');
 
@@ -41,6 +51,7 @@ const Balance = named(balanceSchema, 'Balance');
 const WalletEntry = named(walletEntrySchema, 'WalletEntry');
 const Model = named(modelViewSchema, 'Model');
 const ChatCompletion = named(chatCompletionSchema, 'ChatCompletion');
+const CompletionRecord = named(completionRecordSchema, 'CompletionRecord');
 /** One server-sent event of a streamed completion (OpenAPI 3.1: `schema` describes each event of a stream). */
 const ChatStreamEvent = z
   .object({
@@ -96,6 +107,7 @@ const LINK_TEXT: Record<string, string> = {
   getFile: 'The file, by its id',
   getFileContent: 'The file’s bytes (its `expires` and `signature` are in the query of `url`)',
   getModel: 'The first model of the list, by its id',
+  getChatCompletion: 'The completion’s record (usage and cost), by its id',
 };
 const withLinks = <T extends object>(response: T, links: Record<string, Link>) => ({ ...response, links });
 const jobLinks = linkTo({ GetGeneration: 'getGeneration', CancelGeneration: 'cancelGeneration', GetGenerationOutput: 'getGenerationOutput' });
@@ -106,6 +118,8 @@ const idParam = (name: string, maxLength: number) => z.object({ [name]: z.string
 const JOB_ID_MAX = 100;
 const FILE_ID_MAX = 100;
 const MODEL_ID_MAX = 200;
+/** completionIdInput (core/chat/records.ts). */
+const COMPLETION_ID_MAX = 100;
 const idempotencyKey = idempotencyKeySchema.optional().describe('Same key and body: the first response, one job (kept 24 hours); 1 to 255 printable ASCII characters, no spaces');
 
 /**
@@ -227,9 +241,22 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
       200: {
         description: 'The completion; with `stream: true`, server-sent `chat.completion.chunk` events then `[DONE]`',
         content: { 'application/json': { schema: ChatCompletion }, 'text/event-stream': { schema: ChatStreamEvent } },
+        links: linkTo({ GetChatCompletion: 'getChatCompletion' }),
       },
       ...errors(400, 402, 403, 404, 413, 415, 502, 504, ...common),
     },
+  });
+  path({
+    method: 'get',
+    path: '/chat/completions/{id}',
+    operationId: 'getChatCompletion',
+    summary: 'A past chat completion’s model, usage, cost (`usage.cost_coins`) and duration, for clients that drop unknown usage fields',
+    description:
+      'Only to the account that made it: another account’s id gets the same 404 as a made-up one. Recorded when the request is charged: ' +
+      'streamed or not, and also when the client went away or the provider failed after output began (then `finish_reason` is null). ' +
+      'A request that was charged nothing because it failed has no record.',
+    request: { params: z.object({ id: z.string().min(1).max(COMPLETION_ID_MAX).describe('the `id` of a chat completion, `chatcmpl-…`') }) },
+    responses: { 200: json(CompletionRecord, 'The record'), ...errors(400, 404, ...common) },
   });
   const wait = z.object({
     'Idempotency-Key': idempotencyKey,

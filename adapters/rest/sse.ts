@@ -1,6 +1,7 @@
 import type { Response } from 'express';
 import type { Logger } from 'pino';
 import { toCoreError } from '../../core/trpc.ts';
+import { tagErrorCode } from '../http/error-body.ts';
 import { coreErrorBody } from './errors.ts';
 
 /**
@@ -32,7 +33,9 @@ export async function sendEventStream(res: Response, chunks: AsyncIterable<unkno
     if (!core) logger.error({ err }, 'stream failed');
     const body = core
       ? coreErrorBody(core).body
-      : { error: { message: 'Internal server error.', type: 'server_error', code: 'internal_error' } };
+      : { error: { message: 'Internal server error.', type: 'server_error', param: null, code: 'internal_error' } };
+    // The status is already 200: the request log still says how the stream ended.
+    tagErrorCode(res, body.error.code);
     if (!res.destroyed) res.write(`data: ${JSON.stringify(body)}\n\n`);
   } finally {
     res.end();

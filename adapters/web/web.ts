@@ -29,8 +29,10 @@ export interface WebOptions {
 export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   const { kit } = opts;
   const router = Router();
-  // The APIs' paths are never pages: an unknown /api/… path gets the JSON 404, and no cookie.
-  router.use((req, _res, next) => next(req.path === '/api' || req.path.startsWith('/api/') ? 'router' : undefined));
+  // The APIs' paths are never pages: an unknown /api/… or /webhooks/… path gets the JSON 404, and
+  // no cookie. So does /v1/…, the base path most OpenAI-compatible servers use, which clients try
+  // here by mistake.
+  router.use((req, _res, next) => next(isApiPath(req.path) ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
   router.use(kit.middleware);
   router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
@@ -327,7 +329,15 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     }
   }));
 
-  router.use((req, res) => send(res, page({ title: 'Not found' }, html`<p>There is no page at ${req.path}. <a href="/account">Your account</a></p>`), 404));
+  // A browser gets a page; any other client (an SDK, curl) the JSON 404 that names the API's base URL.
+  router.use((req, res, next) => {
+    if (!wantsPage(req)) {
+      // Not a browser: no page, so no cookie either (the kit's pre-session cookie is for forms).
+      res.removeHeader('Set-Cookie');
+      return next();
+    }
+    send(res, page({ title: 'Not found' }, html`<p>There is no page at ${req.path}. <a href="/account">Your account</a></p>`), 404);
+  });
   router.use(((err, req, res, _next) => {
     if (err === kit.invalidCsrfError) {
       return send(res, page({ title: 'Form expired' }, html`<p class="error" role="alert">This form has expired or did not come from this site. Go back, reload the page and try again.</p>`), 403);
@@ -341,3 +351,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   }) as express.ErrorRequestHandler);
   return { path: '/', router };
 }
+
+const isApiPath = (path: string) => /^\/(api|v1|webhooks)(\/|$)/.test(path);
+
+/** A browser navigating asks for HTML by name; SDKs ask for JSON, curl and fetch for anything. */
+const wantsPage = (req: Request) => /\btext\/html\b/i.test(req.get('accept') ?? '');

@@ -302,7 +302,7 @@ describe('chat request validation: a clear 4xx naming the field, nothing charged
     it(name, async () => {
       const res = await post(body);
       expect(res.status).toBe(status);
-      expect(Object.keys(res.body.error).sort()).toEqual(['code', 'message', 'type']);
+      expect(Object.keys(res.body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
       expect(res.body.error.message).toMatch(message);
       expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(parseCoins('10'));
     });

@@ -41,7 +41,7 @@ describe('OpenAPI document', () => {
   it('is OpenAPI 3.1 with the bearer scheme and the error shape', () => {
     expect(doc.openapi).toBe('3.1.0');
     expect(doc.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer' });
-    expect(doc.components.schemas.Error.properties.error.required.sort()).toEqual(['code', 'message', 'type']);
+    expect(doc.components.schemas.Error.properties.error.required.sort()).toEqual(['code', 'message', 'param', 'type']);
     expect(doc.paths['/openapi.json'].get.security).toEqual([]);
   });
 
@@ -89,6 +89,7 @@ describe('OpenAPI document', () => {
     expect(found.sort()).toEqual(
       [
         'get /models 200 -> get /models/{id}',
+        'post /chat/completions 200 -> get /chat/completions/{id}',
         'post /generations 200 -> get /generations/{id}',
         'post /generations 200 -> post /generations/{id}/cancel',
         'post /generations 200 -> get /generations/{id}/output',
@@ -134,7 +135,10 @@ describe('OpenAPI document', () => {
     await check('get', '/models', '/models', auth);
     await check('get', '/models/mas/echo', '/models/{id}', auth);
     await check('get', '/models/nobody/none', '/models/{id}', auth);
-    await check('post', '/chat/completions', '/chat/completions', post({ model: 'mas/echo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 }));
+    const completion = await check('post', '/chat/completions', '/chat/completions', post({ model: 'mas/echo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 }));
+    await check('get', `/chat/completions/${completion.id}`, '/chat/completions/{id}', auth);
+    await check('get', '/chat/completions/chatcmpl-nope', '/chat/completions/{id}', auth);
+    await check('get', `/chat/completions/${'x'.repeat(101)}`, '/chat/completions/{id}', auth);
     await check('post', '/chat/completions', '/chat/completions', post({ model: 'mas/echo', messages: [] }));
     const job = await check('post', '/generations', '/generations', post({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }, { prefer: 'wait=20' }));
     await check('get', `/generations/${job.id}`, '/generations/{id}', auth);

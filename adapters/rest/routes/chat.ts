@@ -14,5 +14,10 @@ export function chatRoutes(deps: CoreDeps, logger: Logger): Router {
       else res.json(result.completion);
     },
   });
+  route(router, '/chat/completions/:id', {
+    get: async (req, res) => {
+      res.json(await callApi(deps, req, res, (core) => core.chat.get({ id: String(req.params.id) })));
+    },
+  });
   return router;
 }
