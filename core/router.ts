@@ -14,6 +14,7 @@ import { modelIdInput, modelTypeFilter } from './catalog/catalog.ts';
 import { getModel, listModels } from './catalog/read-models.ts';
 import { chatCompletion } from './chat/complete.ts';
 import { chatRequestSchema } from './chat/schema.ts';
+import { createResponse, responsesRequestSchema } from './chat/responses.ts';
 import { createFile, type SpooledUpload } from './files/files.ts';
 import { importFile, importFileInput } from './files/import-file.ts';
 import { getFile, readFileContent } from './files/read-file.ts';
@@ -63,6 +64,8 @@ export const appRouter = router({
 
   chat: router({
     complete: chatProcedure.input(chatRequestSchema).mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
+    /** The same chat in the Responses API's shape (stateless): its billing is chat's. */
+    respond: chatProcedure.input(responsesRequestSchema).mutation(({ ctx, input }) => createResponse(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
   }),
 
   generations: router({
