@@ -22,7 +22,16 @@ import { killLeftoversOnExit, printServerErrors, root, sayer, startServer, stopS
  * and prints the demo key of a funded account, which the cases use with the demo model mas/echo.
  * Arguments name cases to run only those (`npm run test:frameworks -- langchain_bind_tools`).
  */
-const PINS = ['openai==3.57.0', 'langchain-openai==1.7.4', 'litellm==1.110.2', 'llama-index-core==0.14.25', 'llama-index-llms-openai-like==0.8.1'];
+// openai 2.x: langchain-openai and LiteLLM do not take the 3.x line yet.
+const PINS = [
+  'openai==2.54.0',
+  'langchain-core==1.8.3',
+  'langchain-openai==1.7.4',
+  'litellm==1.110.2',
+  'llama-index-core==0.14.25',
+  'llama-index-llms-openai==0.8.3',
+  'llama-index-llms-openai-like==0.8.1',
+];
 /** The venv's name carries a digest of the pins: a new pin makes a new venv. */
 const VERSION = `py-${spawnSync('sha256sum', { input: PINS.join('\n'), encoding: 'utf8' }).stdout.slice(0, 10)}`;
 const venv = process.env.FRAMEWORKS_VENV || defaultVenvDir('frameworks', VERSION);
