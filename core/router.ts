@@ -15,6 +15,7 @@ import { getModel, listModels } from './catalog/read-models.ts';
 import { chatCompletion } from './chat/complete.ts';
 import { completionIdInput, readCompletionRecord } from './chat/records.ts';
 import { chatRequestSchema } from './chat/schema.ts';
+import { createResponse, responsesRequestSchema } from './chat/responses.ts';
 import { createFile, type SpooledUpload } from './files/files.ts';
 import { importFile, importFileInput } from './files/import-file.ts';
 import { getFile, readFileContent } from './files/read-file.ts';
@@ -66,6 +67,10 @@ export const appRouter = router({
     complete: chatProcedure.input(chatRequestSchema).mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
     /** A past completion's model, usage, cost and time, to the account that made it (the cost for clients that drop it). */
     get: spendingProcedure.input(completionIdInput).query(({ ctx, input }) => readCompletionRecord(ctx.em, ctx.principal.accountId, 'chat.completion', input.id)),
+    /** A past response's (POST /responses) model, usage, cost and time, to the account that made it. */
+    getResponse: spendingProcedure.input(completionIdInput).query(({ ctx, input }) => readCompletionRecord(ctx.em, ctx.principal.accountId, 'response', input.id)),
+    /** The same chat in the Responses API's shape (stateless): its billing is chat's. */
+    respond: chatProcedure.input(responsesRequestSchema).mutation(({ ctx, input }) => createResponse(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
   }),
 
   generations: router({

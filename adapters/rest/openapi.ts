@@ -8,6 +8,7 @@ import { fileSchema } from '../../core/files/file-row.ts';
 import { modelViewSchema } from '../../core/catalog/views.ts';
 import { chatCompletionSchema } from '../../core/chat/views.ts';
 import { completionRecordSchema } from '../../core/chat/records.ts';
+import { responseSchema, responsesRequestSchema } from '../../core/chat/responses.ts';
 import { balanceSchema } from '../../core/money/wallet.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
@@ -61,6 +62,15 @@ const ChatStreamEvent = z
   })
   .describe('a server-sent event');
 
+const ResponseObject = named(responseSchema, 'Response');
+/** One server-sent event of a streamed response. */
+const ResponseStreamEvent = z
+  .object({
+    event: z.string().describe('the event type: response.created, response.output_text.delta, …, response.completed, or error'),
+    data: z.string().describe('the event as JSON, with its `type` and `sequence_number`'),
+  })
+  .describe('a server-sent event');
+
 const CheckoutSession = named(checkoutSessionSchema, 'CheckoutSession');
 const Billing = named(billingSchema, 'Billing');
 const Generation = named(generationSchema, 'Generation');
@@ -108,6 +118,7 @@ const LINK_TEXT: Record<string, string> = {
   getFileContent: 'The file’s bytes (its `expires` and `signature` are in the query of `url`)',
   getModel: 'The first model of the list, by its id',
   getChatCompletion: 'The completion’s record (usage and cost), by its id',
+  getResponse: 'The response’s record (usage and cost), by its id',
 };
 const withLinks = <T extends object>(response: T, links: Record<string, Link>) => ({ ...response, links });
 const jobLinks = linkTo({ GetGeneration: 'getGeneration', CancelGeneration: 'cancelGeneration', GetGenerationOutput: 'getGenerationOutput' });
@@ -258,6 +269,30 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     request: { params: z.object({ id: z.string().min(1).max(COMPLETION_ID_MAX).describe('the `id` of a chat completion, `chatcmpl-…`') }) },
     responses: { 200: json(CompletionRecord, 'The record'), ...errors(400, 404, ...common) },
   });
+  path({
+    method: 'post',
+    path: '/responses',
+    operationId: 'createResponse',
+    summary: "A response (OpenAI's Responses API, stateless), billed as a chat completion",
+    request: { body: { required: true, content: { 'application/json': { schema: responsesRequestSchema } } } },
+    responses: {
+      200: {
+        description: 'The response; with `stream: true`, server-sent Responses events from `response.created` to `response.completed`',
+        content: { 'application/json': { schema: ResponseObject }, 'text/event-stream': { schema: ResponseStreamEvent } },
+        links: linkTo({ GetResponse: 'getResponse' }),
+      },
+      ...errors(400, 402, 403, 404, 413, 415, 502, 504, ...common),
+    },
+  });
+  path({
+    method: 'get',
+    path: '/responses/{id}',
+    operationId: 'getResponse',
+    summary: 'A past response’s model, usage, cost (`usage.cost_coins`) and duration, as GET /chat/completions/{id} has them for chat',
+    description: 'Only to the account that made it: another account’s id gets the same 404 as a made-up one.',
+    request: { params: z.object({ id: z.string().min(1).max(COMPLETION_ID_MAX).describe('the `id` of a response, `resp_…`') }) },
+    responses: { 200: json(CompletionRecord, 'The record'), ...errors(400, 404, ...common) },
+  });
   const wait = z.object({
     'Idempotency-Key': idempotencyKey,
     Prefer: z.string().optional().describe('wait=N (N ≤ 60): answer with the finished job if it ends within N seconds; other preferences are ignored'),
@@ -398,6 +433,8 @@ function declareServerRules(doc: ReturnType<OpenApiGeneratorV31['generateDocumen
     ((doc.paths?.[path]?.post?.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.[media]?.schema as Json | undefined;
   const chat = bodySchema('/chat/completions', 'application/json');
   if (chat) declareChatRefusals(chat);
+  const responses = bodySchema('/responses', 'application/json');
+  if (responses) declareResponsesRefusals(responses);
   const upload = bodySchema('/files', 'multipart/form-data');
   if (upload) {
     // Parts other than `file` are ignored, but busboy refuses a part header holding a control
@@ -417,6 +454,25 @@ function walkRequestSchema(schema: unknown): void {
   }
   if (typeof node.pattern === 'string') node.pattern = node.pattern.replaceAll('\\d', '[0-9]');
   for (const value of Object.values(node)) if (value && typeof value === 'object') walkRequestSchema(value);
+}
+
+/** The Responses request's refusals made in refinements (core/chat/responses.ts): content parts are text parts only. */
+function declareResponsesRefusals(schema: Json): void {
+  const textPart = {
+    type: 'object',
+    properties: { type: { enum: ['input_text', 'output_text', 'text'] }, text: { type: 'string' } },
+    required: ['type', 'text'],
+    description: 'a text part: images, files and audio are not supported',
+  };
+  const visit = (node: unknown): void => {
+    if (Array.isArray(node)) return node.forEach(visit);
+    if (!node || typeof node !== 'object') return;
+    const n = node as Json;
+    const content = (n.properties as Record<string, Json> | undefined)?.content ?? (n.properties as Record<string, Json> | undefined)?.output;
+    for (const alternative of ((content?.anyOf ?? []) as Json[])) if (alternative.type === 'array') alternative.items = textPart;
+    for (const value of Object.values(n)) if (value && typeof value === 'object') visit(value);
+  };
+  visit((schema.properties as Record<string, Json>).input);
 }
 
 function declareChatRefusals(schema: Json): void {

@@ -4,6 +4,7 @@ import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { startAutoTopUpIfLow } from '../payments/auto-top-up.ts';
 import { prepareChat } from './chat.ts';
 import { runRecorded } from './record-run.ts';
+import type { CompletionKind } from './records.ts';
 import type { ChatRequest } from './schema.ts';
 import { collectCompletion, streamChunks } from './views.ts';
 
@@ -12,10 +13,19 @@ import { collectCompletion, streamChunks } from './views.ts';
  * caller (REST, streamed or not, and MCP's `chat`) comes through here, so every charged
  * completion is recorded for `GET /chat/completions/{id}` (core/chat/record-run.ts).
  */
-export async function chatCompletion(deps: CoreDeps, em: EntityManager, principal: Principal, request: ChatRequest, signal: AbortSignal) {
+export async function chatCompletion(
+  deps: CoreDeps,
+  em: EntityManager,
+  principal: Principal,
+  request: ChatRequest,
+  signal: AbortSignal,
+  /** How the completion is recorded: as a chat completion, or as a response of the Responses API (its own id). */
+  record: { kind: CompletionKind; id?: (chatId: string) => string } = { kind: 'chat.completion' },
+) {
   const startedAt = performance.now();
   const chat = await prepareChat(deps, em, principal, request);
-  const events = thenAutoTopUp(deps, principal.accountId, runRecorded(deps, principal, chat, { signal, streaming: request.stream, kind: 'chat.completion', startedAt }));
+  const recorded = runRecorded(deps, principal, chat, { signal, streaming: request.stream, kind: record.kind, recordId: record.id?.(chat.id), startedAt });
+  const events = thenAutoTopUp(deps, principal.accountId, recorded);
   if (request.stream) return { stream: true as const, chunks: streamChunks(chat, events) };
   return { stream: false as const, completion: await collectCompletion(chat, events) };
 }

@@ -19,7 +19,7 @@ export async function* runRecorded(
   deps: Pick<CoreDeps, 'holds' | 'completions'>,
   principal: Principal,
   chat: PreparedChat,
-  opts: { signal: AbortSignal; streaming: boolean; kind: CompletionKind; startedAt: number },
+  opts: { signal: AbortSignal; streaming: boolean; kind: CompletionKind; startedAt: number; /** The record's id when it is not the chat's (a response's `resp_…`). */ recordId?: string | undefined },
 ): AsyncGenerator<ChatEvent, void, undefined> {
   // The charge as the hold batcher reports it, for a run that ends without `done`.
   let settled: HoldOutcome | undefined;
@@ -27,7 +27,7 @@ export async function* runRecorded(
     settle: async (holdId: string, actual: bigint) => (settled = await deps.holds.settle(holdId, actual)),
     release: (holdId: string) => deps.holds.release(holdId),
   };
-  const base = { id: chat.id, kind: opts.kind, accountId: principal.accountId, keyId: principal.keyId, model: chat.model.id, createdAt: new Date(chat.created * 1000) };
+  const base = { id: opts.recordId ?? chat.id, kind: opts.kind, accountId: principal.accountId, keyId: principal.keyId, model: chat.model.id, createdAt: new Date(chat.created * 1000) };
   const durationMs = () => performance.now() - opts.startedAt;
   let produced = '';
   let done = false;
