@@ -126,7 +126,7 @@ describe('POST /api/v1/credits/subscription', () => {
     recorder.requests.length = 0;
     const unknown = await post(on.base, '/credits/subscription', key, { plan: 'Gold' });
     expect(unknown.status).toBe(400);
-    expect(unknown.body.error).toEqual({ type: 'invalid_request_error', code: 'unknown_plan', message: expect.stringMatching(/^There is no plan named "Gold"\. The plans are: Starter, Pro\.$/) });
+    expect(unknown.body.error).toEqual({ type: 'invalid_request_error', param: 'plan', code: 'unknown_plan', message: expect.stringMatching(/^There is no plan named "Gold"\. The plans are: Starter, Pro\.$/) });
     const missing = await post(on.base, '/credits/subscription', key, {});
     expect(missing.status).toBe(400);
     expect(missing.body.error.message).toMatch(/'plan'/);
