@@ -96,10 +96,36 @@ describe('Stripe events as domain events', () => {
       createdAt: new Date(1_800_000_000_000),
       kind: 'checkout_session',
       stage: 'completed',
-      session: { id: 'cs_test_1', mode: 'payment', accountId: 'acct_A', purpose: 'topup', paymentStatus: 'paid', amountTotalCents: 1234, currency: 'usd', customerId: 'cus_1', paymentIntentId: 'pi_1' },
+      session: { id: 'cs_test_1', mode: 'payment', accountId: 'acct_A', purpose: 'topup', paymentStatus: 'paid', amountTotalCents: 1234, currency: 'usd', customerId: 'cus_1', paymentIntentId: 'pi_1', savesCard: false },
     });
+    // A Checkout that keeps the card for auto top-up says so.
+    const saving = stripeEvent(event('checkout.session.completed', { ...session, metadata: { ...session.metadata, mas_saves_card: 'auto_topup' } }));
+    expect(saving).toMatchObject({ session: { savesCard: true } });
     const later = stripeEvent(event('checkout.session.async_payment_succeeded', { ...session, client_reference_id: null, amount_total: null }));
     expect(later).toMatchObject({ kind: 'checkout_session', stage: 'async_payment_succeeded', session: { accountId: 'acct_A', amountTotalCents: null } });
+  });
+
+  it("reads a PaymentIntent's success or failure, with the service's metadata (auto top-up)", () => {
+    const intent = {
+      id: 'pi_2',
+      object: 'payment_intent',
+      metadata: { mas_purpose: 'auto_topup', mas_account_id: 'acct_A', mas_charge_id: 'atc_1' },
+      amount_received: 2500,
+      currency: 'USD',
+      customer: 'cus_1',
+    };
+    expect(stripeEvent(event('payment_intent.succeeded', intent))).toMatchObject({
+      kind: 'payment_intent',
+      stage: 'succeeded',
+      intent: { id: 'pi_2', purpose: 'auto_topup', accountId: 'acct_A', chargeId: 'atc_1', amountReceivedCents: 2500, currency: 'usd', customerId: 'cus_1', failure: null },
+    });
+    expect(stripeEvent(event('payment_intent.payment_failed', { ...intent, amount_received: 0, last_payment_error: { code: 'card_declined', message: 'Your card was declined.' } }))).toMatchObject({
+      kind: 'payment_intent',
+      stage: 'failed',
+      intent: { amountReceivedCents: 0, failure: 'Your card was declined.' },
+    });
+    // A Checkout's own intent carries no purpose of ours: read, and left to core to ignore.
+    expect(stripeEvent(event('payment_intent.succeeded', { ...intent, metadata: {} }))).toMatchObject({ intent: { purpose: null, chargeId: null } });
   });
 
   it('reads invoices, deleted subscriptions, refunds and disputes; ignores other types', () => {
