@@ -146,6 +146,9 @@ describe('fal queue adapter: what each upstream error becomes', () => {
     expect(wrong.message).toContain("refused this service's credentials");
     const forbidden = await refusal(provider().submit(spec('fal-ai/fake-forbidden'), inputs));
     expect(forbidden).toMatchObject({ code: 'provider_unauthorized' });
+    // The 403's body names the key: the log keeps the answer, not the key.
+    expect(JSON.stringify(logged)).toContain('is not allowed to use this app');
+    expect(JSON.stringify(logged)).not.toContain(FAL_KEY);
   });
 
   it('429 with Retry-After: retryable, no sooner than the upstream asked', async () => {

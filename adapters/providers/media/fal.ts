@@ -34,7 +34,12 @@ const KEY_REFUSED = "The provider refused this service's credentials: an operato
 export function falProvider(config: FalConfig): MediaProvider {
   const base = new URL(config.baseUrl.replace(/\/+$/, ''));
   const basePath = base.pathname.replace(/\/+$/, '');
-  const log = config.log ?? (() => undefined);
+  // What fal says is logged for the operator; an answer that echoes the key (a 403 naming it) must not put it in the log.
+  const log = (fields: Record<string, unknown>, message: string) => {
+    if (!config.log) return;
+    const text = JSON.stringify(fields);
+    config.log(config.apiKey ? (JSON.parse(text.replaceAll(config.apiKey, '[the key]')) as Record<string, unknown>) : fields, message);
+  };
   const onBase = (raw: string): boolean => {
     try {
       const u = new URL(raw);
@@ -82,7 +87,6 @@ export function falProvider(config: FalConfig): MediaProvider {
       throw new Error(`the provider answered HTTP ${res.status}`);
     }
     if (res.status === 401 || res.status === 403) {
-      // The body may echo the key's id; it goes to the log only, the key itself nowhere.
       log({ status: res.status, upstreamBody: text.slice(0, 2000) }, "fal: the operator's key was refused");
       throw new MediaJobRefused('provider_unauthorized', KEY_REFUSED);
     }
