@@ -27,6 +27,7 @@ import { png, seededRandom, wav } from '../../adapters/providers/media/formats.t
  *   bad-request   400 {detail: "…"}
  *   forbidden     403
  *   busy          429 with Retry-After: 7
+ *   busy-once     the first submit answers 429 with Retry-After: 3, later ones as image
  *   broken        500
  *   malformed     200 with a body that is not JSON
  *   hang          never answers the submit
@@ -49,8 +50,10 @@ export interface FakeFal {
   requests: Map<string, FalRequest>;
   /** Request ids whose cancel endpoint was called, in order (once per call). */
   cancels: string[];
+  /** Megabytes written of each oversized file before the client went away. */
+  oversizedSent: Map<string, number>;
   /** Every call: method, Host header, path and whether it carried the right key. */
-  calls: { method: string; host: string; path: string; authorized: boolean }[];
+  calls: { method: string; host: string; path: string; authorized: boolean; at: number }[];
   close(): Promise<void>;
 }
 
@@ -71,6 +74,8 @@ export async function startFakeFal(): Promise<FakeFal> {
   const requests = new Map<string, FalRequest>();
   const cancels: string[] = [];
   const calls: FakeFal['calls'] = [];
+  const oversizedSent = new Map<string, number>();
+  let busyOnce = true;
   let next = 1;
   let base = '';
   const json = (res: http.ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}) =>
@@ -115,6 +120,7 @@ export async function startFakeFal(): Promise<FakeFal> {
     const pump = () => {
       while (sent < 61 && !res.destroyed) {
         sent++;
+        oversizedSent.set(id, sent);
         if (!res.write(chunk)) return void res.once('drain', pump);
       }
       res.end();
@@ -129,7 +135,7 @@ export async function startFakeFal(): Promise<FakeFal> {
       const url = new URL(req.url ?? '/', 'http://fake');
       const path = url.pathname;
       const authorized = req.headers.authorization === `Key ${FAL_KEY}`;
-      calls.push({ method: req.method ?? '', host: req.headers.host ?? '', path, authorized });
+      calls.push({ method: req.method ?? '', host: req.headers.host ?? '', path, authorized, at: Date.now() });
       const file = /^\/files\/(\w+)\.(\w+)$/.exec(path);
       if (file && req.method === 'GET') return serveFile(res, file[1]!, file[2]!);
       if (!authorized) return json(res, 401, { detail: 'No user found for Key ID and Secret' });
@@ -176,6 +182,12 @@ export async function startFakeFal(): Promise<FakeFal> {
             return json(res, 400, { detail: 'Invalid request body (secret-internal-detail)' });
           case 'forbidden':
             return json(res, 403, { detail: `Key ${FAL_KEY} is not allowed to use this app` });
+          case 'busy-once':
+            if (busyOnce) {
+              busyOnce = false;
+              return json(res, 429, { detail: 'Rate limit exceeded' }, { 'retry-after': '3' });
+            }
+            break;
           case 'busy':
             return json(res, 429, { detail: 'Rate limit exceeded' }, { 'retry-after': '7' });
           case 'broken':
@@ -211,6 +223,7 @@ export async function startFakeFal(): Promise<FakeFal> {
     url: base,
     requests,
     cancels,
+    oversizedSent,
     calls,
     close: () =>
       new Promise((r) => {

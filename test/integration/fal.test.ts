@@ -31,7 +31,7 @@ beforeAll(async () => {
   h = await startJobHarness({ mediaProviders: { 'fal-fake': fal } });
   ({ orm, base } = h);
   const catalog = validateCatalog(
-    { providers: { 'fal-fake': fal }, models: [falModel('image', 'fal-ai/fake-flux/image'), falModel('fail'), falModel('slow'), falModel('invalid')] },
+    { providers: { 'fal-fake': fal }, models: [falModel('image', 'fal-ai/fake-flux/image'), falModel('fail'), falModel('slow'), falModel('invalid'), falModel('busy-once')] },
     50n,
   );
   await seedModels(orm.em.fork(), catalog);
@@ -104,6 +104,18 @@ describe('fal upstream, end to end', () => {
     expect(Date.now() - started).toBeLessThan(10_000);
     expect(fake.calls.filter((c) => c.path === '/fal-ai/fake-invalid').length - before).toBe(1);
     expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(20_000_000n);
+  });
+
+  it('a 429 with Retry-After: the submit is retried no sooner than asked, then the job succeeds, charged once', async () => {
+    const { account, key, id } = await run('test/fal-busy-once');
+    const job = await ended(key, id);
+    expect(job.status).toBe('succeeded');
+    const submits = fake.calls.filter((c) => c.method === 'POST' && c.path === '/fal-ai/fake-busy-once');
+    expect(submits).toHaveLength(2);
+    // Temporal's own first retry would come after 1 s; fal asked for 3.
+    expect(submits[1]!.at - submits[0]!.at).toBeGreaterThanOrEqual(2_900);
+    expect((await entries(id)).capture).toBe(1);
+    await expectSettledWallet(orm, account.id);
   });
 
   it('cancel through the API calls the fal cancel endpoint exactly once', async () => {

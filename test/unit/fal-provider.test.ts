@@ -196,6 +196,10 @@ describe('fal queue adapter: what each upstream error becomes', () => {
       expect(err).toBeInstanceOf(MediaJobRefused);
       expect(err).toMatchObject({ code: 'result_too_large' });
       expect(Date.now() - started).toBeLessThan(10_000);
+      const sent = fake.oversizedSent.get(JSON.parse(handle).request_id as string) ?? 0;
+      // The declared 2 GB is refused on its headers (the few MB sent are the socket's buffers); the other is read up to the limit.
+      if (kind === 'huge') expect(sent).toBeLessThan(20);
+      else expect(sent).toBeGreaterThanOrEqual(50);
     }
   });
 
