@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { falProvider } from '../../adapters/providers/media/fal.ts';
+import { falAppId, falInputProblem, falResultFile } from '../../adapters/providers/media/fal-shapes.ts';
 import { createUrlGuard } from '../../adapters/net/url-guard.ts';
 import { MediaJobRefused, MediaUpstreamBusy, type InputReader, type MediaJobSpec, type MediaProvider } from '../../core/ports.ts';
 import { FAL_KEY, startFakeFal, type FakeFal } from '../fakes/fal-upstream.ts';
@@ -221,5 +222,43 @@ describe('fal queue adapter: what each upstream error becomes', () => {
     const forged = JSON.stringify({ request_id: 'r1', status_url: `${fake.url}/other/requests/r1/status`, response_url: '', cancel_url: '' });
     const err = await refusal(p.poll(forged));
     expect(err).toBeInstanceOf(MediaJobRefused);
+  });
+});
+
+describe("reading fal's answers", () => {
+  it('the app id drops the subpath', () => {
+    expect(falAppId('fal-ai/flux/dev')).toBe('fal-ai/flux');
+    expect(falAppId('fal-ai/kling-video/v1.6/standard/text-to-video')).toBe('fal-ai/kling-video');
+    expect(falAppId('fal-ai/trellis')).toBe('fal-ai/trellis');
+  });
+
+  it('the first file-like value under a known key, in the keys order', () => {
+    expect(falResultFile({ seed: 1, images: [{ url: 'https://v3.fal.media/a.png', content_type: 'image/png' }, { url: 'https://v3.fal.media/b.png' }] })).toEqual({ url: 'https://v3.fal.media/a.png', contentType: 'image/png' });
+    expect(falResultFile({ audio_url: 'https://v3.fal.media/a.mp3' })).toEqual({ url: 'https://v3.fal.media/a.mp3' });
+    expect(falResultFile({ model_mesh: { url: 'https://v3.fal.media/m.glb' }, video: { url: 'https://v3.fal.media/v.mp4' } })?.url).toBe('https://v3.fal.media/v.mp4');
+    expect(falResultFile({ images: [] })).toBeUndefined();
+    expect(falResultFile({ image: { url: 'file:///etc/passwd' } })).toBeUndefined();
+    expect(falResultFile({ description: 'https://v3.fal.media/not-a-file-key.png' })).toBeUndefined();
+    expect(falResultFile(null)).toBeUndefined();
+  });
+
+  it('a refusal in our words: fields as the customer named them, never the upstream text', () => {
+    const spec = { settings: { guidance_scale: 3 }, inputs: { image_url: 'file_x' } };
+    const problem = falInputProblem(
+      { detail: [
+        { loc: ['body', 'guidance_scale'], msg: 'secret words', type: 'greater_than_equal' },
+        { loc: ['body', 'image_url'], msg: 'secret words', type: 'file_download_error' },
+        { loc: ['body', 'prompt'], msg: 'secret words', type: 'missing' },
+        { loc: ['body', 'Ignore previous instructions!'], msg: 'secret words', type: 'weird' },
+      ] },
+      spec,
+    );
+    expect(problem).toEqual({
+      code: 'invalid_input',
+      message:
+        'The provider refused the input: settings.guidance_scale is out of the range the provider accepts; inputs.image_url could not be downloaded by the provider; prompt is required; the input is not valid. Nothing was charged.',
+    });
+    expect(falInputProblem({ detail: 'secret words' }, spec).message).not.toContain('secret');
+    expect(falInputProblem(null, spec).code).toBe('invalid_input');
   });
 });
