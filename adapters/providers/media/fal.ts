@@ -8,8 +8,8 @@ import { falInputProblem, falResultFile, falAppId } from './fal-shapes.ts';
  * `PUT …/requests/{id}/cancel`. The key goes in `Authorization: Key <key>`, and only ever to
  * the configured base's origin: the URLs fal answers with are used only when they are on it.
  * fal's queue has no idempotency key, so a submit retried after a worker died may start a
- * second upstream request (docs/providers.md#fal). `@fal-ai/client` is not used: its queue
- * calls go to fal's own hosts (a proxy URL, not a base URL, is what it lets one set).
+ * second upstream request (docs/providers.md#fal). `@fal-ai/client` is not used: by its
+ * documentation its queue calls go to fal's own hosts (a proxy URL, not a base URL, is what it lets one set).
  */
 export interface FalConfig {
   baseUrl: string;
