@@ -76,7 +76,11 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     execute: statements.execute,
     logger: parts.logger,
     providers: parts.chatProviders ?? createProviderRegistry(parts.providers, parts.providerEnv),
-    media: createMediaProviderRegistry(parts.providers, { download: (url) => urlGuard.fetch(url), env: parts.providerEnv }),
+    media: createMediaProviderRegistry(parts.providers, {
+      download: (url) => urlGuard.fetch(url),
+      env: parts.providerEnv,
+      log: (fields, message) => parts.logger.warn(fields, message),
+    }),
     storage:
       parts.storage ??
       (env.STORAGE_DRIVER === 's3'

@@ -99,6 +99,31 @@ export interface MediaProvider {
   cancel?(handle: string): Promise<void>;
 }
 
+/**
+ * A media upstream refused a job for a reason that retrying will not change (the input failed
+ * its validation, the operator's key was refused, the result is over the size limit). `message`
+ * is written for the customer, in our words; `code` is the job's error code. Anything else a
+ * provider throws is transient and retried.
+ */
+export class MediaJobRefused extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.name = 'MediaJobRefused';
+    this.code = code;
+  }
+}
+
+/** A media upstream asked us to come back later (a 429 with `Retry-After`): retried, not before `retryAfterMs`. */
+export class MediaUpstreamBusy extends Error {
+  readonly retryAfterMs: number;
+  constructor(message: string, retryAfterMs: number) {
+    super(message);
+    this.name = 'MediaUpstreamBusy';
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
 export interface MediaProviderRegistry {
   get(name: string): MediaProvider | undefined;
 }

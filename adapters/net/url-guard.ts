@@ -80,6 +80,11 @@ export type Resolve = (hostname: string) => Promise<dns.LookupAddress[]>;
 
 const systemResolve: Resolve = (hostname) => dns.promises.lookup(hostname, { all: true });
 
+/** Over the size limit: `code` ETOOLARGE, so a caller can tell it from a network fault (it will not pass on a retry). */
+function tooLarge(maxBytes: number): Error {
+  return Object.assign(new Error(`the answer is larger than ${maxBytes} bytes`), { code: 'ETOOLARGE' });
+}
+
 export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } = {}): GuardedHttp {
   const resolve = opts.lookup ?? systemResolve;
   const allowed = new Set((opts.allowlist ?? []).map((h) => h.toLowerCase()));
@@ -130,11 +135,13 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
     const maxBytes = init.maxBytes ?? 50 * 1024 * 1024;
     return new Promise<{ status: number; body: Uint8Array }>((resolve, reject) => {
       const req = client.request(url, { method: init.method, headers: init.headers, lookup: guardedLookup, timeout: init.timeoutMs ?? 30_000 }, (res) => {
+        // A declared length over the limit is refused before a byte of it is read.
+        if (Number(res.headers['content-length'] ?? 0) > maxBytes) return req.destroy(tooLarge(maxBytes));
         const chunks: Buffer[] = [];
         let size = 0;
         res.on('data', (c: Buffer) => {
           size += c.length;
-          if (size > maxBytes) req.destroy(new Error(`the answer is larger than ${maxBytes} bytes`));
+          if (size > maxBytes) req.destroy(tooLarge(maxBytes));
           else chunks.push(c);
         });
         res.on('end', () => resolve({ status: res.statusCode ?? 0, body: new Uint8Array(Buffer.concat(chunks)) }));
@@ -179,7 +186,7 @@ export function createUrlGuard(opts: { allowlist?: string[]; lookup?: Resolve } 
         const count = new Transform({
           transform(chunk: Buffer, _enc, done) {
             bytes += chunk.length;
-            if (bytes > maxBytes) return done(new Error(`the answer is larger than ${maxBytes} bytes`));
+            if (bytes > maxBytes) return done(tooLarge(maxBytes));
             hash.update(chunk);
             done(null, chunk);
           },

@@ -3,6 +3,7 @@ import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import { localProvider } from './local.ts';
 import { localMediaProvider } from './media/local-media.ts';
 import { replicateProvider } from './media/replicate.ts';
+import { falProvider } from './media/fal.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 
@@ -16,16 +17,25 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
   return { get: (name) => providers.get(name) };
 }
 
-/** Media providers of the catalog: `local` makes files offline; `replicate` calls a predictions API. */
+/** Media providers of the catalog: `local` makes files offline; `replicate` calls a predictions API; `fal` fal.ai's queue. */
 export function createMediaProviderRegistry(
   configs: Record<string, ProviderConfig>,
-  opts: { download: (url: string) => Promise<Uint8Array>; env?: NodeJS.ProcessEnv },
+  opts: {
+    download: (url: string) => Promise<Uint8Array>;
+    env?: NodeJS.ProcessEnv | undefined;
+    /** The operator's log, for what upstreams said (never shown to customers). */
+    log?: ((fields: Record<string, unknown>, message: string) => void) | undefined;
+  },
 ): MediaProviderRegistry {
   const env = opts.env ?? process.env;
   const providers = new Map<string, MediaProvider>();
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localMediaProvider());
     else if (config.kind === 'replicate') providers.set(name, replicateProvider({ ...upstream(config, env), download: opts.download }));
+    else if (config.kind === 'fal') {
+      const log = opts.log;
+      providers.set(name, falProvider({ ...upstream(config, env), download: opts.download, log: log && ((fields, message) => log({ provider: name, ...fields }, message)) }));
+    }
   }
   return { get: (name) => providers.get(name) };
 }

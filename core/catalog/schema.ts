@@ -203,6 +203,14 @@ export const providerConfigSchema = z.discriminatedUnion('kind', [
     api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
     timeout_seconds: z.number().positive().max(600).default(30),
   }),
+  z.object({
+    /** fal.ai's queue API (POST /{model_id}, GET …/requests/{id}/status, GET …/requests/{id}, PUT …/cancel). */
+    kind: z.literal('fal'),
+    base_url: z.url({ protocol: /^https?$/ }).default('https://queue.fal.run'),
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+    /** Per HTTP call; the job's own limit is the model's deadline_seconds. */
+    timeout_seconds: z.number().positive().max(600).default(30),
+  }),
 ]);
 export type ProviderConfig = z.output<typeof providerConfigSchema>;
 

@@ -67,7 +67,7 @@ export function testDeps(
     orm,
     logger: silentLogger,
     providers: { local: { kind: 'local' }, ...opts.mediaProviders },
-    providerEnv: { FAKE_REPLICATE_KEY: 'replicate-secret' },
+    providerEnv: { FAKE_REPLICATE_KEY: 'replicate-secret', FAKE_FAL_KEY: 'fal-secret' },
     chatProviders: opts.providers ?? { get: () => undefined },
     storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
     signingSecret: 'test-signing-secret-test-signing-secret',
