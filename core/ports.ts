@@ -90,11 +90,35 @@ export interface InputReader {
   url(value: string): string;
 }
 
+/**
+ * A media upstream's failure, in words a customer may read (the upstream's own body is logged,
+ * never put here). `refused` will not change on a retry (content policy, invalid input, our
+ * key refused, a result over the size limit): the job fails now with `code`. `retryable` (429,
+ * 5xx, a time-out, a malformed answer) is tried again, after `retryAfterMs` when the upstream
+ * named a delay; when every retry failed the job fails with `code` and this message.
+ */
+export class MediaProviderError extends Error {
+  readonly kind: 'refused' | 'retryable';
+  readonly code: string;
+  readonly retryAfterMs: number | undefined;
+  constructor(kind: 'refused' | 'retryable', code: string, message: string, retryAfterMs?: number) {
+    super(message);
+    this.name = 'MediaProviderError';
+    this.kind = kind;
+    this.code = code;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
 export interface MediaProvider {
   /** Starts the job upstream; returns the upstream's handle (opaque, JSON-serialisable). Idempotent on jobId. */
   submit(spec: MediaJobSpec, inputs: InputReader): Promise<string>;
   poll(handle: string): Promise<MediaPollResult>;
-  fetchResult(handle: string): Promise<MediaResult>;
+  /**
+   * The result's bytes. Upstreams that answer synchronously (an image, a speech file) do their
+   * work here, in the step that has minutes and a heartbeat, so they read their inputs here too.
+   */
+  fetchResult(handle: string, inputs: InputReader): Promise<MediaResult>;
   /** Asks the upstream to stop the job, where it supports that. */
   cancel?(handle: string): Promise<void>;
 }

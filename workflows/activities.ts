@@ -1,7 +1,9 @@
 import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
 import { createContext, type CoreDeps } from '../core/context.ts';
 import type { JobError, StoredOutput } from '../core/generations/job-row.ts';
 import { createInternalCaller } from '../core/internal/router.ts';
+import { MediaProviderError } from '../core/ports.ts';
 
 /**
  * Activities call core's internal steps through its internal router, as the internal caller.
@@ -32,9 +34,10 @@ export function createActivities(deps: CoreDeps) {
     chargeSavedCardForAutoTopUp: (accountId: string, chargeId: string): Promise<string> => core().payments.autoTopUp({ account: accountId, charge: chargeId }),
     // A job's workflow, in order.
     markJobRunning: (id: string) => core().jobs.begin({ id }),
-    submitJobToProvider: (id: string) => core().jobs.submit({ id }),
-    askProviderForJobState: (provider: string, handle: string) => core().jobs.poll({ provider, handle }),
-    copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> => heartbeating(() => core().jobs.store({ id, provider, handle })),
+    submitJobToProvider: (id: string) => providerStep(core().jobs.submit({ id })),
+    askProviderForJobState: (provider: string, handle: string) => providerStep(core().jobs.poll({ provider, handle })),
+    copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> =>
+      providerStep(heartbeating(() => core().jobs.store({ id, provider, handle }))),
     chargeAndCompleteJob: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
     refundAndFailJob: (id: string, error: JobError) => core().jobs.fail({ id, error }),
     refundAndCancelJob: (id: string) => core().jobs.cancel({ id }),
@@ -58,6 +61,27 @@ export function createActivities(deps: CoreDeps) {
 }
 
 export type Activities = ReturnType<typeof createActivities>;
+
+/**
+ * A provider's failure as Temporal should treat it (core/ports.ts, MediaProviderError): a
+ * refusal fails the step at once, not retried; anything else is retried, after the upstream's
+ * Retry-After when it named one. Either way its type is our snake_case code and its message our
+ * words, which the workflow makes the job's error once the step has failed for good.
+ */
+async function providerStep<T>(step: Promise<T>): Promise<T> {
+  try {
+    return await step;
+  } catch (err) {
+    const cause = err instanceof MediaProviderError ? err : (err as { cause?: unknown } | undefined)?.cause;
+    if (!(cause instanceof MediaProviderError)) throw err;
+    throw ApplicationFailure.create({
+      message: cause.message,
+      type: cause.code,
+      nonRetryable: cause.kind === 'refused',
+      ...(cause.retryAfterMs !== undefined ? { nextRetryDelay: cause.retryAfterMs } : {}),
+    });
+  }
+}
 
 /**
  * Runs a long activity while telling Temporal every few seconds that its worker is alive, so
