@@ -3,6 +3,8 @@ import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import { localProvider } from './local.ts';
 import { localMediaProvider } from './media/local-media.ts';
 import { replicateProvider } from './media/replicate.ts';
+import { openaiMediaProvider } from './media/openai-media.ts';
+import { elevenLabsProvider } from './media/elevenlabs.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 
@@ -16,16 +18,25 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
   return { get: (name) => providers.get(name) };
 }
 
-/** Media providers of the catalog: `local` makes files offline; `replicate` calls a predictions API. */
+/**
+ * Media providers of the catalog: `local` makes files offline; `replicate` calls a predictions
+ * API; `openai` its images, speech and videos APIs; `elevenlabs` its text-to-speech.
+ */
 export function createMediaProviderRegistry(
   configs: Record<string, ProviderConfig>,
-  opts: { download: (url: string) => Promise<Uint8Array>; env?: NodeJS.ProcessEnv },
+  opts: { download: (url: string) => Promise<Uint8Array>; env?: NodeJS.ProcessEnv; log?: { warn(fields: object, message: string): void } },
 ): MediaProviderRegistry {
   const env = opts.env ?? process.env;
   const providers = new Map<string, MediaProvider>();
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localMediaProvider());
     else if (config.kind === 'replicate') providers.set(name, replicateProvider({ ...upstream(config, env), download: opts.download }));
+    else if (config.kind === 'openai') {
+      const { organization, project } = config;
+      providers.set(name, openaiMediaProvider({ ...upstream(config, env), organization, project, maxResultBytes: config.max_result_mb * 1_048_576, log: opts.log }));
+    } else if (config.kind === 'elevenlabs') {
+      providers.set(name, elevenLabsProvider({ ...upstream(config, env), maxResultBytes: config.max_result_mb * 1_048_576, log: opts.log }));
+    }
   }
   return { get: (name) => providers.get(name) };
 }
