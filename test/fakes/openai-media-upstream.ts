@@ -10,7 +10,7 @@ import { png, seededRandom } from '../../adapters/providers/media/formats.ts';
  * Errors are OpenAI's `{error:{message,type,param,code}}`. A marker in the prompt picks a behaviour:
  *   [policy]     400 moderation_blocked             [invalid]    400 invalid_value on `size`
  *   [policy-violation] 400 content_policy_violation
- *   [429]        429 with Retry-After: 7 (always)   [429once]    429 Retry-After: 1, then as usual
+ *   [429]        429 with Retry-After: 7 (always)   [429once]    429 Retry-After: 3, then as usual
  *   [500]        500 server_error                   [malformed]  200 with a cut-off JSON body
  *   [hang]       never answers                      [oversized]  Content-Length of 2 GB
  *   [endless]    a chunked body that goes on        [video-policy] a video that fails on moderation
@@ -27,6 +27,7 @@ export interface FakeVideo {
 export interface SeenRequest {
   method: string;
   path: string;
+  at: number;
   headers: http.IncomingHttpHeaders;
   json?: Record<string, unknown>;
   form?: Record<string, string | { name: string; type: string; bytes: number }>;
@@ -72,7 +73,7 @@ export async function startFakeOpenAIMedia(): Promise<FakeOpenAIMedia> {
     if (prompt.includes('[429]')) return error(res, 429, 'Rate limit reached for requests', 'requests', 'rate_limit_exceeded', null, { 'retry-after': '7' }), true;
     if (prompt.includes('[429once]') && !onceSeen.has(prompt)) {
       onceSeen.add(prompt);
-      return error(res, 429, 'Rate limit reached for requests', 'requests', 'rate_limit_exceeded', null, { 'retry-after': '1' }), true;
+      return error(res, 429, 'Rate limit reached for requests', 'requests', 'rate_limit_exceeded', null, { 'retry-after': '3' }), true;
     }
     if (prompt.includes('[500]')) return error(res, 500, 'The server had an error while processing your request.', 'server_error', null), true;
     if (prompt.includes('[malformed]')) return res.writeHead(200, { 'content-type': 'application/json' }).end('{"created":1,"data":[{"b64_json":"iVBOR'), true;
@@ -100,7 +101,7 @@ export async function startFakeOpenAIMedia(): Promise<FakeOpenAIMedia> {
       void (async () => {
         const raw = Buffer.concat(chunks);
         const url = new URL(req.url ?? '/', 'http://fake');
-        const seen: SeenRequest = { method: req.method ?? 'GET', path: url.pathname, headers: req.headers };
+        const seen: SeenRequest = { method: req.method ?? 'GET', path: url.pathname, at: Date.now(), headers: req.headers };
         requests.push(seen);
         if (req.headers.authorization !== 'Bearer openai-secret') {
           const shown = String(req.headers.authorization ?? '').replace(/^Bearer /, '');

@@ -143,11 +143,14 @@ describe('OpenAI image jobs', () => {
     await refundedOnce(account.id, id);
   });
 
-  it('a 429 with Retry-After is retried after it, then succeeds, charged once', async () => {
+  it('a 429 with Retry-After: 3 is retried after 3 s, not sooner, then succeeds, charged once', async () => {
     const prompt = `busy [429once] ${tag}`;
     const { account, key, id, price } = await run(IMAGE, prompt, { quality: 'low' });
     const job = await ended(key, id);
     expect(job).toMatchObject({ status: 'succeeded', cost_coins: price });
+    const [first, second] = openai.requests.filter((r) => r.json?.prompt === prompt);
+    // Temporal's own first retry would come after 1 s: the 3 s are the upstream's Retry-After.
+    expect(second!.at - first!.at).toBeGreaterThanOrEqual(2900);
     expect(calls(prompt)).toBe(2);
     expect(await capturedFor(orm, id)).toBe(BigInt(Math.round(price * 1e6)));
     await expectSettledWallet(orm, account.id);
