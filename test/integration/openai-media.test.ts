@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import { randomBase62 } from '../../core/ids.ts';
+import { png, seededRandom } from '../../adapters/providers/media/formats.ts';
 import { startFakeElevenLabs, type FakeElevenLabs } from '../fakes/elevenlabs-upstream.ts';
 import { FAKE_MP3, FAKE_MP4, startFakeOpenAIMedia, type FakeOpenAIMedia } from '../fakes/openai-media-upstream.ts';
 import { makeAccount, makeKey } from '../support/db.ts';
@@ -82,13 +83,21 @@ afterAll(async () => {
   await eleven.close();
 });
 
-async function run(model: string, prompt: string, settings: Record<string, unknown> = {}) {
+async function run(model: string, prompt: string, settings: Record<string, unknown> = {}, upload?: Uint8Array) {
   const account = await makeAccount(orm, { coins: '1000' });
   const { key } = await makeKey(orm, account.id);
+  let inputs = {};
+  if (upload) {
+    const form = new FormData();
+    form.append('file', new Blob([upload]), 'photo.png');
+    const file = await getJson(`${base}/api/v1/files`, { method: 'POST', headers: bearer(key), body: form });
+    expect(file.status).toBe(200);
+    inputs = { image: file.body.id as string };
+  }
   const res = await getJson(`${base}/api/v1/generations`, {
     method: 'POST',
     headers: { ...bearer(key), 'content-type': 'application/json' },
-    body: JSON.stringify({ model, prompt, settings }),
+    body: JSON.stringify({ model, prompt, settings, inputs }),
   });
   expect(res.status).toBe(202);
   return { account, key, id: res.body.id as string, price: res.body.price_coins as number };
@@ -130,6 +139,17 @@ describe('OpenAI image jobs', () => {
     expect((await resultBytes(job)).subarray(1, 4).toString()).toBe('PNG');
     expect(await capturedFor(orm, id)).toBe(125_250_000n);
     expect(calls('a lighthouse at dusk')).toBe(1);
+    await expectSettledWallet(orm, account.id);
+  });
+
+  it('an edit: the uploaded file is read from storage in the result step and sent to /images/edits as a multipart file', async () => {
+    const photo = png(6, 6, seededRandom(Buffer.from(tag)));
+    const prompt = `make it night ${tag}`;
+    const { account, key, id, price } = await run(IMAGE, prompt, { quality: 'low' }, photo);
+    const job = await ended(key, id);
+    expect(job).toMatchObject({ status: 'succeeded', cost_coins: price });
+    const sent = openai.requests.find((r) => r.path === '/v1/images/edits' && r.form?.prompt === prompt);
+    expect(sent?.form).toMatchObject({ model: 'gpt-image-1', quality: 'low', image: { bytes: photo.length } });
     await expectSettledWallet(orm, account.id);
   });
 
