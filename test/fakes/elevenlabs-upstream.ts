@@ -9,6 +9,7 @@ import { FAKE_MP3 } from './openai-media-upstream.ts';
  * Voices: `rachel` exists; any other is 400 voice_not_found. A marker in the text picks a behaviour:
  *   [quota] 401 quota_exceeded   [429] 429 too_many_concurrent_requests, Retry-After: 3
  *   [500]   500                  [hang] never answers   [oversized] a body that goes on
+ *   [422]   a validation list    [too-long] 400 max_character_limit_exceeded   [busy] 429 system_busy, no Retry-After
  * Any key other than `eleven-secret` gets 401 invalid_api_key.
  */
 export interface FakeElevenLabs {
@@ -42,6 +43,11 @@ export async function startFakeElevenLabs(): Promise<FakeElevenLabs> {
       }
       const text = body.text;
       if (decodeURIComponent(tts[1]!) !== 'rachel') return detail(res, 400, 'voice_not_found', `A voice with the voice_id ${tts[1]} was not found.`);
+      if (text.includes('[422]')) {
+        return res.writeHead(422, { 'content-type': 'application/json' }).end(JSON.stringify({ detail: [{ loc: ['body', 'voice_settings', 'stability'], msg: 'ensure this value is less than or equal to 1.0', type: 'value_error' }] }));
+      }
+      if (text.includes('[too-long]')) return detail(res, 400, 'max_character_limit_exceeded', 'Text is too long: 12000 characters, the limit is 10000. upstream-secret-detail');
+      if (text.includes('[busy]')) return detail(res, 429, 'system_busy', 'Our services are experiencing high traffic.');
       if (text.includes('[quota]')) return detail(res, 401, 'quota_exceeded', 'This request exceeds your quota of 10000. You have 12 credits remaining.');
       if (text.includes('[429]')) return detail(res, 429, 'too_many_concurrent_requests', 'Too many concurrent requests.', { 'retry-after': '3' });
       if (text.includes('[500]')) return detail(res, 500, 'internal_error', 'upstream-secret-detail');

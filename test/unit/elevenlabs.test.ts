@@ -80,6 +80,19 @@ describe('ElevenLabs text-to-speech', () => {
     expect(await refusal(speak(spec('x [429]')))).toMatchObject({ kind: 'retryable', code: 'provider_rate_limited', retryAfterMs: 3000 });
   });
 
+  it('a validation error (422, a detail list) and max_character_limit_exceeded (400): invalid input, upstream words not shown', async () => {
+    expect(await refusal(speak(spec('x [422]')))).toMatchObject({ kind: 'refused', code: 'invalid_input', message: 'The provider refused the request as invalid.' });
+    const tooLong = await refusal(speak(spec('x [too-long]')));
+    expect(tooLong).toMatchObject({ kind: 'refused', code: 'invalid_input' });
+    expect(tooLong.message).not.toContain('upstream-secret-detail');
+  });
+
+  it('429 system_busy without Retry-After: retryable, no delay of its own', async () => {
+    const err = await refusal(speak(spec('x [busy]')));
+    expect(err).toMatchObject({ kind: 'retryable', code: 'provider_rate_limited' });
+    expect(err.retryAfterMs).toBeUndefined();
+  });
+
   it('5xx: retryable; the upstream body only in the log', async () => {
     const err = await refusal(speak(spec('x [500]')));
     expect(err).toMatchObject({ kind: 'retryable', code: 'provider_unavailable' });
