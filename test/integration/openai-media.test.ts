@@ -28,8 +28,8 @@ beforeAll(async () => {
   openai = await startFakeOpenAIMedia();
   eleven = await startFakeElevenLabs();
   const providers = {
-    'openai-fake': { kind: 'openai', base_url: openai.url, api_key_env: 'FAKE_OPENAI_KEY', timeout_seconds: 5 },
-    'elevenlabs-fake': { kind: 'elevenlabs', base_url: eleven.url, api_key_env: 'FAKE_ELEVENLABS_KEY', timeout_seconds: 5 },
+    'openai-fake': { kind: 'openai', base_url: openai.url, api_key_env: 'FAKE_OPENAI_KEY', timeout_seconds: 5, max_result_mb: 16 },
+    'elevenlabs-fake': { kind: 'elevenlabs', base_url: eleven.url, api_key_env: 'FAKE_ELEVENLABS_KEY', timeout_seconds: 5, max_result_mb: 16 },
   } as const;
   h = await startJobHarness({ mediaProviders: providers });
   ({ orm, base } = h);
