@@ -70,6 +70,8 @@ describe('ElevenLabs text-to-speech', () => {
     const err = await refusal(speak(spec('hi'), make({ apiKey: 'xi-wrong-456' })));
     expect(err).toMatchObject({ kind: 'refused', code: 'provider_auth_failed' });
     expect(`${err.message} ${err.stack} ${JSON.stringify(err)}`).not.toContain('xi-wrong-456');
+    expect(JSON.stringify(logged)).toContain('Invalid API key: [redacted]');
+    expect(JSON.stringify(logged)).not.toContain('xi-wrong-456');
   });
 
   it('401 quota_exceeded: refused, the operator must top up', async () => {

@@ -151,6 +151,9 @@ describe('OpenAI errors', () => {
     const err = await refusal(image('hello', wrong));
     expect(err).toMatchObject({ kind: 'refused', code: 'provider_auth_failed' });
     expect(JSON.stringify({ ...err, message: err.message, stack: err.stack })).not.toContain('sk-wrong-key-123');
+    // The mock echoes the key in its body, as an upstream might: the log blanks it.
+    expect(JSON.stringify(logged)).toContain('Incorrect API key provided: [redacted]');
+    expect(JSON.stringify(logged)).not.toContain('sk-wrong-key-123');
   });
 
   it('429 with Retry-After: retryable after that delay', async () => {

@@ -1,6 +1,6 @@
 import type { MediaPollResult, MediaProvider, MediaResult } from '../../../core/ports.ts';
 import { MediaProviderError } from '../../../core/ports.ts';
-import { oversizeIn, retryAfterMs, sizeLimitedFetch } from './upstream-limits.ts';
+import { forLog, oversizeIn, retryAfterMs, sizeLimitedFetch } from './upstream-limits.ts';
 
 /**
  * ElevenLabs text-to-speech: `POST /v1/text-to-speech/{voice_id}?output_format=…` with
@@ -93,7 +93,7 @@ async function refusal(res: Response, config: ElevenLabsConfig): Promise<MediaPr
   } catch {
     detail = undefined;
   }
-  config.log?.warn({ provider: 'elevenlabs', status: res.status, upstream_error: text.slice(0, 2000) }, 'the upstream refused a call');
+  config.log?.warn({ provider: 'elevenlabs', status: res.status, upstream_error: forLog(text, config.apiKey) }, 'the upstream refused a call');
   const status = !Array.isArray(detail) && detail && typeof detail.status === 'string' ? detail.status : '';
   if (/tos|policy|moderation|blocked/i.test(status)) return new MediaProviderError('refused', 'content_policy', 'The provider refused the prompt under its content policy.');
   if (status === 'quota_exceeded') return new MediaProviderError('refused', 'provider_quota_exceeded', 'The provider account behind this model is out of credits; the operator has to top it up. You were not charged.');

@@ -1,7 +1,7 @@
 import OpenAI, { toFile } from 'openai';
 import type { InputReader, MediaJobSpec, MediaPollResult, MediaProvider, MediaResult } from '../../../core/ports.ts';
 import { MediaProviderError } from '../../../core/ports.ts';
-import { oversizeIn, resultTooLarge, retryAfterMs, sizeLimitedFetch } from './upstream-limits.ts';
+import { forLog, oversizeIn, resultTooLarge, retryAfterMs, sizeLimitedFetch } from './upstream-limits.ts';
 
 /**
  * OpenAI's media APIs through the official SDK (its `baseURL` points it at any compatible
@@ -92,7 +92,7 @@ export function openaiMediaProvider(config: OpenAIMediaConfig): MediaProvider {
       const video = await call('videos.retrieve', () => client.videos.retrieve(h.id));
       if (video.status === 'completed') return { status: 'succeeded' };
       if (video.status !== 'failed') return { status: 'running' };
-      config.log?.warn({ provider: 'openai', call: 'videos.retrieve', video: h.id, upstream_error: video.error }, 'the upstream failed a video');
+      config.log?.warn({ provider: 'openai', call: 'videos.retrieve', video: h.id, upstream_error: forLog(video.error, config.apiKey) }, 'the upstream failed a video');
       return videoFailure(video.error?.code);
     },
     async fetchResult(raw, inputs): Promise<MediaResult> {
@@ -135,14 +135,14 @@ function badAnswer(config: OpenAIMediaConfig, what: string, detail: string): Med
 }
 
 /** An SDK or network failure as a MediaProviderError in our words; the upstream's body goes to the log only. */
-export function translate(err: unknown, what: string, config: Pick<OpenAIMediaConfig, 'log'>): MediaProviderError {
+export function translate(err: unknown, what: string, config: Pick<OpenAIMediaConfig, 'log' | 'apiKey'>): MediaProviderError {
   if (err instanceof MediaProviderError) return err;
   const oversize = oversizeIn(err);
   if (oversize) return oversize;
   if (err instanceof OpenAI.APIConnectionTimeoutError) return new MediaProviderError('retryable', 'provider_timeout', 'The provider did not answer in time.');
   if (err instanceof OpenAI.APIError && err.status !== undefined) {
     const body = (err.error ?? {}) as { code?: unknown; type?: unknown; param?: unknown };
-    config.log?.warn({ provider: 'openai', call: what, status: err.status, upstream_error: err.error }, 'the upstream refused a call');
+    config.log?.warn({ provider: 'openai', call: what, status: err.status, upstream_error: forLog(err.error, config.apiKey) }, 'the upstream refused a call');
     const code = String(body.code ?? '');
     const type = String(body.type ?? '');
     if (POLICY.has(code) || POLICY.has(type)) return new MediaProviderError('refused', 'content_policy', CONTENT_POLICY_MESSAGE);

@@ -55,3 +55,9 @@ export function retryAfterMs(headers: Headers | undefined, now = Date.now()): nu
   const delay = Number.isFinite(seconds) ? seconds * 1000 : Date.parse(raw) - now;
   return Number.isFinite(delay) && delay >= 0 ? Math.min(delay, 600_000) : undefined;
 }
+
+/** An upstream's error body for the log: as text, cut to 2,000 characters, with our key (should the upstream echo it) blanked. */
+export function forLog(body: unknown, apiKey: string | undefined): string {
+  const text = typeof body === 'string' ? body : JSON.stringify(body ?? null);
+  return (apiKey ? text.replaceAll(apiKey, '[redacted]') : text).slice(0, 2000);
+}
