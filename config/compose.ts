@@ -76,11 +76,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     execute: statements.execute,
     logger: parts.logger,
     providers: parts.chatProviders ?? createProviderRegistry(parts.providers, parts.providerEnv),
-    media: createMediaProviderRegistry(parts.providers, {
-      download: (url) => urlGuard.fetch(url),
-      env: parts.providerEnv,
-      log: (fields, message) => parts.logger.warn(fields, message),
-    }),
+    media: createMediaProviderRegistry(parts.providers, { download: (url) => urlGuard.fetch(url), env: parts.providerEnv, log: parts.logger }),
     storage:
       parts.storage ??
       (env.STORAGE_DRIVER === 's3'

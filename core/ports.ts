@@ -90,37 +90,53 @@ export interface InputReader {
   url(value: string): string;
 }
 
+/**
+ * A media upstream's failure, in words a customer may read (the upstream's own body is logged,
+ * never put here). `refused` will not change on a retry (content policy, invalid input, our
+ * key refused, a result over the size limit): the job fails now with `code`. `retryable` (429,
+ * 5xx, a time-out, a malformed answer) is tried again, after `retryAfterMs` when the upstream
+ * named a delay; when every retry failed the job fails with `code` and this message.
+ */
+export class MediaProviderError extends Error {
+  readonly kind: 'refused' | 'retryable';
+  readonly code: string;
+  readonly retryAfterMs: number | undefined;
+  constructor(kind: 'refused' | 'retryable', code: string, message: string, retryAfterMs?: number) {
+    super(message);
+    this.name = 'MediaProviderError';
+    this.kind = kind;
+    this.code = code;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
 export interface MediaProvider {
   /** Starts the job upstream; returns the upstream's handle (opaque, JSON-serialisable). Idempotent on jobId. */
   submit(spec: MediaJobSpec, inputs: InputReader): Promise<string>;
   poll(handle: string): Promise<MediaPollResult>;
-  fetchResult(handle: string): Promise<MediaResult>;
+  /**
+   * The result's bytes. Upstreams that answer synchronously (an image, a speech file) do their
+   * work here, in the step that has minutes and a heartbeat, so they read their inputs here too.
+   */
+  fetchResult(handle: string, inputs: InputReader): Promise<MediaResult>;
   /** Asks the upstream to stop the job, where it supports that. */
   cancel?(handle: string): Promise<void>;
 }
 
-/**
- * A media upstream refused a job for a reason that retrying will not change (the input failed
- * its validation, the operator's key was refused, the result is over the size limit). `message`
- * is written for the customer, in our words; `code` is the job's error code. Anything else a
- * provider throws is transient and retried.
- */
-export class MediaJobRefused extends Error {
-  readonly code: string;
+/** A refusal that retrying will not change (MediaProviderError `refused`), as the fal adapter names it. */
+export class MediaJobRefused extends MediaProviderError {
   constructor(code: string, message: string) {
-    super(message);
+    super('refused', code, message);
     this.name = 'MediaJobRefused';
-    this.code = code;
   }
 }
 
 /** A media upstream asked us to come back later (a 429 with `Retry-After`): retried, not before `retryAfterMs`. */
-export class MediaUpstreamBusy extends Error {
-  readonly retryAfterMs: number;
-  constructor(message: string, retryAfterMs: number) {
-    super(message);
+export class MediaUpstreamBusy extends MediaProviderError {
+  constructor(_detail: string, retryAfterMs: number) {
+    // What the job says if the provider stays busy through every retry.
+    super('retryable', 'provider_busy', 'The provider stayed too busy to take the job. Nothing was charged.', retryAfterMs);
     this.name = 'MediaUpstreamBusy';
-    this.retryAfterMs = retryAfterMs;
   }
 }
 

@@ -1,8 +1,9 @@
-import { ApplicationFailure, Context } from '@temporalio/activity';
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
 import { createContext, type CoreDeps } from '../core/context.ts';
 import type { JobError, StoredOutput } from '../core/generations/job-row.ts';
 import { createInternalCaller } from '../core/internal/router.ts';
-import { MediaJobRefused, MediaUpstreamBusy } from '../core/ports.ts';
+import { MediaProviderError } from '../core/ports.ts';
 
 /**
  * Activities call core's internal steps through its internal router, as the internal caller.
@@ -33,10 +34,10 @@ export function createActivities(deps: CoreDeps) {
     chargeSavedCardForAutoTopUp: (accountId: string, chargeId: string): Promise<string> => core().payments.autoTopUp({ account: accountId, charge: chargeId }),
     // A job's workflow, in order.
     markJobRunning: (id: string) => core().jobs.begin({ id }),
-    submitJobToProvider: (id: string) => asTemporalFailure(() => core().jobs.submit({ id })),
-    askProviderForJobState: (provider: string, handle: string) => asTemporalFailure(() => core().jobs.poll({ provider, handle })),
+    submitJobToProvider: (id: string) => providerStep(core().jobs.submit({ id })),
+    askProviderForJobState: (provider: string, handle: string) => providerStep(core().jobs.poll({ provider, handle })),
     copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> =>
-      asTemporalFailure(() => heartbeating(() => core().jobs.store({ id, provider, handle }))),
+      providerStep(heartbeating(() => core().jobs.store({ id, provider, handle }))),
     chargeAndCompleteJob: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
     refundAndFailJob: (id: string, error: JobError) => core().jobs.fail({ id, error }),
     refundAndCancelJob: (id: string) => core().jobs.cancel({ id }),
@@ -62,23 +63,24 @@ export function createActivities(deps: CoreDeps) {
 export type Activities = ReturnType<typeof createActivities>;
 
 /**
- * A provider's verdict, in Temporal's terms: a refusal that retrying cannot change fails the
- * step at once (non-retryable, its code and customer-facing message becoming the job's error);
- * an upstream's "come back later" is retried no sooner than it asked. Anything else is thrown
- * as it is, and retried by the step's policy.
+ * A provider's failure as Temporal should treat it (core/ports.ts, MediaProviderError): a
+ * refusal fails the step at once, not retried; anything else is retried, after the upstream's
+ * Retry-After when it named one. Either way its type is our snake_case code and its message our
+ * words, which the workflow makes the job's error once the step has failed for good.
  */
-async function asTemporalFailure<T>(work: () => Promise<T>): Promise<T> {
+async function providerStep<T>(step: Promise<T>): Promise<T> {
   try {
-    return await work();
+    return await step;
   } catch (err) {
-    for (let e: unknown = err; e instanceof Error; e = e.cause) {
-      if (e instanceof MediaJobRefused) throw ApplicationFailure.create({ message: e.message, type: e.code, nonRetryable: true });
-      if (e instanceof MediaUpstreamBusy) {
-        // The message is what the job says if the provider stays busy through every retry.
-        throw ApplicationFailure.create({ message: 'The provider stayed too busy to take the job. Nothing was charged.', type: 'provider_busy', nextRetryDelay: e.retryAfterMs });
-      }
-    }
-    throw err;
+    let cause: unknown = err;
+    while (cause instanceof Error && !(cause instanceof MediaProviderError)) cause = cause.cause;
+    if (!(cause instanceof MediaProviderError)) throw err;
+    throw ApplicationFailure.create({
+      message: cause.message,
+      type: cause.code,
+      nonRetryable: cause.kind === 'refused',
+      ...(cause.retryAfterMs !== undefined ? { nextRetryDelay: cause.retryAfterMs } : {}),
+    });
   }
 }
 

@@ -4,6 +4,8 @@ import { localProvider } from './local.ts';
 import { localMediaProvider } from './media/local-media.ts';
 import { replicateProvider } from './media/replicate.ts';
 import { falProvider } from './media/fal.ts';
+import { openaiMediaProvider } from './media/openai-media.ts';
+import { elevenLabsProvider } from './media/elevenlabs.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 
@@ -17,14 +19,18 @@ export function createProviderRegistry(configs: Record<string, ProviderConfig>, 
   return { get: (name) => providers.get(name) };
 }
 
-/** Media providers of the catalog: `local` makes files offline; `replicate` calls a predictions API; `fal` fal.ai's queue. */
+/**
+ * Media providers of the catalog: `local` makes files offline; `replicate` calls a predictions
+ * API; `fal` fal.ai's queue; `openai` its images, speech and videos APIs; `elevenlabs` its
+ * text-to-speech.
+ */
 export function createMediaProviderRegistry(
   configs: Record<string, ProviderConfig>,
   opts: {
     download: (url: string) => Promise<Uint8Array>;
     env?: NodeJS.ProcessEnv | undefined;
     /** The operator's log, for what upstreams said (never shown to customers). */
-    log?: ((fields: Record<string, unknown>, message: string) => void) | undefined;
+    log?: { warn(fields: object, message: string): void } | undefined;
   },
 ): MediaProviderRegistry {
   const env = opts.env ?? process.env;
@@ -34,7 +40,12 @@ export function createMediaProviderRegistry(
     else if (config.kind === 'replicate') providers.set(name, replicateProvider({ ...upstream(config, env), download: opts.download }));
     else if (config.kind === 'fal') {
       const log = opts.log;
-      providers.set(name, falProvider({ ...upstream(config, env), download: opts.download, log: log && ((fields, message) => log({ provider: name, ...fields }, message)) }));
+      providers.set(name, falProvider({ ...upstream(config, env), download: opts.download, log: log && ((fields, message) => log.warn({ provider: name, ...fields }, message)) }));
+    } else if (config.kind === 'openai') {
+      const { organization, project } = config;
+      providers.set(name, openaiMediaProvider({ ...upstream(config, env), organization, project, maxResultBytes: config.max_result_mb * 1_048_576, log: opts.log }));
+    } else if (config.kind === 'elevenlabs') {
+      providers.set(name, elevenLabsProvider({ ...upstream(config, env), maxResultBytes: config.max_result_mb * 1_048_576, log: opts.log }));
     }
   }
   return { get: (name) => providers.get(name) };

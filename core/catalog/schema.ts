@@ -211,6 +211,26 @@ export const providerConfigSchema = z.discriminatedUnion('kind', [
     /** Per HTTP call; the job's own limit is the model's deadline_seconds. */
     timeout_seconds: z.number().positive().max(600).default(30),
   }),
+  z.object({
+    /** OpenAI's media APIs: images (generations, edits), speech, videos (docs/providers.md). */
+    kind: z.literal('openai'),
+    base_url: z.url({ protocol: /^https?$/ }).default('https://api.openai.com/v1'),
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+    /** Longest wait for one upstream call (an image or a speech file is made within one). */
+    timeout_seconds: z.number().positive().max(600).default(180),
+    organization: z.string().min(1).optional(),
+    project: z.string().min(1).optional(),
+    /** A result (decoded image, speech, video download) larger than this is refused. */
+    max_result_mb: z.number().int().positive().max(2048).default(512),
+  }),
+  z.object({
+    /** ElevenLabs text-to-speech (POST /v1/text-to-speech/{voice_id}). */
+    kind: z.literal('elevenlabs'),
+    base_url: z.url({ protocol: /^https?$/ }).default('https://api.elevenlabs.io'),
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+    timeout_seconds: z.number().positive().max(600).default(120),
+    max_result_mb: z.number().int().positive().max(2048).default(64),
+  }),
 ]);
 export type ProviderConfig = z.output<typeof providerConfigSchema>;
 

@@ -46,11 +46,15 @@ type SubmitDeps = { catalog: ModelCatalog; media: MediaProviderRegistry; storage
 
 export async function submitJob(deps: SubmitDeps, em: EntityManager, id: string): Promise<{ provider: string; handle: string }> {
   const { spec, provider } = await jobSpec(deps, em, id);
-  const inputs: InputReader = {
+  return { provider, handle: await providerOf(deps.media, provider).submit(spec, inputReader(deps, em)) };
+}
+
+/** Reads a job's inputs: an uploaded file from storage, a URL through the URL guard. */
+function inputReader(deps: Omit<SubmitDeps, 'catalog' | 'media'>, em: EntityManager): InputReader {
+  return {
     read: (value) => (isFileId(value) ? readFileBytes(deps, em, value) : deps.urlGuard.fetch(value)),
     url: (value) => (isFileId(value) ? deps.signer.sign(value, new Date(deps.clock().getTime() + 6 * 3_600_000), 'file') : value),
   };
-  return { provider, handle: await providerOf(deps.media, provider).submit(spec, inputs) };
 }
 
 export function pollJob(deps: { media: MediaProviderRegistry }, provider: string, handle: string): Promise<MediaPollResult> {
@@ -62,8 +66,14 @@ export async function cancelUpstream(deps: { media: MediaProviderRegistry }, pro
 }
 
 /** Copies the provider's result into our storage; returns where it is. */
-export async function storeJobResult(deps: { media: MediaProviderRegistry; storage: ResultStorage }, id: string, provider: string, handle: string): Promise<StoredOutput> {
-  const result = await providerOf(deps.media, provider).fetchResult(handle);
+export async function storeJobResult(
+  deps: Omit<SubmitDeps, 'catalog'>,
+  em: EntityManager,
+  id: string,
+  provider: string,
+  handle: string,
+): Promise<StoredOutput> {
+  const result = await providerOf(deps.media, provider).fetchResult(handle, inputReader(deps, em));
   const filename = `${id}.${result.extension}`;
   const key = `generations/${filename}`;
   await deps.storage.put(key, result.bytes);

@@ -24,7 +24,7 @@ export const internalRouter = router({
     begin: internalProcedure.input(jobId).mutation(({ ctx, input }) => beginJob(ctx.deps, ctx.em, input.id)),
     submit: internalProcedure.input(jobId).mutation(({ ctx, input }) => submitJob(ctx.deps, ctx.em, input.id)),
     poll: internalProcedure.input(upstream).query(({ ctx, input }) => pollJob(ctx.deps, input.provider, input.handle)),
-    store: internalProcedure.input(upstream.extend(jobId.shape)).mutation(({ ctx, input }) => storeJobResult(ctx.deps, input.id, input.provider, input.handle)),
+    store: internalProcedure.input(upstream.extend(jobId.shape)).mutation(({ ctx, input }) => storeJobResult(ctx.deps, ctx.em, input.id, input.provider, input.handle)),
     complete: internalProcedure.input(jobId.extend({ output: storedOutput })).mutation(async ({ ctx, input }) => {
       const ending = await completeJob(ctx.deps, ctx.em, input.id, input.output);
       // A settle that leaves the purchased coins under the auto top-up threshold starts one.

@@ -332,7 +332,7 @@ describe("the workflow's steps", () => {
   it('storeJobResult: stored under generations/<job>.<extension>, with its type and size', async () => {
     const { media } = fakeMedia();
     const { storage, put } = fakeStorage();
-    expect(await storeJobResult({ media, storage }, 'gen_x1', 'local', 'handle-1')).toEqual({ key: 'generations/gen_x1.png', mime_type: 'image/png', bytes: 4, filename: 'gen_x1.png' });
+    expect(await storeJobResult({ ...base, media, storage }, orm.em.fork(), 'gen_x1', 'local', 'handle-1')).toEqual({ key: 'generations/gen_x1.png', mime_type: 'image/png', bytes: 4, filename: 'gen_x1.png' });
     expect(put).toEqual(['generations/gen_x1.png']);
   });
 

@@ -67,7 +67,7 @@ export function testDeps(
     orm,
     logger: silentLogger,
     providers: { local: { kind: 'local' }, ...opts.mediaProviders },
-    providerEnv: { FAKE_REPLICATE_KEY: 'replicate-secret', FAKE_FAL_KEY: 'fal-secret' },
+    providerEnv: { FAKE_REPLICATE_KEY: 'replicate-secret', FAKE_FAL_KEY: 'fal-secret', FAKE_OPENAI_KEY: 'openai-secret', FAKE_ELEVENLABS_KEY: 'eleven-secret' },
     chatProviders: opts.providers ?? { get: () => undefined },
     storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
     signingSecret: 'test-signing-secret-test-signing-secret',

@@ -74,7 +74,7 @@ describe('fal queue adapter: the happy paths', () => {
     expect(stored.status_url).toBe(`${fake.url}/fal-ai/fake-flux/requests/${stored.request_id}/status`);
     const r = fake.requests.get(stored.request_id!)!;
     expect(r.input).toEqual({ prompt: 'a red kite', num_images: 1, image_url: 'https://mas.example/files/file_abc?signature=s' });
-    const result = await p.fetchResult(handle);
+    const result = await p.fetchResult(handle, inputs);
     expect(result).toMatchObject({ mimeType: 'image/png', extension: 'png' });
     expect(Buffer.from(result.bytes).subarray(1, 4).toString()).toBe('PNG');
     // Every call that carries the key went to the configured origin, with the key.
@@ -87,7 +87,7 @@ describe('fal queue adapter: the happy paths', () => {
     const { handle, last } = await runToEnd(p, 'fal-ai/fake-flux/nourls');
     expect(last.status).toBe('succeeded');
     expect(JSON.parse(handle).response_url).toBe(`${fake.url}/fal-ai/fake-flux/requests/${JSON.parse(handle).request_id}`);
-    expect((await p.fetchResult(handle)).mimeType).toBe('image/png');
+    expect((await p.fetchResult(handle, inputs)).mimeType).toBe('image/png');
   });
 
   it.each([
@@ -99,7 +99,7 @@ describe('fal queue adapter: the happy paths', () => {
     const p = provider();
     const { handle, last } = await runToEnd(p, `fal-ai/fake-${kind}`);
     expect(last.status).toBe('succeeded');
-    const result = await p.fetchResult(handle);
+    const result = await p.fetchResult(handle, inputs);
     expect(result.mimeType).toBe(mime);
     expect(result.extension).toBe(ext);
     expect(result.bytes.length).toBeGreaterThan(0);
@@ -193,7 +193,7 @@ describe('fal queue adapter: what each upstream error becomes', () => {
       const p = provider();
       const { handle } = await runToEnd(p, `fal-ai/fake-${kind}`);
       const started = Date.now();
-      const err = await refusal(p.fetchResult(handle));
+      const err = await refusal(p.fetchResult(handle, inputs));
       expect(err).toBeInstanceOf(MediaJobRefused);
       expect(err).toMatchObject({ code: 'result_too_large' });
       expect(Date.now() - started).toBeLessThan(10_000);
@@ -212,7 +212,7 @@ describe('fal queue adapter: what each upstream error becomes', () => {
     // A stored handle naming another host is refused too, before any request.
     const forged = JSON.stringify({ request_id: 'r1', status_url: 'http://localhost:1/x/y/requests/r1/status', response_url: 'http://evil.example/r', cancel_url: 'http://evil.example/c' });
     await refusal(provider().poll(forged));
-    await refusal(provider().fetchResult(forged));
+    await refusal(provider().fetchResult(forged, inputs));
     await refusal(provider().cancel!(forged));
     expect(fake.calls.slice(before).filter((c) => c.host.startsWith('localhost'))).toEqual([]);
   });
