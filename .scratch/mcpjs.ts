@@ -1,0 +1,16 @@
+import { z } from 'zod';
+import { chat } from '../adapters/mcp/tools/chat.ts';
+import { chatRequestSchema } from '../core/chat/schema.ts';
+console.log(JSON.stringify(z.toJSONSchema(chat.input, { io: 'input', unrepresentable: 'any' })).slice(0, 1500));
+const tools = Array.from({ length: 10000 }, (_, i) => ({ type: 'function', function: { name: 'f' + i, parameters: { type: 'object' } } }));
+let t = performance.now();
+const r = chatRequestSchema.safeParse({ model: 'm', messages: [{ role: 'user', content: 'x' }], tools });
+console.log(performance.now() - t, JSON.stringify(r.error?.issues[0]));
+let deep: any = {}; for (let i = 0; i < 10000; i++) deep = { type: 'object', properties: { a: deep } };
+t = performance.now();
+const r2 = chatRequestSchema.safeParse({ model: 'm', messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f', parameters: deep } }] });
+console.log(performance.now() - t, JSON.stringify(r2.error?.issues));
+const r3 = chatRequestSchema.safeParse({ model: 'm', messages: [{ role: 'user', content: 'x' }, { role: 'tool', tool_call_id: 'nope', content: 'r' }] });
+console.log(JSON.stringify(r3.error?.issues));
+const r4 = chatRequestSchema.safeParse({ model: 'm', messages: [{ role: 'user', content: 'x' }], functions: [{ name: 'x' }] });
+console.log(JSON.stringify(r4.error?.issues));
