@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { generateSync } from 'json-schema-faker';
-import { compileSchema } from '../../core/chat/json-schema.ts';
+import { isValidAgainst } from '../../core/chat/json-schema.ts';
 import { o200k } from '../../core/chat/tokenizer.ts';
 import { ProviderError, type ChatProvider, type ProviderChatRequest, type ProviderEvent, type ToolSpec } from '../../core/ports.ts';
 
@@ -45,7 +45,7 @@ export function localProvider(): ChatProvider {
       };
       const plain = !request.tools?.length && !request.responseFormat;
       const seed = createHash('sha256').update(JSON.stringify(plain ? request.messages : [request.messages, request.tools ?? [], request.responseFormat])).digest();
-      const calls = toolCalls(request, seed);
+      const calls = await toolCalls(request, seed);
       let budget = request.maxTokens;
       if (calls.length > 0) {
         let length = false;
@@ -67,7 +67,7 @@ export function localProvider(): ChatProvider {
         yield { type: 'usage', completionTokens: request.maxTokens - Math.max(0, budget) };
         return;
       }
-      const { text, finishReason } = answer(request, seed);
+      const { text, finishReason } = await answer(request, seed);
       const tokens = o200k().encode(text, PLAIN);
       // Stream a few tokens per chunk, as real upstreams do.
       for (let i = 0; i < tokens.length; i += 4) {
@@ -82,7 +82,7 @@ export function localProvider(): ChatProvider {
 }
 
 /** The calls to make, if the request's tools and last message ask for any. */
-function toolCalls(request: ProviderChatRequest, seed: Buffer): Call[] {
+async function toolCalls(request: ProviderChatRequest, seed: Buffer): Promise<Call[]> {
   const tools = request.tools ?? [];
   const last = request.messages.at(-1);
   if (tools.length === 0 || request.toolChoice === 'none' || last?.role === 'tool') return [];
@@ -96,11 +96,15 @@ function toolCalls(request: ProviderChatRequest, seed: Buffer): Call[] {
     if (chosen.length === 0 && choice === 'required') chosen = [tools[0]!];
   }
   if (request.parallelToolCalls === false) chosen = chosen.slice(0, 1);
-  return chosen.map((tool, i) => ({
-    id: `call_${createHash('sha256').update(seed).update(`${i}:${tool.name}`).digest('base64url').replace(/[-_]/g, '').slice(0, 24)}`,
-    name: tool.name,
-    arguments: JSON.stringify(instanceOf(tool.parameters ?? { type: 'object', properties: {} }, seed.readUInt32BE(0) + i, `tools.${tool.name}`)),
-  }));
+  const calls: Call[] = [];
+  for (const [i, tool] of chosen.entries()) {
+    calls.push({
+      id: `call_${createHash('sha256').update(seed).update(`${i}:${tool.name}`).digest('base64url').replace(/[-_]/g, '').slice(0, 24)}`,
+      name: tool.name,
+      arguments: JSON.stringify(await instanceOf(tool.parameters ?? { type: 'object', properties: {} }, seed.readUInt32BE(0) + i, `the parameters of ${tool.name}`)),
+    });
+  }
+  return calls;
 }
 
 /**
@@ -108,10 +112,9 @@ function toolCalls(request: ProviderChatRequest, seed: Buffer): Call[] {
  * Ajv; a few seeds are tried. A schema the sampler cannot satisfy (or that would make a huge
  * instance) is this demo model's failure, not the client's: an upstream error, nothing charged.
  */
-function instanceOf(schema: Record<string, unknown>, seed: number, what: string): unknown {
+async function instanceOf(schema: Record<string, unknown>, seed: number, what: string): Promise<unknown> {
   const tooBig = hugeInstance(schema);
   if (tooBig) throw new ProviderError('failed', `the demo model cannot make an instance of ${what}: ${tooBig}`);
-  const validate = compileSchema(schema, what);
   for (let attempt = 0; attempt < 5; attempt++) {
     let value: unknown;
     try {
@@ -119,7 +122,7 @@ function instanceOf(schema: Record<string, unknown>, seed: number, what: string)
     } catch {
       continue;
     }
-    if (validate(value)) return value;
+    if (await isValidAgainst(schema, value)) return value;
   }
   throw new ProviderError('failed', `the demo model could not make an instance valid against ${what}`);
 }
@@ -144,18 +147,18 @@ function hugeInstance(schema: unknown): string | undefined {
   return undefined;
 }
 
-function answer(request: ProviderChatRequest, seed: Buffer): { text: string; finishReason: 'stop' | 'length' } {
-  const full = cutAtStop(fullText(request, seed), request.options.stop);
+async function answer(request: ProviderChatRequest, seed: Buffer): Promise<{ text: string; finishReason: 'stop' | 'length' }> {
+  const full = cutAtStop(await fullText(request, seed), request.options.stop);
   const tokens = o200k().encode(full, PLAIN);
   if (tokens.length <= request.maxTokens) return { text: full, finishReason: 'stop' };
   return { text: o200k().decode(tokens.slice(0, request.maxTokens)), finishReason: 'length' };
 }
 
-function fullText(request: ProviderChatRequest, seed: Buffer): string {
+async function fullText(request: ProviderChatRequest, seed: Buffer): Promise<string> {
   const last = request.messages.at(-1);
   const lastUser = [...request.messages].reverse().find((m) => m.role === 'user')?.content ?? '';
   const format = request.responseFormat;
-  if (format?.type === 'json_schema') return JSON.stringify(instanceOf(format.schema ?? { type: 'object' }, seed.readUInt32BE(0), `response_format '${format.name}'`));
+  if (format?.type === 'json_schema') return JSON.stringify(await instanceOf(format.schema ?? { type: 'object' }, seed.readUInt32BE(0), `response_format '${format.name}'`));
   if (last?.role === 'tool') {
     const call = request.messages.flatMap((m) => m.toolCalls ?? []).find((c) => c.id === last.toolCallId);
     const text = `The tool ${call?.name ?? 'call'} returned: ${last.content.slice(0, 2000)}`;

@@ -8,7 +8,8 @@ import { restMessage } from './phrasing.ts';
 /**
  * How this adapter answers errors, documented in docs/errors.md: the status of each core error
  * (adapters/http/status.ts), its type and code (core's ERROR_VOCABULARY) and REST's own
- * phrasing. Every answer has the shape {"error":{"message","type","code"}}.
+ * phrasing. Every answer has the shape {"error":{"message","type","code"}}, with "param" when
+ * the error is about one request field.
  */
 
 /** Errors raised by the HTTP layer itself, before any use case runs. */
@@ -36,9 +37,12 @@ export function sendHttpError(res: Response, code: HttpErrorCode, message?: stri
   sendError(res, e.status, e.type, code, message ?? e.message);
 }
 
-/** The status and body of a core error, for a response or for an error event in a stream. */
-export function coreErrorBody(err: CoreError): { status: number; body: { error: { message: string; type: string; code: string } } } {
-  return { status: HTTP_STATUS[err.code], body: { error: publicError(err, restMessage(err)) } };
+/**
+ * The status and body of a core error, for a response or for an error event in a stream. An
+ * error about one request field names it in `param` (OpenAI's field: the SDKs' `error.param`).
+ */
+export function coreErrorBody(err: CoreError): { status: number; body: { error: { message: string; type: string; code: string; param?: string } } } {
+  return { status: HTTP_STATUS[err.code], body: { error: { ...publicError(err, restMessage(err)), ...(err.param !== undefined && { param: err.param }) } } };
 }
 
 export function sendCoreError(res: Response, err: CoreError): void {

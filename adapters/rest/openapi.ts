@@ -26,7 +26,11 @@ extendZodWithOpenApi(z);
 
 
 const ErrorBody = z
-  .object({ error: z.object({ message: z.string(), type: z.string(), code: z.string() }).strict() })
+  .object({
+    error: z
+      .object({ message: z.string(), type: z.string(), code: z.string(), param: z.string().optional().describe('the request field the error is about, when there is one') })
+      .strict(),
+  })
   .strict()
   .openapi('Error');
 

@@ -1,7 +1,4 @@
-import { Ajv, type ValidateFunction } from 'ajv';
-import { Ajv2019 } from 'ajv/dist/2019.js';
-import { Ajv2020 } from 'ajv/dist/2020.js';
-import addFormats from 'ajv-formats';
+import { Worker } from 'node:worker_threads';
 import { LRUCache } from 'lru-cache';
 import { invalid } from '../errors.ts';
 
@@ -19,6 +16,7 @@ export const MAX_TOOLS = 128;
 export const MAX_SCHEMA_BYTES = 64 * 1024;
 /** The deepest a schema may nest objects and arrays (the schema itself is depth 1). */
 export const MAX_SCHEMA_DEPTH = 32;
+
 
 /**
  * What is wrong with a schema's shape, if anything: nested deeper than MAX_SCHEMA_DEPTH or
@@ -50,40 +48,66 @@ export function schemaShapeProblem(schema: unknown): string | undefined {
   return undefined;
 }
 
-const DRAFTS = { draft7: Ajv, draft2019: Ajv2019, draft2020: Ajv2020 };
-
 /**
- * A new Ajv for a schema, of its `$schema`'s draft (2020-12, 2019-09, or draft-07 when
- * absent): one instance per schema, so that two requests' `$id`s never collide and nothing is
- * kept once the validator is dropped. strict: false, as OpenAI: unknown keywords are
- * annotations, not errors; a schema that is not valid against its meta-schema still fails.
+ * Ajv runs in a worker thread of its own (schema-worker.ts), started on first use: compiling a
+ * large schema takes it hundreds of milliseconds, which must not hold the event loop. Schemas
+ * known to compile are remembered here, so that an agent loop's tools cost one round trip once.
  */
-function ajvFor(schema: Record<string, unknown>) {
-  const dialect = typeof schema.$schema === 'string' ? schema.$schema : '';
-  const Draft = dialect.includes('2020-12') ? DRAFTS.draft2020 : dialect.includes('2019-09') ? DRAFTS.draft2019 : DRAFTS.draft7;
-  // optimize: false: Ajv's code optimisation passes cost more than they save on a schema used a few times.
-  const ajv = new Draft({ strict: false, logger: false, code: { optimize: false } });
-  addFormats.default(ajv);
-  return ajv;
+let worker: Worker | undefined;
+let nextId = 0;
+const pending = new Map<number, { resolve: (answer: { error?: string; valid?: boolean }) => void; reject: (err: Error) => void }>();
+const compiles = new LRUCache<string, true>({ max: 1000 });
+
+function schemaWorker(): Worker {
+  if (worker) return worker;
+  // From the sources (tests, tsx) the worker is the .ts file, which Node runs by stripping types; from dist/ the .js.
+  const file = new URL(import.meta.url.endsWith('.ts') ? './schema-worker.ts' : './schema-worker.js', import.meta.url);
+  const started = new Worker(file);
+  started.unref();
+  started.on('message', (answer: { id: number; error?: string; valid?: boolean }) => {
+    const waiting = pending.get(answer.id);
+    pending.delete(answer.id);
+    // Idle, the worker does not keep the process alive; while a question waits, it does.
+    if (pending.size === 0) started.unref();
+    waiting?.resolve(answer);
+  });
+  const fail = (err: Error) => {
+    if (worker === started) worker = undefined;
+    for (const waiting of pending.values()) waiting.reject(err);
+    pending.clear();
+  };
+  started.on('error', fail);
+  started.on('exit', (code) => fail(new Error(`the schema worker exited (${code})`)));
+  worker = started;
+  return started;
 }
 
-/** Frameworks send the same tools on every turn of an agent loop: validators are kept by their schema's JSON. */
-const compiled = new LRUCache<string, ValidateFunction>({ max: 200 });
+function ask(schema: Record<string, unknown>, instance?: { value: unknown }): Promise<{ error?: string; valid?: boolean }> {
+  const id = nextId++;
+  return new Promise((resolve, reject) => {
+    pending.set(id, { resolve, reject });
+    const w = schemaWorker();
+    w.ref();
+    w.postMessage({ id, schema, instance: instance?.value, hasInstance: instance !== undefined });
+  });
+}
 
 /**
- * A validator of the schema, or a 400 naming `param` when Ajv cannot compile it (not a valid
+ * Resolves when Ajv compiles the schema; a 400 naming `param` when it cannot (not a valid
  * JSON Schema, or a `$ref` to a schema it does not have: nothing is fetched).
  */
-export function compileSchema(schema: Record<string, unknown>, param: string): ValidateFunction {
+export async function compileSchema(schema: Record<string, unknown>, param: string): Promise<void> {
   const key = JSON.stringify(schema);
-  const known = compiled.get(key);
-  if (known) return known;
-  let validate: ValidateFunction;
-  try {
-    validate = ajvFor(schema).compile(schema);
-  } catch (err) {
-    throw invalid(param, `Invalid value for '${param}': not a valid JSON Schema (${(err as Error).message.slice(0, 300)}).`, 'invalid_schema');
+  if (compiles.has(key)) return;
+  const answer = await ask(schema);
+  if (answer.error !== undefined) {
+    throw invalid(param, `Invalid value for '${param}': not a valid JSON Schema (${answer.error}).`, 'invalid_schema');
   }
-  compiled.set(key, validate);
-  return validate;
+  compiles.set(key, true);
+}
+
+/** Whether `value` is valid against the schema (compiled by Ajv, in its worker). A schema Ajv cannot compile validates nothing. */
+export async function isValidAgainst(schema: Record<string, unknown>, value: unknown): Promise<boolean> {
+  const answer = await ask(schema, { value });
+  return answer.valid === true;
 }
