@@ -254,10 +254,11 @@ export function requireMediaModel(model: ModelDefinition): asserts model is Medi
  * `supported_parameters`), naming the parameter and the model: checked before anything is
  * reserved or sent upstream.
  */
-export function requireSupportedParameters(model: TextModel, used: readonly SupportedParameter[]): void {
+export function requireSupportedParameters(model: TextModel, used: readonly SupportedParameter[], opts: { maxTokensParam?: string } = {}): void {
   const missing = used.find((p) => !model.supported_parameters.includes(p));
   if (missing === undefined) return;
-  const param = missing === 'structured_outputs' ? 'response_format' : missing;
+  // The field the request used: max_completion_tokens is the catalog's max_tokens.
+  const param = missing === 'structured_outputs' ? 'response_format' : missing === 'max_tokens' ? (opts.maxTokensParam ?? missing) : missing;
   const what = missing === 'structured_outputs' ? "structured outputs ('response_format' of type json_schema)" : `'${missing}'`;
   throw new CoreError('invalid_request', `The model '${model.id}' does not support ${what}. Its supported parameters: ${model.supported_parameters.join(', ')}.`, {
     param,

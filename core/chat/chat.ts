@@ -40,7 +40,7 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
     throw new CoreError('paid_account_required', `The model '${model.id}' needs a paid account: make a first top-up or subscribe.`);
   }
   // Before anything is counted or reserved: what the model supports, then the request's schemas.
-  requireSupportedParameters(model, request.usedParameters);
+  requireSupportedParameters(model, request.usedParameters, { maxTokensParam: request.maxTokensParam });
   const provider = deps.providers.get(model.provider.name);
   if (!provider) throw new CoreError('unavailable', `The provider of '${model.id}' is not configured on this server.`, { reason: 'provider_unavailable' });
 

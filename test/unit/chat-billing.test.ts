@@ -391,7 +391,9 @@ describe('prepareChat: capabilities and schemas, before anything is reserved', (
       param: 'response_format',
       message: expect.stringContaining("does not support structured outputs ('response_format' of type json_schema)"),
     });
-    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, max_completion_tokens: 5 }))).rejects.toMatchObject({ param: 'max_tokens' });
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, max_completion_tokens: 5 }))).rejects.toMatchObject({ param: 'max_completion_tokens' });
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, max_tokens: 5 }))).rejects.toMatchObject({ param: 'max_tokens', message: expect.stringContaining("'max_tokens'") });
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, temperature: 1 }))).rejects.toMatchObject({ param: 'temperature' });
     expect(reserved).toHaveLength(1);
   });
 

@@ -64,6 +64,10 @@ describe('local provider: tools, structured outputs, stop', () => {
     await expect(events({ tools: [{ name: 'lookup', parameters: { type: 'object', properties: { a: nested }, required: ['a'] } }] })).rejects.toThrow(/more than 10,000 array items/);
   });
 
+  it('a pattern that repeats thousands of times is refused before sampling', async () => {
+    await expect(events({ tools: [{ name: 'lookup', parameters: { type: 'object', properties: { a: { type: 'string', pattern: '^(ab){1000000}$' } }, required: ['a'] } }] })).rejects.toThrow(/pattern repeats/);
+  });
+
   it('stop cuts the text before the first stop sequence; an empty stop sequence is ignored', async () => {
     const out = await events({ options: { stop: ['', 'lookup'] } });
     expect(out.flatMap((e) => (e.type === 'delta' ? [e.content] : [])).join('')).toBe('You said: "please ');
