@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { LRUCache } from 'lru-cache';
-import { invalid } from '../errors.ts';
+import { CoreError, invalid } from '../errors.ts';
 
 /**
  * The JSON Schemas a chat request carries (each tool's `parameters`, `response_format`'s
@@ -55,7 +55,7 @@ export function schemaShapeProblem(schema: unknown): string | undefined {
  */
 let worker: Worker | undefined;
 let nextId = 0;
-const pending = new Map<number, { resolve: (answer: { error?: string; valid?: boolean }) => void; reject: (err: Error) => void }>();
+const pending = new Map<number, { worker: Worker; resolve: (answer: { error?: string; valid?: boolean }) => void; reject: (err: Error) => void }>();
 const compiles = new LRUCache<string, true>({ max: 1000 });
 
 function schemaWorker(): Worker {
@@ -68,13 +68,16 @@ function schemaWorker(): Worker {
     const waiting = pending.get(answer.id);
     pending.delete(answer.id);
     // Idle, the worker does not keep the process alive; while a question waits, it does.
-    if (pending.size === 0) started.unref();
+    if (![...pending.values()].some((p) => p.worker === started)) started.unref();
     waiting?.resolve(answer);
   });
   const fail = (err: Error) => {
     if (worker === started) worker = undefined;
-    for (const waiting of pending.values()) waiting.reject(err);
-    pending.clear();
+    for (const [id, waiting] of pending) {
+      if (waiting.worker !== started) continue;
+      pending.delete(id);
+      waiting.reject(err);
+    }
   };
   started.on('error', fail);
   started.on('exit', (code) => fail(new Error(`the schema worker exited (${code})`)));
@@ -82,14 +85,43 @@ function schemaWorker(): Worker {
   return started;
 }
 
+/** The longest one compilation may take: a schema Ajv needs longer for is refused, and the worker replaced. */
+export const COMPILE_TIMEOUT_MS = 10_000;
+
+class SchemaTimeout extends Error {}
+
 function ask(schema: Record<string, unknown>, instance?: { value: unknown }): Promise<{ error?: string; valid?: boolean }> {
   const id = nextId++;
   return new Promise((resolve, reject) => {
-    pending.set(id, { resolve, reject });
     const w = schemaWorker();
+    const timer = setTimeout(() => {
+      // Ajv is stuck on this schema: the worker is replaced; what else waited on it fails too (503).
+      pending.delete(id);
+      reject(new SchemaTimeout());
+      if (worker === w) worker = undefined;
+      void w.terminate();
+    }, COMPILE_TIMEOUT_MS);
+    timer.unref();
+    const settle = <T>(f: (v: T) => void) => (v: T) => {
+      clearTimeout(timer);
+      f(v);
+    };
+    pending.set(id, { worker: w, resolve: settle(resolve), reject: settle(reject) });
     w.ref();
     w.postMessage({ id, schema, instance: instance?.value, hasInstance: instance !== undefined });
   });
+}
+
+/** The worker's answer, or the error a client gets when there is none. */
+async function answerFor(schema: Record<string, unknown>, param: string, instance?: { value: unknown }): Promise<{ error?: string; valid?: boolean }> {
+  try {
+    return await ask(schema, instance);
+  } catch (err) {
+    if (err instanceof SchemaTimeout) {
+      throw invalid(param, `Invalid value for '${param}': the schema could not be compiled within ${COMPILE_TIMEOUT_MS / 1000} s.`, 'invalid_schema');
+    }
+    throw new CoreError('unavailable', 'The schema compiler stopped while checking this request. Retry.', { reason: 'schema_compiler_unavailable' });
+  }
 }
 
 /**
@@ -99,7 +131,7 @@ function ask(schema: Record<string, unknown>, instance?: { value: unknown }): Pr
 export async function compileSchema(schema: Record<string, unknown>, param: string): Promise<void> {
   const key = JSON.stringify(schema);
   if (compiles.has(key)) return;
-  const answer = await ask(schema);
+  const answer = await answerFor(schema, param);
   if (answer.error !== undefined) {
     throw invalid(param, `Invalid value for '${param}': not a valid JSON Schema (${answer.error}).`, 'invalid_schema');
   }
@@ -108,6 +140,6 @@ export async function compileSchema(schema: Record<string, unknown>, param: stri
 
 /** Whether `value` is valid against the schema (compiled by Ajv, in its worker). A schema Ajv cannot compile validates nothing. */
 export async function isValidAgainst(schema: Record<string, unknown>, value: unknown): Promise<boolean> {
-  const answer = await ask(schema, { value });
+  const answer = await answerFor(schema, 'schema', { value });
   return answer.valid === true;
 }
