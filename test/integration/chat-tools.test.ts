@@ -1,7 +1,6 @@
 import OpenAI from 'openai';
 import { Ajv } from 'ajv';
 import addFormats from 'ajv-formats';
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { ChatCompletionChunk, ChatCompletionTool } from 'openai/resources/chat/completions';
@@ -76,6 +75,31 @@ function post(body: unknown, headers: Record<string, string> = {}) {
 /** A tool call as the chat-completions format has it (the SDK's stream helper adds parsed_arguments). */
 const plainCalls = (calls: unknown) =>
   (calls as { id: string; type: string; function: { name: string; arguments: string } }[]).map((c) => ({ id: c.id, type: c.type, function: { name: c.function.name, arguments: c.function.arguments } }));
+
+/**
+ * The longest the event loop of this process (which runs the server) was held, as the smaller
+ * of a gap between two 1 ms ticks and the main thread's CPU time in it: on a loaded machine a
+ * gap may be waiting to be scheduled, which no code of ours causes (test/support/loop-blocks.ts
+ * measures a server process the same way). The worker thread's CPU does not count.
+ */
+function loopBlocks() {
+  let longest = 0;
+  let last = performance.now();
+  let lastCpu = process.threadCpuUsage();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    const cpu = process.threadCpuUsage(lastCpu);
+    longest = Math.max(longest, Math.min(now - last, (cpu.user + cpu.system) / 1000));
+    last = now;
+    lastCpu = process.threadCpuUsage();
+  }, 1);
+  return {
+    stop: () => {
+      clearInterval(timer);
+      return longest;
+    },
+  };
+}
 
 async function holdFor(reference: string): Promise<bigint> {
   const [row] = await orm.em.fork().execute<{ amount: string }[]>('select amount_micro::text as amount from holds where reference = ?', [reference]);
@@ -350,8 +374,7 @@ describe('limits and hostile input: a clear 400 naming the param, nothing reserv
   for (const [name, extra, param, message] of cases) {
     it(name, async () => {
       const rowsBefore = await ledgerRows(account.id);
-      const delay = monitorEventLoopDelay({ resolution: 10 });
-      delay.enable();
+      const blocks = loopBlocks();
       let healthy = 0;
       let checking = true;
       const health = (async () => {
@@ -365,14 +388,14 @@ describe('limits and hostile input: a clear 400 naming the param, nothing reserv
         checking = false;
       });
       await health;
-      delay.disable();
+      const longestBlockMs = blocks.stop();
       expect(res.status, JSON.stringify(res.body).slice(0, 300)).toBe(400);
       expect(res.body.error).toMatchObject({ type: 'invalid_request_error', param });
       expect(res.body.error.message).toMatch(message);
       expect(res.body.error.message).toContain(`'${param}'`);
       expect(healthy).toBeGreaterThan(0);
       // The server's event loop (this process) was never held long while it refused the request.
-      expect(delay.max / 1e6).toBeLessThan(250);
+      expect(longestBlockMs).toBeLessThan(250);
       expect(await ledgerRows(account.id)).toBe(rowsBefore);
     });
   }
@@ -387,8 +410,7 @@ describe('compiling schemas does not hold the event loop', () => {
     const many = Array.from({ length: 10 }, (_, k) => ({ type: 'function', function: { name: `t${k}`, parameters: big(k) } }));
     // Loading the tokenizer's ranks (once per process, ~0.5 s) is not what this measures.
     expect((await post({ model: 'test/local', messages: [{ role: 'user', content: 'warm up' }], max_tokens: 5 })).status).toBe(200);
-    const delay = monitorEventLoopDelay({ resolution: 10 });
-    delay.enable();
+    const blocks = loopBlocks();
     let healthy = 0;
     let checking = true;
     const health = (async () => {
@@ -402,12 +424,12 @@ describe('compiling schemas does not hold the event loop', () => {
       checking = false;
     });
     await health;
-    delay.disable();
+    const longestBlockMs = blocks.stop();
     // The tools are far over the test model's context window: refused once counted, nothing reserved.
     expect(res.status).toBe(400);
     expect(res.body.error).toMatchObject({ code: 'context_length_exceeded', param: 'messages' });
     expect(healthy).toBeGreaterThan(0);
-    expect(delay.max / 1e6).toBeLessThan(250);
+    expect(longestBlockMs).toBeLessThan(250);
     await expectSettledWallet(orm, account.id);
   });
 });
