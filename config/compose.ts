@@ -20,12 +20,12 @@ import { applyChange } from '../core/changes.ts';
 import { createCoreDeps, type CoreDeps } from '../core/context.ts';
 import { createUrlSigner } from '../core/links.ts';
 import type { Plan } from '../core/payments/plans.ts';
-import type { Clock, GenerationStarter, PaymentProvider, ProviderRegistry, ResultStorage } from '../core/ports.ts';
+import type { AutoTopUpStarter, Clock, GenerationStarter, PaymentProvider, ProviderRegistry, ResultStorage } from '../core/ports.ts';
 import { loadCatalogFile } from './catalog.ts';
 import { loadPlansFile } from './plans.ts';
 import { openDatabase, type MigrationPolicy } from './database.ts';
 import type { Env } from './env.ts';
-import { openTemporal, temporalGenerationStarter, type TemporalHandle } from './temporal.ts';
+import { openTemporal, temporalAutoTopUps, temporalGenerationStarter, type TemporalHandle } from './temporal.ts';
 
 /**
  * The composition root: the one place where core's ports get their adapters. The API server,
@@ -40,6 +40,8 @@ export interface WireParts {
   signingSecret: string;
   /** Starts job workflows (Temporal); absent in processes that run no jobs (the CLI). */
   generations?: GenerationStarter | undefined;
+  /** Starts auto top-up workflows (Temporal); absent in processes that run no jobs (the CLI). */
+  autoTopUps?: AutoTopUpStarter | undefined;
   /** The subscription plans (PLANS_FILE); none by default. */
   plans?: Plan[] | undefined;
   /** Where upstream keys are read (`api_key_env`); the process environment by default. */
@@ -94,6 +96,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     rateLimiter,
     attempts,
     generations: parts.generations,
+    autoTopUps: parts.autoTopUps,
     // Payments are on only with a secret key; env.ts requires the webhook secret with it.
     payments:
       parts.payments ??
@@ -116,6 +119,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
         webhookToleranceSeconds: 300,
         // The payment page sends the customer back to the account pages.
         returnUrls: paymentReturnUrls(env.PUBLIC_BASE_URL),
+        autoTopUpMaxPerDay: env.AUTO_TOPUP_MAX_PER_DAY,
       },
     },
   });
@@ -157,8 +161,9 @@ export async function openRuntime(
   const generations = temporal
     ? temporalGenerationStarter(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE })
     : undefined;
+  const autoTopUps = temporal ? temporalAutoTopUps(temporal.client, { taskQueue: env.TEMPORAL_TASK_QUEUE }) : undefined;
   const signingSecret = env.SIGNING_SECRET ?? (await persistedSecret(env.DATA_DIR));
-  const deps = wireCore(env, { orm: db.orm, logger, providers: catalog.parsed.providers, signingSecret, generations, plans });
+  const deps = wireCore(env, { orm: db.orm, logger, providers: catalog.parsed.providers, signingSecret, generations, autoTopUps, plans });
   const feed = opts.changes ? await listenForChanges(db.url, logger, (change) => applyChange(deps, change)) : undefined;
   return {
     env,

@@ -119,6 +119,8 @@ const envSchema = z
     STRIPE_CURRENCY: z.enum([CURRENCY], { error: `must be ${CURRENCY}: coins are priced in US dollars` }).default(CURRENCY),
     TOPUP_MIN_USD: usdCents('5'),
     TOPUP_MAX_USD: usdCents('10000'),
+    /** Auto top-up charges per account in any 24 hours (docs/payments.md); 0 turns auto top-up off on this server. */
+    AUTO_TOPUP_MAX_PER_DAY: z.coerce.number().int().min(0).max(100).default(3),
     PLANS_FILE: z.string().min(1).default('config/plans.yaml'),
   })
   .refine((env) => env.STORAGE_DRIVER !== 's3' || env.S3_BUCKET, { path: ['S3_BUCKET'], message: 'is required when STORAGE_DRIVER=s3' })

@@ -3,9 +3,11 @@ import proto from '@temporalio/proto';
 import type { Logger } from 'pino';
 import { startEmbeddedTemporal } from '../adapters/embedded/temporal.ts';
 import { formatCoins } from '../core/money/coins.ts';
-import type { GenerationStarter, JobWorkflowStart } from '../core/ports.ts';
+import type { AutoTopUpStarter, GenerationStarter, JobWorkflowStart } from '../core/ports.ts';
 import {
   ANALYTICS_REFRESH_SCHEDULE_ID,
+  AUTO_TOP_UP_WORKFLOW,
+  autoTopUpWorkflowId,
   GENERATION_WORKFLOW,
   HOLD_SWEEP_SCHEDULE_ID,
   PAYMENTS_RECONCILE_SCHEDULE_ID,
@@ -164,6 +166,30 @@ const CLOSED: Record<string, string> = {
   TIMED_OUT: 'timed_out',
   CONTINUED_AS_NEW: 'continued_as_new',
 };
+
+/**
+ * Starts an account's auto top-up workflow, its id `auto-topup-<account>`: while one runs,
+ * starting another does nothing (the conflict is the "one per account at a time"); once it has
+ * closed, the next low balance may start a new one.
+ */
+export function temporalAutoTopUps(client: Client, opts: { taskQueue?: string } = {}): AutoTopUpStarter {
+  return {
+    async start(accountId) {
+      try {
+        await client.workflow.start(AUTO_TOP_UP_WORKFLOW, {
+          workflowId: autoTopUpWorkflowId(accountId),
+          taskQueue: opts.taskQueue ?? TASK_QUEUE,
+          args: [accountId],
+          workflowIdReusePolicy: 'ALLOW_DUPLICATE',
+          workflowIdConflictPolicy: 'FAIL',
+          staticSummary: `Auto top-up of account ${accountId}`,
+        });
+      } catch (err) {
+        if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+      }
+    },
+  };
+}
 
 /**
  * Starts a job's workflow, its id the job id, with the search attributes operators filter on

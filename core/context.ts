@@ -1,6 +1,7 @@
 import type { MikroORM, EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { KeyLookup, LastUsedRecorder } from './auth/api-keys.ts';
+import { CompletionRecorder } from './chat/records.ts';
 import type { Credential } from './auth/principals.ts';
 import { ModelCatalog } from './catalog/catalog.ts';
 import type { Execute } from './db/batch.ts';
@@ -11,6 +12,7 @@ import type { OAuthConfig } from './oauth/authorize.ts';
 import { ClientDocuments } from './oauth/clients.ts';
 import type { Plan } from './payments/plans.ts';
 import type {
+  AutoTopUpStarter,
   CheckoutReturn,
   Clock,
   GenerationStarter,
@@ -53,6 +55,8 @@ export interface PaymentsConfig {
   webhookToleranceSeconds: number;
   /** Where the payment page sends the customer back: the account pages (a plan's Checkout and the customer portal may have their own). */
   returnUrls: CheckoutReturn & { subscriptionSuccessUrl?: string | undefined; portalReturnUrl?: string | undefined };
+  /** At most this many auto top-up charges per account in any 24 hours (AUTO_TOPUP_MAX_PER_DAY). */
+  autoTopUpMaxPerDay: number;
 }
 
 /**
@@ -69,6 +73,8 @@ export interface CoreDeps {
   keys: KeyLookup;
   /** Reserve and settle outside a transaction (chat), batched across concurrent requests. */
   holds: HoldBatcher;
+  /** What each chat completion was charged, written as it ends (batched like `holds`). */
+  completions: CompletionRecorder;
   catalog: ModelCatalog;
   /** OAuth clients described by a metadata document at their client id URL, fetched and cached. */
   clientDocuments: ClientDocuments;
@@ -83,11 +89,17 @@ export interface CoreDeps {
   webhooks: WebhookTransport;
   /** Starts a job's workflow; the API server and the worker wire Temporal here. */
   generations: GenerationStarter;
+  /** Starts an account's auto top-up workflow; the API server and the worker wire Temporal here. */
+  autoTopUps: AutoTopUpStarter;
   /** The payment provider (Stripe); undefined when payments are off (no STRIPE_SECRET_KEY). */
   payments: PaymentProvider | undefined;
 }
 
 /** For processes that run no jobs (the CLI): starting one is refused, cleanly. */
+const noAutoTopUps: AutoTopUpStarter = {
+  start: () => Promise.reject(new CoreError('unavailable', 'This process cannot start auto top-ups.', { reason: 'job_runner_unavailable' })),
+};
+
 const noJobRunner: GenerationStarter = {
   start: () => Promise.reject(new CoreError('unavailable', 'This process cannot start jobs.', { reason: 'job_runner_unavailable' })),
   cancel: () => Promise.reject(new CoreError('unavailable', 'This process cannot cancel jobs.', { reason: 'job_runner_unavailable' })),
@@ -96,10 +108,11 @@ const noJobRunner: GenerationStarter = {
 };
 
 export function createCoreDeps(
-  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'catalog' | 'generations' | 'clientDocuments' | 'payments'> & {
+  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'completions' | 'catalog' | 'generations' | 'autoTopUps' | 'clientDocuments' | 'payments'> & {
     /** Runs the hot path's batched statements (adapters/db/statement-pool.ts). */
     execute: Execute;
     generations?: GenerationStarter | undefined;
+    autoTopUps?: AutoTopUpStarter | undefined;
     payments?: PaymentProvider | undefined;
     clock?: Clock | undefined;
     catalogTtlMs?: number | undefined;
@@ -119,11 +132,13 @@ export function createCoreDeps(
     signer: args.signer,
     webhooks: args.webhooks,
     generations: args.generations ?? noJobRunner,
+    autoTopUps: args.autoTopUps ?? noAutoTopUps,
     payments: args.payments,
     clock: args.clock ?? (() => new Date()),
     lastUsed: new LastUsedRecorder(execute, args.logger),
     keys: new KeyLookup(execute),
     holds: new HoldBatcher(execute),
+    completions: new CompletionRecorder(execute, args.logger),
     catalog: new ModelCatalog(args.logger, args.catalogTtlMs),
     clientDocuments: new ClientDocuments(args.urlGuard, args.config.oauth.httpClientIdHosts),
   };

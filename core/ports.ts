@@ -260,6 +260,11 @@ export type JobWorkflowState =
   /** No workflow with the job's id (never started, or its history is past the engine's retention). */
   | { state: 'missing' };
 
+/** Starts an account's auto top-up workflow (Temporal): one per account at a time, so starting it while one runs does nothing. */
+export interface AutoTopUpStarter {
+  start(accountId: string): Promise<void>;
+}
+
 /** Starts and stops a job's workflow (Temporal); the workflow id is the job id. */
 export interface GenerationStarter {
   /** Starts the job's workflow and answers its run id; starting it twice is harmless (no run id then). */
@@ -316,6 +321,8 @@ export interface OffSessionChargeRequest {
   amountCents: number;
   currency: string;
   idempotencyKey: string;
+  /** The service's id of this charge (auto_top_up_charges), put on the payment so that its webhook names it. */
+  chargeId: string;
 }
 
 /** How an off-session charge ended at once: the credit itself always comes from a webhook. */
@@ -341,6 +348,24 @@ export interface CheckoutSessionFacts {
   currency: string | null;
   customerId: string | null;
   paymentIntentId: string | null;
+  /** The customer chose to keep the card for auto top-up at this Checkout (setup_future_usage=off_session). */
+  savesCard?: boolean;
+}
+
+/** A PaymentIntent the service made itself (an auto top-up's off-session charge), as its webhook or the reconciliation reads it. */
+export interface PaymentIntentFacts {
+  id: string;
+  /** What the service marked the payment as when it made it (`auto_topup`); null for one it did not make. */
+  purpose: string | null;
+  accountId: string | null;
+  /** The service's auto_top_up_charges id, from the payment's metadata. */
+  chargeId: string | null;
+  /** What was received, in the currency's smallest unit. */
+  amountReceivedCents: number;
+  currency: string;
+  customerId: string | null;
+  /** Why it failed (payment_failed), in the provider's words. */
+  failure: string | null;
 }
 
 /**
@@ -355,6 +380,8 @@ export type PaymentEvent = { eventId: string; providerType: string; createdAt: D
       kind: 'invoice_paid';
       invoice: { id: string; subscriptionId: string | null; customerId: string | null; accountId: string | null; priceIds: string[]; amountPaidCents: number; currency: string; periodEnd: Date | null };
     }
+  /** A PaymentIntent succeeded or failed: only the service's own off-session charges (auto top-up) are acted on. */
+  | { kind: 'payment_intent'; stage: 'succeeded' | 'failed'; intent: PaymentIntentFacts }
   | { kind: 'subscription_deleted'; subscription: { id: string; customerId: string | null; accountId: string | null } }
   /** A charge was refunded, in part or in full: `amountRefundedCents` is the total refunded so far. */
   | { kind: 'refund'; charge: { id: string; paymentIntentId: string | null; amountCents: number; amountRefundedCents: number; currency: string } }
@@ -396,6 +423,8 @@ export interface PaymentProvider {
   portalLink(request: { customerId: string; returnUrl: string }): Promise<{ url: string }>;
   /** Charges a saved payment method with the customer away (auto top-up). */
   chargeOffSession(request: OffSessionChargeRequest): Promise<OffSessionChargeResult>;
+  /** The payment method that paid a PaymentIntent (the Checkout that saved the card), null when it has none. */
+  paymentMethodOf(paymentIntentId: string): Promise<string | null>;
   /**
    * Checks the delivery's signature on its raw bytes (at most `toleranceSeconds` old at
    * `receivedAt`), then reads its event. Throws PaymentWebhookError for a bad delivery.
@@ -405,9 +434,10 @@ export interface PaymentProvider {
   receiptUrl?(paymentIntentId: string): Promise<string | null>;
   /**
    * What was paid since `since`, as the provider's API lists it (the reconciliation): the
-   * completed Checkout Sessions in payment mode whose payment is paid, and the paid invoices.
+   * completed Checkout Sessions in payment mode whose payment is paid, the paid invoices, and
+   * the succeeded PaymentIntents the service made itself (auto top-ups).
    */
-  listPaidSince(since: Date): Promise<{ sessions: CheckoutSessionFacts[]; invoices: PaidInvoiceFacts[] }>;
+  listPaidSince(since: Date): Promise<{ sessions: CheckoutSessionFacts[]; invoices: PaidInvoiceFacts[]; intents: PaymentIntentFacts[] }>;
 }
 
 /** A paid invoice, as `invoice_paid` events and the reconciliation read it. */

@@ -13,7 +13,9 @@ import { syncCatalog } from './admin/models/sync-catalog.ts';
 import { modelIdInput, modelTypeFilter } from './catalog/catalog.ts';
 import { getModel, listModels } from './catalog/read-models.ts';
 import { chatCompletion } from './chat/complete.ts';
+import { completionIdInput, readCompletionRecord } from './chat/records.ts';
 import { chatRequestSchema } from './chat/schema.ts';
+import { createResponse, responsesRequestSchema } from './chat/responses.ts';
 import { createFile, type SpooledUpload } from './files/files.ts';
 import { importFile, importFileInput } from './files/import-file.ts';
 import { getFile, readFileContent } from './files/read-file.ts';
@@ -37,6 +39,7 @@ import { createTopUpCheckout, topUpCheckoutInput } from './payments/create-check
 import { receivePaymentWebhook, webhookInput } from './payments/receive-webhook.ts';
 import { billingOverview, createPortalLink, createSubscriptionCheckout, subscriptionCheckoutInput, topUpStatus, topUpStatusInput } from './payments/billing.ts';
 import { fillReceipts, historyWithReceipts } from './payments/receipts.ts';
+import { autoTopUpInput, configureAutoTopUp, readAutoTopUp } from './payments/auto-top-up.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 
@@ -62,6 +65,12 @@ export const appRouter = router({
 
   chat: router({
     complete: chatProcedure.input(chatRequestSchema).mutation(({ ctx, input }) => chatCompletion(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
+    /** A past completion's model, usage, cost and time, to the account that made it (the cost for clients that drop it). */
+    get: spendingProcedure.input(completionIdInput).query(({ ctx, input }) => readCompletionRecord(ctx.em, ctx.principal.accountId, 'chat.completion', input.id)),
+    /** A past response's (POST /responses) model, usage, cost and time, to the account that made it. */
+    getResponse: spendingProcedure.input(completionIdInput).query(({ ctx, input }) => readCompletionRecord(ctx.em, ctx.principal.accountId, 'response', input.id)),
+    /** The same chat in the Responses API's shape (stateless): its billing is chat's. */
+    respond: chatProcedure.input(responsesRequestSchema).mutation(({ ctx, input }) => createResponse(ctx.deps, ctx.em, ctx.principal, input, ctx.signal)),
   }),
 
   generations: router({
@@ -114,6 +123,10 @@ export const appRouter = router({
     billing: payerProcedure.query(({ ctx }) => billingOverview(ctx.deps, ctx.em, ctx.principal.accountId)),
     /** Whether a top-up's Checkout Session of this account has been credited yet (the success page). */
     topUpStatus: payerProcedure.input(topUpStatusInput).query(({ ctx, input }) => topUpStatus(ctx.em, ctx.principal.accountId, input.session_id)),
+    /** The account's auto top-up: its threshold, amount, saved card and why it turned off, if it did. */
+    autoTopUp: payerProcedure.query(({ ctx }) => readAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId)),
+    /** Turns auto top-up on (a Checkout saves the card first when none is saved) or off. */
+    configureAutoTopUp: payerProcedure.input(autoTopUpInput).mutation(({ ctx, input }) => configureAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId, input)),
     /** A delivery of the payment provider's webhook: no key, its signature over the raw body is the credential. */
     webhook: publicProcedure.input(webhookInput).mutation(({ ctx, input }) => receivePaymentWebhook(ctx.deps, ctx.em, input)),
   }),

@@ -28,6 +28,8 @@ export function createActivities(deps: CoreDeps) {
       }),
     // The payments-reconcile schedule.
     creditPaymentsTheWebhookMissed: (): Promise<number> => heartbeating(async () => (await core().payments.reconcile()).credited.length),
+    // An account's auto top-up workflow.
+    chargeSavedCardForAutoTopUp: (accountId: string, chargeId: string): Promise<string> => core().payments.autoTopUp({ account: accountId, charge: chargeId }),
     // A job's workflow, in order.
     markJobRunning: (id: string) => core().jobs.begin({ id }),
     submitJobToProvider: (id: string) => core().jobs.submit({ id }),

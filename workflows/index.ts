@@ -6,3 +6,4 @@ export { generationWorkflow } from './generation.workflow.ts';
 export { webhookDeliveryWorkflow } from './webhook.workflow.ts';
 export { resultRetentionWorkflow } from './result-retention.workflow.ts';
 export { paymentsReconcileWorkflow } from './payments-reconcile.workflow.ts';
+export { autoTopUpWorkflow } from './auto-top-up.workflow.ts';

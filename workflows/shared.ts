@@ -8,6 +8,9 @@ export const RESULT_RETENTION_SCHEDULE_ID = 'mas-result-retention';
 export const PAYMENTS_RECONCILE_SCHEDULE_ID = 'mas-payments-reconcile';
 export const GENERATION_WORKFLOW = 'generationWorkflow';
 export const WEBHOOK_WORKFLOW = 'webhookDeliveryWorkflow';
+export const AUTO_TOP_UP_WORKFLOW = 'autoTopUpWorkflow';
+/** One auto top-up workflow per account at a time: its id is this and the account id. */
+export const autoTopUpWorkflowId = (accountId: string): string => `auto-topup-${accountId}`;
 
 type KeywordKey = Extract<SearchAttributePair, { key: { type: 'KEYWORD' } }>['key'];
 const keyword = (name: string): KeywordKey => ({ name, type: 'KEYWORD' });

@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { CoreDeps } from '../../core/context.ts';
 import { requestLogger } from './logging.ts';
 import { createHttpMetrics, type HttpMetrics } from './metrics.ts';
+import { sendUnknownRoute } from './error-body.ts';
 import { operationsRoutes, sendError } from './operations.ts';
 
 /**
@@ -97,7 +98,7 @@ export function createHttpApp(opts: HttpAppOptions): Express {
   app.use(operationsRoutes(opts.deps, { metrics, metricsToken: opts.metricsToken, isDraining }));
   for (const adapter of opts.adapters) app.use(adapter.path, adapter.router);
 
-  app.use((_req, res) => sendError(res, 404, 'not_found_error', 'unknown_route', 'Unknown route.'));
+  app.use((req, res) => sendUnknownRoute(req, res, opts.publicBaseUrl));
   app.use(lastResort(logger));
   return app;
 }

@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { newId } from '../../core/ids.ts';
+import { ERROR_CODE_LOCAL } from './error-body.ts';
 
 const INCOMING_ID = /^[\w.:-]{1,128}$/;
 
@@ -28,7 +29,7 @@ declare module 'node:http' {
  * The request id (a sane incoming x-request-id, else a new one, echoed in the answer), a
  * logger for the request (`req.log`, its lines carry the id as request_id), and one line when
  * the answer is done: method, path and status (5xx at error, but for a not-ready /readyz), or `aborted` for a client that
- * left first. Only those are logged: never headers (Authorization, Cookie), bodies or query
+ * left first, and `code`, the error code of an answer in the error shape (error-body.ts), 4xx and 5xx alike. Only those are logged: never headers (Authorization, Cookie), bodies or query
  * strings, which can carry secrets.
  *
  * This replaced pino-http, with the same lines out: its per-request work (a second child
@@ -53,8 +54,10 @@ export function requestLogger(logger: Logger): (req: IncomingMessage, res: Serve
       if (!req.log.isLevelEnabled(level)) return;
       const path = loggablePath(originalUrl(req));
       const outcome = failed || res.writableFinished ? res.statusCode : 'aborted';
+      // The error's stable code (`invalid_value`, `insufficient_balance`), never its message, which may quote the request.
+      const code = (res as { locals?: Record<string, unknown> }).locals?.[ERROR_CODE_LOCAL];
       req.log[level](
-        { req: { id, method: req.method, path }, res: { statusCode: res.statusCode }, responseTime: Date.now() - started },
+        { req: { id, method: req.method, path }, res: { statusCode: res.statusCode }, ...(typeof code === 'string' ? { code } : {}), responseTime: Date.now() - started },
         `${req.method} ${path} ${outcome}`,
       );
     };

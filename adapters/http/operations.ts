@@ -2,6 +2,7 @@ import { Router, type Response } from 'express';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
+import { sendErrorBody } from './error-body.ts';
 import type { HttpMetrics } from './metrics.ts';
 
 /** Liveness, readiness and metrics: public (metrics behind a token when one is set), outside any adapter's prefix. */
@@ -41,7 +42,7 @@ export function operationsRoutes(deps: CoreDeps, opts: { metrics: HttpMetrics; m
   return router;
 }
 
-/** The error shape every HTTP surface of the service shares: {"error":{"message","type","code"}}. */
+/** The error shape every HTTP surface of the service shares: {"error":{"message","type","param","code"}}. */
 export function sendError(res: Response, status: number, type: string, code: string, message: string): void {
-  res.status(status).json({ error: { message, type, code } });
+  sendErrorBody(res, status, { message, type, param: null, code });
 }

@@ -79,7 +79,7 @@ export function answerClientErrors(server: Server, logger: Logger): void {
     }
     const answer = (bodyCut ? CLIENT_ERRORS.incomplete_body : CLIENT_ERRORS[err.code ?? '']) ?? MALFORMED;
     logger.debug({ code: err.code, status: answer.status }, 'unreadable HTTP request');
-    const body = JSON.stringify({ error: { message: answer.message, type: 'invalid_request_error', code: answer.code } });
+    const body = JSON.stringify({ error: { message: answer.message, type: 'invalid_request_error', param: null, code: answer.code } });
     socket.end(
       `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status]}\r\n` +
         'Content-Type: application/json; charset=utf-8\r\n' +

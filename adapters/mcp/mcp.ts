@@ -8,6 +8,7 @@ import { publicError } from '../../core/errors.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import type { HttpAdapter } from '../http/app.ts';
+import { sendErrorBody } from '../http/error-body.ts';
 import { protectedResourceMetadataUrl } from './oauth.ts';
 import { mcpResourceUrl } from './resource.ts';
 import { createMcpServer } from './server.ts';
@@ -67,7 +68,8 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
       // RFC 9728, section 5.1: a client that has no token yet finds the authorization server from here.
       if (status === 401) res.setHeader('WWW-Authenticate', challenge(credential, resourceMetadata));
       const hint = status === 401 ? ' Send a key as "Authorization: Bearer <key>", use your connector link, or connect with OAuth.' : '';
-      res.status(status).json({ error: publicError(failure, `${failure.message}${hint}`) });
+      const { message, type, code } = publicError(failure, `${failure.message}${hint}`);
+      sendErrorBody(res, status, { message, type, param: null, code });
       return;
     }
     const server = createMcpServer({ core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds });

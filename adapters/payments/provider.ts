@@ -20,6 +20,7 @@ export function stripeOnFirstUse(opts: StripeOptions): PaymentProvider {
     checkoutSubscription: async (r) => (await provider()).checkoutSubscription(r),
     portalLink: async (r) => (await provider()).portalLink(r),
     chargeOffSession: async (r) => (await provider()).chargeOffSession(r),
+    paymentMethodOf: async (id) => (await provider()).paymentMethodOf(id),
     receiptUrl: async (id) => (await provider()).receiptUrl?.(id) ?? null,
     verifyWebhook: async (body, signature, receivedAt, tolerance) => (await provider()).verifyWebhook(body, signature, receivedAt, tolerance),
     listPaidSince: async (since) => (await provider()).listPaidSince(since),

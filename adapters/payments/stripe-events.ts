@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PaymentWebhookError, type CheckoutSessionFacts, type PaidInvoiceFacts, type PaymentEvent } from '../../core/ports.ts';
+import { PaymentWebhookError, type CheckoutSessionFacts, type PaidInvoiceFacts, type PaymentEvent, type PaymentIntentFacts } from '../../core/ports.ts';
 
 /**
  * Stripe's webhook events as the port's domain events. Only the fields the service reads are
@@ -9,7 +9,7 @@ import { PaymentWebhookError, type CheckoutSessionFacts, type PaidInvoiceFacts, 
  * (the Checkout Session's client_reference_id, the metadata it copies to subscriptions).
  */
 /** Keys of the metadata the service puts on what it creates at Stripe (adapters/payments/stripe.ts). */
-export const METADATA = { account: 'mas_account_id', purpose: 'mas_purpose' } as const;
+export const METADATA = { account: 'mas_account_id', purpose: 'mas_purpose', savesCard: 'mas_saves_card', charge: 'mas_charge_id' } as const;
 
 const stripeId = z.string().min(1).max(255);
 /** An id, or the object it names when the event expanded it. */
@@ -62,6 +62,14 @@ const invoice = z.object({
   }),
 });
 
+const paymentIntent = z.object({
+  id: stripeId,
+  metadata,
+  amount_received: cents.nullish(),
+  currency,
+  customer: ref,
+  last_payment_error: z.object({ message: z.string().nullish(), code: z.string().nullish() }).nullish(),
+});
 const subscription = z.object({ id: stripeId, customer: ref, metadata });
 const charge = z.object({ id: stripeId, payment_intent: ref, amount: cents, amount_refunded: cents, currency });
 const dispute = z.object({ id: stripeId, charge: ref, payment_intent: ref, amount: cents, currency, status: z.string() });
@@ -90,6 +98,9 @@ export function stripeEvent(raw: unknown): PaymentEvent {
   switch (e.type) {
     case 'invoice.paid':
       return { ...base, kind: 'invoice_paid', invoice: invoiceFacts(object(invoice)) };
+    case 'payment_intent.succeeded':
+    case 'payment_intent.payment_failed':
+      return { ...base, kind: 'payment_intent', stage: e.type === 'payment_intent.succeeded' ? 'succeeded' : 'failed', intent: intentFacts(object(paymentIntent)) };
     case 'customer.subscription.deleted': {
       const s = object(subscription);
       return { ...base, kind: 'subscription_deleted', subscription: { id: s.id, customerId: s.customer, accountId: s.metadata[METADATA.account] ?? null } };
@@ -140,6 +151,23 @@ export function listedInvoice(raw: unknown): PaidInvoiceFacts | null {
   const r = invoice.safeParse(raw);
   return r.success ? invoiceFacts(r.data) : null;
 }
+export function listedIntent(raw: unknown): PaymentIntentFacts | null {
+  const r = paymentIntent.safeParse(raw);
+  return r.success ? intentFacts(r.data) : null;
+}
+
+function intentFacts(i: z.output<typeof paymentIntent>): PaymentIntentFacts {
+  return {
+    id: i.id,
+    purpose: i.metadata[METADATA.purpose] ?? null,
+    accountId: i.metadata[METADATA.account] ?? null,
+    chargeId: i.metadata[METADATA.charge] ?? null,
+    amountReceivedCents: i.amount_received ?? 0,
+    currency: i.currency,
+    customerId: i.customer,
+    failure: i.last_payment_error ? (i.last_payment_error.message ?? i.last_payment_error.code ?? 'the payment failed') : null,
+  };
+}
 
 function sessionFacts(s: z.output<typeof checkoutSession>): CheckoutSessionFacts {
   return {
@@ -152,6 +180,7 @@ function sessionFacts(s: z.output<typeof checkoutSession>): CheckoutSessionFacts
     currency: s.currency ?? null,
     customerId: s.customer,
     paymentIntentId: s.payment_intent,
+    savesCard: s.metadata[METADATA.savesCard] === 'auto_topup',
   };
 }
 

@@ -7,9 +7,10 @@ import {
   type OffSessionChargeResult,
   type PaidInvoiceFacts,
   type PaymentEvent,
+  type PaymentIntentFacts,
   type PaymentProvider,
 } from '../../core/ports.ts';
-import { listedInvoice, listedSession, METADATA, stripeEvent } from './stripe-events.ts';
+import { listedIntent, listedInvoice, listedSession, METADATA, stripeEvent } from './stripe-events.ts';
 
 export interface StripeOptions {
   secretKey: string;
@@ -37,7 +38,8 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
 
   return {
     async checkoutTopUp(r) {
-      const metadata = { [METADATA.account]: r.accountId, [METADATA.purpose]: 'topup' };
+      // A card kept for auto top-up says so on the session: its credit then turns auto top-up on.
+      const metadata = { [METADATA.account]: r.accountId, [METADATA.purpose]: 'topup', ...(r.saveForLater ? { [METADATA.savesCard]: 'auto_topup' } : {}) };
       const session = await call(() =>
         stripe.checkout.sessions.create(
           {
@@ -92,7 +94,7 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
             payment_method: r.paymentMethodId,
             off_session: true,
             confirm: true,
-            metadata: { [METADATA.account]: r.accountId, [METADATA.purpose]: 'auto_topup' },
+            metadata: { [METADATA.account]: r.accountId, [METADATA.purpose]: 'auto_topup', [METADATA.charge]: r.chargeId },
           },
           { idempotencyKey: r.idempotencyKey },
         );
@@ -108,6 +110,12 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
         }
         throw providerError(err);
       }
+    },
+
+    async paymentMethodOf(paymentIntentId) {
+      const intent = await call(() => stripe.paymentIntents.retrieve(paymentIntentId));
+      const method = intent.payment_method;
+      return method === null ? null : typeof method === 'string' ? method : method.id;
     },
 
     async receiptUrl(paymentIntentId) {
@@ -132,6 +140,7 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
       const created = { gte: Math.floor(since.getTime() / 1000) };
       const sessions: CheckoutSessionFacts[] = [];
       const invoices: PaidInvoiceFacts[] = [];
+      const intents: PaymentIntentFacts[] = [];
       await call(() =>
         stripe.checkout.sessions.list({ created, status: 'complete', limit: 100 }).autoPagingEach((s) => {
           const facts = s.mode === 'payment' && s.payment_status === 'paid' ? listedSession(s) : null;
@@ -144,7 +153,14 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
           if (facts) invoices.push(facts);
         }),
       );
-      return { sessions, invoices };
+      // The service's own off-session charges (auto top-up); Checkouts' intents are credited through their sessions.
+      await call(() =>
+        stripe.paymentIntents.list({ created, limit: 100 }).autoPagingEach((p) => {
+          const facts = p.status === 'succeeded' ? listedIntent(p) : null;
+          if (facts?.purpose === 'auto_topup') intents.push(facts);
+        }),
+      );
+      return { sessions, invoices, intents };
     },
   };
 }

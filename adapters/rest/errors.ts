@@ -1,6 +1,7 @@
 import type { ErrorRequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import { publicError, type CoreError } from '../../core/errors.ts';
+import { sendErrorBody, type ErrorObject } from '../http/error-body.ts';
 import { HTTP_STATUS } from '../http/status.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { restMessage } from './phrasing.ts';
@@ -8,8 +9,8 @@ import { restMessage } from './phrasing.ts';
 /**
  * How this adapter answers errors, documented in docs/errors.md: the status of each core error
  * (adapters/http/status.ts), its type and code (core's ERROR_VOCABULARY) and REST's own
- * phrasing. Every answer has the shape {"error":{"message","type","code"}}, with "param" when
- * the error is about one request field.
+ * phrasing. Every answer has the shape {"error":{"message","type","param","code"}}: `param` is the
+ * request field concerned (a dotted path such as `messages.0.content`, as the zod path names it), or null.
  */
 
 /** Errors raised by the HTTP layer itself, before any use case runs. */
@@ -22,14 +23,13 @@ const HTTP_ERRORS = {
   },
   request_too_large: { status: 413, type: 'invalid_request_error', message: 'The request body is too large.' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error', message: 'The request body encoding is not supported.' },
-  unknown_route: { status: 404, type: 'not_found_error', message: 'Unknown route.' },
   method_not_allowed: { status: 405, type: 'invalid_request_error', message: 'Method not allowed.' },
   internal_error: { status: 500, type: 'server_error', message: 'Internal server error. The request id is in the x-request-id header.' },
 } as const;
 export type HttpErrorCode = keyof typeof HTTP_ERRORS;
 
-export function sendError(res: Response, status: number, type: string, code: string, message: string): void {
-  res.status(status).json({ error: { message, type, code } });
+export function sendError(res: Response, status: number, type: string, code: string, message: string, param: string | null = null): void {
+  sendErrorBody(res, status, { message, type, param, code });
 }
 
 export function sendHttpError(res: Response, code: HttpErrorCode, message?: string): void {
@@ -37,18 +37,16 @@ export function sendHttpError(res: Response, code: HttpErrorCode, message?: stri
   sendError(res, e.status, e.type, code, message ?? e.message);
 }
 
-/**
- * The status and body of a core error, for a response or for an error event in a stream. An
- * error about one request field names it in `param` (OpenAI's field: the SDKs' `error.param`).
- */
-export function coreErrorBody(err: CoreError): { status: number; body: { error: { message: string; type: string; code: string; param?: string } } } {
-  return { status: HTTP_STATUS[err.code], body: { error: { ...publicError(err, restMessage(err)), ...(err.param !== undefined && { param: err.param }) } } };
+/** The status and body of a core error, for a response or for an error event in a stream. */
+export function coreErrorBody(err: CoreError): { status: number; body: { error: ErrorObject } } {
+  const { message, type, code } = publicError(err, restMessage(err));
+  return { status: HTTP_STATUS[err.code], body: { error: { message, type, param: err.param ?? null, code } } };
 }
 
 export function sendCoreError(res: Response, err: CoreError): void {
   if (err.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(Math.max(1, Math.ceil(err.retryAfterSeconds))));
   const { status, body } = coreErrorBody(err);
-  res.status(status).json(body);
+  sendErrorBody(res, status, body.error);
 }
 
 /** body-parser's error types, by what the client did wrong. */

@@ -7,6 +7,8 @@ import { generationSchema } from '../../core/generations/views.ts';
 import { fileSchema } from '../../core/files/file-row.ts';
 import { modelViewSchema } from '../../core/catalog/views.ts';
 import { chatCompletionSchema } from '../../core/chat/views.ts';
+import { completionRecordSchema } from '../../core/chat/records.ts';
+import { responseSchema, responsesRequestSchema } from '../../core/chat/responses.ts';
 import { balanceSchema } from '../../core/money/wallet.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
@@ -28,7 +30,12 @@ extendZodWithOpenApi(z);
 const ErrorBody = z
   .object({
     error: z
-      .object({ message: z.string(), type: z.string(), code: z.string(), param: z.string().optional().describe('the request field the error is about, when there is one') })
+      .object({
+        message: z.string(),
+        type: z.string(),
+        param: z.string().nullable().describe('the request field the error is about, as a dotted path (`messages.0.content`); null when none is'),
+        code: z.string(),
+      })
       .strict(),
   })
   .strict()
@@ -45,12 +52,22 @@ const Balance = named(balanceSchema, 'Balance');
 const WalletEntry = named(walletEntrySchema, 'WalletEntry');
 const Model = named(modelViewSchema, 'Model');
 const ChatCompletion = named(chatCompletionSchema, 'ChatCompletion');
+const CompletionRecord = named(completionRecordSchema, 'CompletionRecord');
 /** One server-sent event of a streamed completion (OpenAPI 3.1: `schema` describes each event of a stream). */
 const ChatStreamEvent = z
   .object({
     event: z.string().optional(),
     id: z.string().optional(),
     data: z.string().describe('a `chat.completion.chunk` as JSON; the last event is `[DONE]`, or `{"error":{…}}` when the stream fails after it began'),
+  })
+  .describe('a server-sent event');
+
+const ResponseObject = named(responseSchema, 'Response');
+/** One server-sent event of a streamed response. */
+const ResponseStreamEvent = z
+  .object({
+    event: z.string().describe('the event type: response.created, response.output_text.delta, …, response.completed, or error'),
+    data: z.string().describe('the event as JSON, with its `type` and `sequence_number`'),
   })
   .describe('a server-sent event');
 
@@ -100,6 +117,8 @@ const LINK_TEXT: Record<string, string> = {
   getFile: 'The file, by its id',
   getFileContent: 'The file’s bytes (its `expires` and `signature` are in the query of `url`)',
   getModel: 'The first model of the list, by its id',
+  getChatCompletion: 'The completion’s record (usage and cost), by its id',
+  getResponse: 'The response’s record (usage and cost), by its id',
 };
 const withLinks = <T extends object>(response: T, links: Record<string, Link>) => ({ ...response, links });
 const jobLinks = linkTo({ GetGeneration: 'getGeneration', CancelGeneration: 'cancelGeneration', GetGenerationOutput: 'getGenerationOutput' });
@@ -110,6 +129,8 @@ const idParam = (name: string, maxLength: number) => z.object({ [name]: z.string
 const JOB_ID_MAX = 100;
 const FILE_ID_MAX = 100;
 const MODEL_ID_MAX = 200;
+/** completionIdInput (core/chat/records.ts). */
+const COMPLETION_ID_MAX = 100;
 const idempotencyKey = idempotencyKeySchema.optional().describe('Same key and body: the first response, one job (kept 24 hours); 1 to 255 printable ASCII characters, no spaces');
 
 /**
@@ -231,9 +252,46 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
       200: {
         description: 'The completion; with `stream: true`, server-sent `chat.completion.chunk` events then `[DONE]`',
         content: { 'application/json': { schema: ChatCompletion }, 'text/event-stream': { schema: ChatStreamEvent } },
+        links: linkTo({ GetChatCompletion: 'getChatCompletion' }),
       },
       ...errors(400, 402, 403, 404, 413, 415, 502, 504, ...common),
     },
+  });
+  path({
+    method: 'get',
+    path: '/chat/completions/{id}',
+    operationId: 'getChatCompletion',
+    summary: 'A past chat completion’s model, usage, cost (`usage.cost_coins`) and duration, for clients that drop unknown usage fields',
+    description:
+      'Only to the account that made it: another account’s id gets the same 404 as a made-up one. Recorded when the request is charged: ' +
+      'streamed or not, and also when the client went away or the provider failed after output began (then `finish_reason` is null). ' +
+      'A request that was charged nothing because it failed has no record.',
+    request: { params: z.object({ id: z.string().min(1).max(COMPLETION_ID_MAX).describe('the `id` of a chat completion, `chatcmpl-…`') }) },
+    responses: { 200: json(CompletionRecord, 'The record'), ...errors(400, 404, ...common) },
+  });
+  path({
+    method: 'post',
+    path: '/responses',
+    operationId: 'createResponse',
+    summary: "A response (OpenAI's Responses API, stateless), billed as a chat completion",
+    request: { body: { required: true, content: { 'application/json': { schema: responsesRequestSchema } } } },
+    responses: {
+      200: {
+        description: 'The response; with `stream: true`, server-sent Responses events from `response.created` to `response.completed`',
+        content: { 'application/json': { schema: ResponseObject }, 'text/event-stream': { schema: ResponseStreamEvent } },
+        links: linkTo({ GetResponse: 'getResponse' }),
+      },
+      ...errors(400, 402, 403, 404, 413, 415, 502, 504, ...common),
+    },
+  });
+  path({
+    method: 'get',
+    path: '/responses/{id}',
+    operationId: 'getResponse',
+    summary: 'A past response’s model, usage, cost (`usage.cost_coins`) and duration, as GET /chat/completions/{id} has them for chat',
+    description: 'Only to the account that made it: another account’s id gets the same 404 as a made-up one.',
+    request: { params: z.object({ id: z.string().min(1).max(COMPLETION_ID_MAX).describe('the `id` of a response, `resp_…`') }) },
+    responses: { 200: json(CompletionRecord, 'The record'), ...errors(400, 404, ...common) },
   });
   const wait = z.object({
     'Idempotency-Key': idempotencyKey,
@@ -375,6 +433,8 @@ function declareServerRules(doc: ReturnType<OpenApiGeneratorV31['generateDocumen
     ((doc.paths?.[path]?.post?.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.[media]?.schema as Json | undefined;
   const chat = bodySchema('/chat/completions', 'application/json');
   if (chat) declareChatRefusals(chat);
+  const responses = bodySchema('/responses', 'application/json');
+  if (responses) declareResponsesRefusals(responses);
   const upload = bodySchema('/files', 'multipart/form-data');
   if (upload) {
     // Parts other than `file` are ignored, but busboy refuses a part header holding a control
@@ -394,6 +454,25 @@ function walkRequestSchema(schema: unknown): void {
   }
   if (typeof node.pattern === 'string') node.pattern = node.pattern.replaceAll('\\d', '[0-9]');
   for (const value of Object.values(node)) if (value && typeof value === 'object') walkRequestSchema(value);
+}
+
+/** The Responses request's refusals made in refinements (core/chat/responses.ts): content parts are text parts only. */
+function declareResponsesRefusals(schema: Json): void {
+  const textPart = {
+    type: 'object',
+    properties: { type: { enum: ['input_text', 'output_text', 'text'] }, text: { type: 'string' } },
+    required: ['type', 'text'],
+    description: 'a text part: images, files and audio are not supported',
+  };
+  const visit = (node: unknown): void => {
+    if (Array.isArray(node)) return node.forEach(visit);
+    if (!node || typeof node !== 'object') return;
+    const n = node as Json;
+    const content = (n.properties as Record<string, Json> | undefined)?.content ?? (n.properties as Record<string, Json> | undefined)?.output;
+    for (const alternative of ((content?.anyOf ?? []) as Json[])) if (alternative.type === 'array') alternative.items = textPart;
+    for (const value of Object.values(n)) if (value && typeof value === 'object') visit(value);
+  };
+  visit((schema.properties as Record<string, Json>).input);
 }
 
 function declareChatRefusals(schema: Json): void {

@@ -2,7 +2,8 @@ import express, { Router } from 'express';
 import type { Logger } from 'pino';
 import type { CoreDeps } from '../../core/context.ts';
 import type { HttpAdapter } from '../http/app.ts';
-import { errorHandler, sendHttpError } from './errors.ts';
+import { sendUnknownRoute } from '../http/error-body.ts';
+import { errorHandler } from './errors.ts';
 import { chatRoutes } from './routes/chat.ts';
 import { creditRoutes } from './routes/credits.ts';
 import { docsRoutes } from './routes/docs.ts';
@@ -37,7 +38,7 @@ export function restAdapter(deps: CoreDeps, opts: RestOptions): HttpAdapter {
     modelRoutes(deps),
     docsRoutes(opts.publicBaseUrl),
   );
-  router.use((_req, res) => sendHttpError(res, 'unknown_route'));
+  router.use((req, res) => sendUnknownRoute(req, res, opts.publicBaseUrl));
   router.use(errorHandler(opts.logger));
   return { path: '/api/v1', router };
 }

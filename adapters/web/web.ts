@@ -29,8 +29,10 @@ export interface WebOptions {
 export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   const { kit } = opts;
   const router = Router();
-  // The APIs' paths are never pages: an unknown /api/… path gets the JSON 404, and no cookie.
-  router.use((req, _res, next) => next(req.path === '/api' || req.path.startsWith('/api/') ? 'router' : undefined));
+  // The APIs' paths are never pages: an unknown /api/… or /webhooks/… path gets the JSON 404, and
+  // no cookie. So does /v1/…, the base path most OpenAI-compatible servers use, which clients try
+  // here by mistake.
+  router.use((req, _res, next) => next(isApiPath(req.path) ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
   router.use(kit.middleware);
   router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
@@ -114,13 +116,15 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   /** The overview: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages. */
   const renderOverview = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { pay?: Partial<BillingFormState>; passwordError?: string; passwordChanged?: boolean; status?: number } = {}) => {
     const billing = await core(req).payments.billing();
+    const autoTopUp = billing.payments_enabled ? await core(req).payments.autoTopUp() : undefined;
     if (billing.payments_enabled) {
       const csp = String(res.getHeader('Content-Security-Policy') ?? '');
       res.setHeader('Content-Security-Policy', csp.replace("form-action 'self'", `form-action 'self' ${PAYMENT_FORM_TARGETS.join(' ')}`));
     }
     const returned = typeof req.query.checkout === 'string' ? req.query.checkout : undefined;
-    const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, ...extra.pay };
-    send(res, overviewPage(nav, { balance: me.balance, billing, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged }), extra.status);
+    const changed = typeof req.query.auto_top_up === 'string' ? req.query.auto_top_up : undefined;
+    const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, autoTopUp: { changed }, ...extra.pay };
+    send(res, overviewPage(nav, { balance: me.balance, billing, autoTopUp, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged }), extra.status);
   };
   router.get('/account', label('/account'), signedIn((req, res, nav, me) => renderOverview(req, res, nav, me, { passwordChanged: req.query.password === 'changed' })));
 
@@ -151,6 +155,24 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
       toStripe(res, session.url);
     } catch (err) {
       await payFailure(req, res, nav, me, err);
+    }
+  }));
+  router.post('/account/auto-top-up', label('/account/auto-top-up'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    const threshold = form(req, 'threshold_coins');
+    const amount = form(req, 'amount_usd');
+    const enabled = form(req, 'enabled') === 'on';
+    try {
+      const key = form(req, 'idempotency_key');
+      const result = await core(req).payments.configureAutoTopUp(
+        enabled ? { enabled, threshold_coins: threshold, amount_usd: amount, ...(key ? { idempotency_key: key } : {}) } : { enabled },
+      );
+      // No card saved yet: Stripe's page takes the first payment and saves it.
+      if (result.checkout) return toStripe(res, result.checkout.url);
+      res.redirect(303, `/account?auto_top_up=${result.enabled ? 'on' : 'off'}#auto-top-up`);
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized') throw err;
+      await renderOverview(req, res, nav, me, { pay: { autoTopUp: { error: failure.message, threshold: threshold.slice(0, 9), amount: amount.slice(0, 13) } }, status: statusOf(failure.code) });
     }
   }));
   router.post('/account/billing/portal', label('/account/billing/portal'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
@@ -307,7 +329,15 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     }
   }));
 
-  router.use((req, res) => send(res, page({ title: 'Not found' }, html`<p>There is no page at ${req.path}. <a href="/account">Your account</a></p>`), 404));
+  // A browser gets a page; any other client (an SDK, curl) the JSON 404 that names the API's base URL.
+  router.use((req, res, next) => {
+    if (!wantsPage(req)) {
+      // Not a browser: no page, so no cookie either (the kit's pre-session cookie is for forms).
+      res.removeHeader('Set-Cookie');
+      return next();
+    }
+    send(res, page({ title: 'Not found' }, html`<p>There is no page at ${req.path}. <a href="/account">Your account</a></p>`), 404);
+  });
   router.use(((err, req, res, _next) => {
     if (err === kit.invalidCsrfError) {
       return send(res, page({ title: 'Form expired' }, html`<p class="error" role="alert">This form has expired or did not come from this site. Go back, reload the page and try again.</p>`), 403);
@@ -321,3 +351,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   }) as express.ErrorRequestHandler);
   return { path: '/', router };
 }
+
+const isApiPath = (path: string) => /^\/(api|v1|webhooks)(\/|$)/.test(path);
+
+/** A browser navigating asks for HTML by name; SDKs ask for JSON, curl and fetch for anything. */
+const wantsPage = (req: Request) => /\btext\/html\b/i.test(req.get('accept') ?? '');

@@ -26,7 +26,7 @@ export function webhooksAdapter(deps: CoreDeps, opts: { logger: Logger }): HttpA
     res.setHeader('Allow', 'POST');
     sendHttpError(res, 'method_not_allowed', 'Method not allowed. This route accepts POST.');
   });
-  router.use((_req, res) => sendHttpError(res, 'unknown_route'));
+  // Any other path under /webhooks falls through to the app's JSON 404, which names the API's base URL.
   router.use(errorHandler(opts.logger));
   return { path: '/webhooks', router };
 }

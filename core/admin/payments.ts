@@ -29,7 +29,8 @@ export const paymentSchema = z.object({
   id: z.string(),
   object: z.literal('payment'),
   account_id: z.string(),
-  checkout_session_id: z.string(),
+  source: z.enum(['checkout', 'auto_top_up']).describe('checkout: paid on a Checkout page; auto_top_up: an off-session charge of a saved card'),
+  checkout_session_id: z.string().nullable().describe('null for an auto top-up'),
   payment_intent_id: z.string().nullable(),
   customer_id: z.string().nullable(),
   amount_cents: z.number().int(),
@@ -46,7 +47,8 @@ export const paymentListSchema = z.object({ object: z.literal('list'), data: z.a
 interface PaymentRow {
   id: string;
   account_id: string;
-  checkout_session_id: string;
+  source: 'checkout' | 'auto_top_up';
+  checkout_session_id: string | null;
   payment_intent_id: string | null;
   customer_id: string | null;
   amount_cents: number;
@@ -66,7 +68,7 @@ interface ReversalRow {
 /** The newest payments first (optionally one account's), each with its refunds and disputes. */
 export async function listPayments(em: EntityManager, input: z.output<typeof paymentsInput>): Promise<z.infer<typeof paymentListSchema>> {
   const rows = await em.execute<PaymentRow[]>(
-    `select id, account_id, checkout_session_id, payment_intent_id, customer_id, amount_cents::int as amount_cents, currency, coins_micro::text, created_at
+    `select id, account_id, source, checkout_session_id, payment_intent_id, customer_id, amount_cents::int as amount_cents, currency, coins_micro::text, created_at
      from payments where (?::text is null or account_id = ?) order by created_at desc, id desc limit ?`,
     [input.account_id ?? null, input.account_id ?? null, input.limit],
   );
@@ -91,6 +93,7 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
         id: p.id,
         object: 'payment' as const,
         account_id: p.account_id,
+        source: p.source,
         checkout_session_id: p.checkout_session_id,
         payment_intent_id: p.payment_intent_id,
         customer_id: p.customer_id,

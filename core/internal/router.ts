@@ -5,6 +5,7 @@ import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, s
 import { endOrphanedJobs } from '../generations/orphans.ts';
 import { deleteExpiredResults } from '../generations/retention.ts';
 import { sweep } from '../money/sweep.ts';
+import { runAutoTopUp, startAutoTopUpIfLow } from '../payments/auto-top-up.ts';
 import { reconcilePayments } from '../payments/reconcile.ts';
 import { createCallerFactory, internalProcedure, router } from '../trpc.ts';
 import { deliverJobWebhook } from '../webhooks/webhooks.ts';
@@ -24,7 +25,15 @@ export const internalRouter = router({
     submit: internalProcedure.input(jobId).mutation(({ ctx, input }) => submitJob(ctx.deps, ctx.em, input.id)),
     poll: internalProcedure.input(upstream).query(({ ctx, input }) => pollJob(ctx.deps, input.provider, input.handle)),
     store: internalProcedure.input(upstream.extend(jobId.shape)).mutation(({ ctx, input }) => storeJobResult(ctx.deps, input.id, input.provider, input.handle)),
-    complete: internalProcedure.input(jobId.extend({ output: storedOutput })).mutation(({ ctx, input }) => completeJob(ctx.deps, ctx.em, input.id, input.output)),
+    complete: internalProcedure.input(jobId.extend({ output: storedOutput })).mutation(async ({ ctx, input }) => {
+      const ending = await completeJob(ctx.deps, ctx.em, input.id, input.output);
+      // A settle that leaves the purchased coins under the auto top-up threshold starts one.
+      if (ending.status === 'succeeded') {
+        const [job] = await ctx.em.execute<{ account_id: string }[]>('select account_id from generations where id = ?', [input.id]);
+        if (job) await startAutoTopUpIfLow(ctx.deps, job.account_id);
+      }
+      return ending;
+    }),
     fail: internalProcedure
       .input(jobId.extend({ error: z.object({ message: z.string(), code: z.string() }) }))
       .mutation(({ ctx, input }) => failJob(ctx.em, input.id, input.error)),
@@ -46,7 +55,11 @@ export const internalRouter = router({
     releaseExpired: internalProcedure.mutation(({ ctx }) => sweep(ctx.deps, ctx.em)),
   }),
   /** Credits the paid sessions and invoices of the last 3 days the webhook missed; run by the mas-payments-reconcile Schedule. */
-  payments: router({ reconcile: internalProcedure.mutation(({ ctx }) => reconcilePayments(ctx.deps, ctx.em)) }),
+  payments: router({
+    reconcile: internalProcedure.mutation(({ ctx }) => reconcilePayments(ctx.deps, ctx.em)),
+    /** The auto top-up workflow's step: charges the account's saved card once under `charge`. */
+    autoTopUp: internalProcedure.input(z.object({ account: z.string(), charge: z.string() })).mutation(({ ctx, input }) => runAutoTopUp(ctx.deps, ctx.em, input.account, input.charge)),
+  }),
   /** Rebuilds the usage analytics' daily rollups for the days that changed; run by the mas-analytics-refresh Schedule. */
   analytics: router({ refresh: internalProcedure.mutation(({ ctx }) => refreshAnalytics(ctx.em)) }),
 });

@@ -124,7 +124,7 @@ export const billingSchema = z
       .nullable(),
     can_manage_billing: z.boolean().describe('whether the account has a Stripe customer, for the customer portal'),
     payments: z.array(
-      z.object({ id: z.string(), checkout_session_id: z.string(), amount_usd: z.string(), coins: z.number(), created_at: z.string(), receipt_url: z.string().nullable() }),
+      z.object({ id: z.string(), source: z.enum(['checkout', 'auto_top_up']), checkout_session_id: z.string().nullable(), amount_usd: z.string(), coins: z.number(), created_at: z.string(), receipt_url: z.string().nullable() }),
     ),
   })
   .strict();
@@ -139,8 +139,8 @@ export async function billingOverview(deps: Pick<CoreDeps, 'payments' | 'config'
     'select id, plan_name, current_period_end, ended_at from subscriptions where account_id = ? order by (ended_at is null) desc, created_at desc limit 1',
     [accountId],
   );
-  const payments = await em.execute<{ id: string; checkout_session_id: string; amount_cents: string; coins_micro: string; created_at: Date; receipt_url: string | null }[]>(
-    'select id, checkout_session_id, amount_cents, coins_micro, created_at, receipt_url from payments where account_id = ? order by created_at desc limit 10',
+  const payments = await em.execute<{ id: string; source: 'checkout' | 'auto_top_up'; checkout_session_id: string | null; amount_cents: string; coins_micro: string; created_at: Date; receipt_url: string | null }[]>(
+    'select id, source, checkout_session_id, amount_cents, coins_micro, created_at, receipt_url from payments where account_id = ? order by created_at desc limit 10',
     [accountId],
   );
   return {
@@ -157,6 +157,7 @@ export async function billingOverview(deps: Pick<CoreDeps, 'payments' | 'config'
     can_manage_billing: (await customerOf(em, accountId)) !== undefined,
     payments: payments.map((p) => ({
       id: p.id,
+      source: p.source,
       checkout_session_id: p.checkout_session_id,
       amount_usd: formatUsd(Number(p.amount_cents)),
       coins: coinsToJson(BigInt(p.coins_micro)),

@@ -9,8 +9,8 @@ import { paymentProvider, providerFailure } from './setup.ts';
 
 const USD_AMOUNT = 'must be an amount in US dollars with at most 2 decimals, such as 12.50';
 
-export const topUpCheckoutInput = z.object({
-  amount_usd: z
+/** A dollar amount, in cents: "12.34" or 12.34 is 1234. */
+export const usdAmount = z
     // The document says what a dollar amount looks like; the operator's minimum and maximum
     // (TOPUP_MIN_USD, TOPUP_MAX_USD) are checked after, naming the field.
     .union([z.number().positive(USD_AMOUNT), z.string().regex(/^\s*\d{1,9}(\.\d{1,2})?\s*$/, USD_AMOUNT)])
@@ -20,7 +20,10 @@ export const topUpCheckoutInput = z.object({
       if (cents !== null && cents > 0) return cents;
       ctx.addIssue({ code: 'custom', message: USD_AMOUNT });
       return z.NEVER;
-    }),
+    });
+
+export const topUpCheckoutInput = z.object({
+  amount_usd: usdAmount,
   /** Makes a retried request return the first Checkout Session. */
   idempotency_key: idempotencyKeySchema.optional(),
 });
@@ -32,6 +35,13 @@ export const checkoutSessionSchema = z
     url: z.string().describe('the payment page: send the customer there; the coins are added when the payment arrives, not when the customer comes back'),
   })
   .strict();
+
+/** A top-up's amount within the operator's minimum and maximum (TOPUP_MIN_USD, TOPUP_MAX_USD), or a 400 naming `amount_usd`. */
+export function checkTopUpAmount(bounds: { topUpMinCents: number; topUpMaxCents: number }, cents: number): number {
+  if (cents < bounds.topUpMinCents) throw invalid('amount_usd', `The amount must be at least ${formatUsd(bounds.topUpMinCents)} USD.`, 'amount_too_small');
+  if (cents > bounds.topUpMaxCents) throw invalid('amount_usd', `The amount must be at most ${formatUsd(bounds.topUpMaxCents)} USD.`, 'amount_too_large');
+  return cents;
+}
 
 /**
  * A payment page (Stripe Checkout, payment mode) for a top-up of `amount_usd`. Nothing is
@@ -45,10 +55,8 @@ export async function createTopUpCheckout(
   input: z.output<typeof topUpCheckoutInput>,
 ): Promise<z.infer<typeof checkoutSessionSchema>> {
   const provider = paymentProvider(deps);
-  const { topUpMinCents: min, topUpMaxCents: max, currency, returnUrls } = deps.config.payments;
-  const cents = input.amount_usd;
-  if (cents < min) throw invalid('amount_usd', `The amount must be at least ${formatUsd(min)} USD.`, 'amount_too_small');
-  if (cents > max) throw invalid('amount_usd', `The amount must be at most ${formatUsd(max)} USD.`, 'amount_too_large');
+  const { currency, returnUrls } = deps.config.payments;
+  const cents = checkTopUpAmount(deps.config.payments, input.amount_usd);
 
   // The customer of an earlier payment: the payment page then knows them.
   const [earlier] = await em.execute<{ customer_id: string }[]>(

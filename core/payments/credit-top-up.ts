@@ -4,6 +4,7 @@ import { newId } from '../ids.ts';
 import { credit } from '../money/wallet.ts';
 import type { PaymentEvent } from '../ports.ts';
 import { centsToMicro } from './amounts.ts';
+import { cardSavedAtCheckout } from './auto-top-up.ts';
 import { notCredited, outcome, type EventOutcome } from './outcome.ts';
 
 type CheckoutEvent = Extract<PaymentEvent, { kind: 'checkout_session' }>;
@@ -56,5 +57,7 @@ export async function creditTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityMana
      values (?, ?, ?, ?, ?, ?::bigint, ?, ?, ?, ?::bigint)`,
     [newId('pay'), s.id, account.id, s.amountTotalCents, s.currency, coins.toString(), s.paymentIntentId, s.customerId, event.eventId, entry.entryId],
   );
+  // A top-up that saved the card for auto top-up turns it on.
+  await cardSavedAtCheckout(tx, account.id, s);
   return outcome('credited', account.id);
 }

@@ -39,15 +39,17 @@ export async function fillReceipts(deps: Pick<CoreDeps, 'payments' | 'logger'>, 
   );
 }
 
-/** The receipts of the top-ups among `entries`, by their reference (the Checkout Session id). */
+/** The receipts of the top-ups among `entries`, by their reference (the Checkout Session id, or an auto top-up's PaymentIntent id). */
 export async function receiptsOf(em: EntityManager, accountId: string, entries: WalletEntryView[]): Promise<Map<string, string>> {
   const sessions = entries.filter((e) => e.type === 'topup').map((e) => e.reference);
   if (sessions.length === 0) return new Map();
-  const rows = await em.execute<{ checkout_session_id: string; receipt_url: string }[]>(
-    `select checkout_session_id, receipt_url from payments where account_id = ? and receipt_url is not null and checkout_session_id in (${sessions.map(() => '?').join(', ')})`,
+  // A Checkout's top-up is referenced by its session, an auto top-up by its PaymentIntent.
+  const rows = await em.execute<{ reference: string; receipt_url: string }[]>(
+    `select coalesce(checkout_session_id, payment_intent_id) as reference, receipt_url from payments
+     where account_id = ? and receipt_url is not null and coalesce(checkout_session_id, payment_intent_id) in (${sessions.map(() => '?').join(', ')})`,
     [accountId, ...sessions],
   );
-  return new Map(rows.map((r) => [r.checkout_session_id, r.receipt_url]));
+  return new Map(rows.map((r) => [r.reference, r.receipt_url]));
 }
 
 export type WalletEntryWithReceipt = WalletEntryView & { receipt_url: string | null };

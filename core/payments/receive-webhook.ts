@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { CoreDeps } from '../context.ts';
 import { invalid } from '../errors.ts';
 import { PaymentWebhookError, type PaymentEvent } from '../ports.ts';
+import { creditAutoTopUp } from './auto-top-up.ts';
 import { creditTopUp } from './credit-top-up.ts';
 import type { EventOutcome } from './outcome.ts';
 import { paymentProvider } from './setup.ts';
@@ -73,6 +74,8 @@ async function act(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: Pay
   switch (event.kind) {
     case 'checkout_session':
       return creditTopUp(deps, tx, event);
+    case 'payment_intent':
+      return creditAutoTopUp(deps, tx, event);
     case 'invoice_paid':
       return grantInvoice(deps, tx, event);
     case 'subscription_deleted':
@@ -90,6 +93,8 @@ function objectId(event: PaymentEvent): string | null {
   switch (event.kind) {
     case 'checkout_session':
       return event.session.id;
+    case 'payment_intent':
+      return event.intent.id;
     case 'invoice_paid':
       return event.invoice.id;
     case 'subscription_deleted':

@@ -14,6 +14,8 @@ export interface ReconcileReport {
   since: string;
   sessions_listed: number;
   invoices_listed: number;
+  /** The service's own off-session charges (auto top-ups) that succeeded. */
+  intents_listed: number;
   /** The sessions and invoices the webhook had missed, now credited. */
   credited: string[];
   /** Listed but not credited now: already seen by an earlier run, or refused (audited like the webhook's). */
@@ -31,16 +33,21 @@ export interface ReconcileReport {
  */
 export async function reconcilePayments(deps: Pick<CoreDeps, 'payments' | 'config' | 'clock' | 'logger'>, em: EntityManager): Promise<ReconcileReport> {
   const since = new Date(deps.clock().getTime() - RECONCILE_WINDOW_MS);
-  const report: ReconcileReport = { object: 'payments_reconciliation', ran: false, since: since.toISOString(), sessions_listed: 0, invoices_listed: 0, credited: [], not_credited: [] };
+  const report: ReconcileReport = { object: 'payments_reconciliation', ran: false, since: since.toISOString(), sessions_listed: 0, invoices_listed: 0, intents_listed: 0, credited: [], not_credited: [] };
   if (!deps.payments) return report;
   const listed = await deps.payments.listPaidSince(since);
   report.ran = true;
   report.sessions_listed = listed.sessions.length;
   report.invoices_listed = listed.invoices.length;
+  report.intents_listed = listed.intents.length;
 
   const known = async (sql: string, ids: string[]) =>
     new Set(ids.length === 0 ? [] : (await em.fork().execute<{ id: string }[]>(sql, [ids.join(',')])).map((r) => r.id));
   const credited = await known(`select checkout_session_id as id from payments where checkout_session_id = any(string_to_array(?, ','))`, listed.sessions.map((s) => s.id));
+  const charged = await known(
+    `select payment_intent_id as id from payments where source = 'auto_top_up' and payment_intent_id = any(string_to_array(?, ','))`,
+    listed.intents.map((i) => i.id),
+  );
   const granted = await known(`select invoice_id as id from subscription_grants where invoice_id = any(string_to_array(?, ','))`, listed.invoices.map((i) => i.id));
 
   const now = deps.clock();
@@ -51,9 +58,12 @@ export async function reconcilePayments(deps: Pick<CoreDeps, 'payments' | 'confi
     ...listed.invoices
       .filter((i) => !granted.has(i.id))
       .map((invoice): PaymentEvent => ({ eventId: `reconcile:${invoice.id}`, providerType: 'reconcile:invoice', createdAt: now, kind: 'invoice_paid', invoice })),
+    ...listed.intents
+      .filter((i) => !charged.has(i.id))
+      .map((intent): PaymentEvent => ({ eventId: `reconcile:${intent.id}`, providerType: 'reconcile:payment_intent', createdAt: now, kind: 'payment_intent', stage: 'succeeded', intent })),
   ];
   for (const event of events) {
-    const id = event.kind === 'checkout_session' ? event.session.id : event.kind === 'invoice_paid' ? event.invoice.id : event.eventId;
+    const id = event.kind === 'checkout_session' ? event.session.id : event.kind === 'invoice_paid' ? event.invoice.id : event.kind === 'payment_intent' ? event.intent.id : event.eventId;
     const outcome = await em.fork().transactional(async (tx) => {
       const o = await handlePaymentEvent(deps, tx, event);
       if (o.outcome === 'credited') {
@@ -72,7 +82,7 @@ export async function reconcilePayments(deps: Pick<CoreDeps, 'payments' | 'confi
   }
   const log = report.credited.length > 0 ? deps.logger.warn.bind(deps.logger) : deps.logger.info.bind(deps.logger);
   log(
-    { since: report.since, sessions: report.sessions_listed, invoices: report.invoices_listed, credited: report.credited, not_credited: report.not_credited },
+    { since: report.since, sessions: report.sessions_listed, invoices: report.invoices_listed, intents: report.intents_listed, credited: report.credited, not_credited: report.not_credited },
     `payments reconciled: ${report.credited.length} credited that the webhook missed`,
   );
   return report;

@@ -17,6 +17,7 @@ type ReversalKind = keyof typeof REVERSAL_LABELS;
 interface PaymentRow {
   id: string;
   account_id: string;
+  /** The Checkout Session's id, or for an auto top-up (no session) its PaymentIntent's: what audit entries name. */
   checkout_session_id: string;
   amount_cents: number;
   currency: string;
@@ -30,7 +31,7 @@ interface PaymentRow {
 async function paymentOf(tx: EntityManager, paymentIntentId: string | null): Promise<PaymentRow | null> {
   if (!paymentIntentId) return null;
   const [row] = await tx.execute<PaymentRow[]>(
-    'select id, account_id, checkout_session_id, amount_cents::int as amount_cents, currency from payments where payment_intent_id = ? order by created_at limit 1 for update',
+    'select id, account_id, coalesce(checkout_session_id, payment_intent_id) as checkout_session_id, amount_cents::int as amount_cents, currency from payments where payment_intent_id = ? order by created_at limit 1 for update',
     [paymentIntentId],
   );
   return row ?? null;

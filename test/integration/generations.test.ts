@@ -251,7 +251,7 @@ describe('generations', () => {
     const unknown = await getJson(`${base}/api/v1/generations/gen_nothing`, { headers: bearer(b.key) });
     expect(other.status).toBe(404);
     expect(unknown.status).toBe(404);
-    expect(other.body.error).toEqual({ type: unknown.body.error.type, code: unknown.body.error.code, message: `No generation ${job.id}.` });
+    expect(other.body.error).toEqual({ type: unknown.body.error.type, param: null, code: unknown.body.error.code, message: `No generation ${job.id}.` });
 
     const url = new URL(local(job.output.url));
     url.searchParams.set('signature', `${url.searchParams.get('signature')!.slice(0, -2)}xx`);

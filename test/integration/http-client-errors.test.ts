@@ -67,7 +67,8 @@ function expectJsonError(got: { raw: string; response?: RawResponse }, status: n
   expect(Number(res!.headers['content-length']), got.raw).toBe(Buffer.byteLength(res!.body));
   const body = JSON.parse(res!.body);
   expect(Object.keys(body)).toEqual(['error']);
-  expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'type']);
+  expect(Object.keys(body.error)).toEqual(['message', 'type', 'param', 'code']);
+  expect(body.error.param).toBeNull();
   expect(body.error).toMatchObject({ type: 'invalid_request_error', code, message: expect.any(String) });
   return body.error as { message: string; type: string; code: string };
 }
@@ -127,7 +128,7 @@ describe("REST's error table", () => {
       for (const path of ['/aborted', '/size']) {
         const res = await getJson(`${served.base}${path}`, { method: 'POST' });
         expect(res.status).toBe(400);
-        expect(res.body).toEqual({ error: { message: expect.stringMatching(/Content-Length/), type: 'invalid_request_error', code: 'incomplete_body' } });
+        expect(res.body).toEqual({ error: { message: expect.stringMatching(/Content-Length/), type: 'invalid_request_error', param: null, code: 'incomplete_body' } });
       }
     } finally {
       await served.close();

@@ -41,7 +41,7 @@ describe('OpenAPI document', () => {
   it('is OpenAPI 3.1 with the bearer scheme and the error shape', () => {
     expect(doc.openapi).toBe('3.1.0');
     expect(doc.components.securitySchemes.bearerAuth).toMatchObject({ type: 'http', scheme: 'bearer' });
-    expect(doc.components.schemas.Error.properties.error.required.sort()).toEqual(['code', 'message', 'type']);
+    expect(doc.components.schemas.Error.properties.error.required.sort()).toEqual(['code', 'message', 'param', 'type']);
     expect(doc.paths['/openapi.json'].get.security).toEqual([]);
   });
 
@@ -89,6 +89,8 @@ describe('OpenAPI document', () => {
     expect(found.sort()).toEqual(
       [
         'get /models 200 -> get /models/{id}',
+        'post /chat/completions 200 -> get /chat/completions/{id}',
+        'post /responses 200 -> get /responses/{id}',
         'post /generations 200 -> get /generations/{id}',
         'post /generations 200 -> post /generations/{id}/cancel',
         'post /generations 200 -> get /generations/{id}/output',
@@ -134,8 +136,14 @@ describe('OpenAPI document', () => {
     await check('get', '/models', '/models', auth);
     await check('get', '/models/mas/echo', '/models/{id}', auth);
     await check('get', '/models/nobody/none', '/models/{id}', auth);
-    await check('post', '/chat/completions', '/chat/completions', post({ model: 'mas/echo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 }));
+    const completion = await check('post', '/chat/completions', '/chat/completions', post({ model: 'mas/echo', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16 }));
+    await check('get', `/chat/completions/${completion.id}`, '/chat/completions/{id}', auth);
+    await check('get', '/chat/completions/chatcmpl-nope', '/chat/completions/{id}', auth);
+    await check('get', `/chat/completions/${'x'.repeat(101)}`, '/chat/completions/{id}', auth);
     await check('post', '/chat/completions', '/chat/completions', post({ model: 'mas/echo', messages: [] }));
+    await check('post', '/responses', '/responses', post({ model: 'mas/echo', input: 'hi', max_output_tokens: 16 }));
+    await check('post', '/responses', '/responses', post({ model: 'mas/echo', instructions: 'Be brief.', input: [{ role: 'user', content: [{ type: 'input_text', text: 'hi' }] }] }));
+    await check('post', '/responses', '/responses', post({ model: 'mas/echo', input: 'hi', store: true }));
     const job = await check('post', '/generations', '/generations', post({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }, { prefer: 'wait=20' }));
     await check('get', `/generations/${job.id}`, '/generations/{id}', auth);
     await check('post', `/generations/${job.id}/cancel`, '/generations/{id}/cancel', auth);
@@ -168,6 +176,36 @@ describe('OpenAPI document', () => {
     expect(events.length).toBeGreaterThan(1);
     expect(events.at(-1)).toEqual({ data: '[DONE]' });
     for (const event of events) expect(ajv.validate(schema, event), `${JSON.stringify(event)}: ${ajv.errorsText()}`).toBe(true);
+  });
+
+  it('describes each server-sent event of a streamed response', async () => {
+    const account = await makeAccount(h.orm, { coins: '50' });
+    const { key } = await makeKey(h.orm, account.id);
+    const res = await fetch(`${h.base}/api/v1/responses`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mas/echo', input: 'hi', stream: true }),
+    });
+    expect(res.status).toBe(200);
+    const schema = doc.paths['/responses'].post.responses['200'].content['text/event-stream'].schema;
+    const ajv = new Ajv2020({ strict: false });
+    const events = (await res.text())
+      .split('\n\n')
+      .filter((block) => block.trim())
+      .map((block) => Object.fromEntries(block.split('\n').map((line) => [line.slice(0, line.indexOf(':')), line.slice(line.indexOf(':') + 1).trimStart()])));
+    expect(events[0]!.event).toBe('response.created');
+    expect(events.at(-1)!.event).toBe('response.completed');
+    for (const event of events) {
+      expect(ajv.validate(schema, event), `${JSON.stringify(event)}: ${ajv.errorsText()}`).toBe(true);
+      expect(JSON.parse(event.data!).type).toBe(event.event);
+    }
+    // The completed response is the document's Response.
+    const completed = JSON.parse(events.at(-1)!.data!).response;
+    const full = new Ajv2020({ strict: false, allErrors: true });
+    addFormats.default(full);
+    full.addSchema({ $id: 'openapi', components: doc.components });
+    const responseSchema = JSON.parse(JSON.stringify(doc.paths['/responses'].post.responses['200'].content['application/json'].schema).replaceAll('"#/components/', '"openapi#/components/'));
+    expect(full.validate(responseSchema, completed), full.errorsText()).toBe(true);
   });
 
   it('serves a readable reference page with its assets from the service itself', async () => {

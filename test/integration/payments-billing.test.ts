@@ -126,7 +126,7 @@ describe('POST /api/v1/credits/subscription', () => {
     recorder.requests.length = 0;
     const unknown = await post(on.base, '/credits/subscription', key, { plan: 'Gold' });
     expect(unknown.status).toBe(400);
-    expect(unknown.body.error).toEqual({ type: 'invalid_request_error', code: 'unknown_plan', message: expect.stringMatching(/^There is no plan named "Gold"\. The plans are: Starter, Pro\.$/) });
+    expect(unknown.body.error).toEqual({ type: 'invalid_request_error', param: 'plan', code: 'unknown_plan', message: expect.stringMatching(/^There is no plan named "Gold"\. The plans are: Starter, Pro\.$/) });
     const missing = await post(on.base, '/credits/subscription', key, {});
     expect(missing.status).toBe(400);
     expect(missing.body.error.message).toMatch(/'plan'/);
@@ -197,7 +197,7 @@ describe('the billing read, the top-up status and receipts', () => {
     expect(billing.can_manage_billing).toBe(true);
     // stripe-mock answers every PaymentIntent with its fixture charge, whose receipt_url is a Stripe receipt page.
     expect(billing.payments).toEqual([
-      { id: expect.stringMatching(/^pay_/), checkout_session_id: sessionId, amount_usd: '12.34', coins: 12_340, created_at: expect.any(String), receipt_url: expect.stringMatching(/^https:\/\/.+\/receipts\//) },
+      { id: expect.stringMatching(/^pay_/), source: 'checkout', checkout_session_id: sessionId, amount_usd: '12.34', coins: 12_340, created_at: expect.any(String), receipt_url: expect.stringMatching(/^https:\/\/.+\/receipts\//) },
     ]);
 
     const history = await me.account.history({ limit: 10 });

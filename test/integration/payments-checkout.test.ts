@@ -101,7 +101,7 @@ describe('POST /api/v1/credits/checkout', () => {
     for (const [body, code, message] of cases) {
       const res = await checkout(on.base, key, body);
       expect(res.status, JSON.stringify(body)).toBe(400);
-      expect(res.body, JSON.stringify(body)).toEqual({ error: { type: 'invalid_request_error', code, message: expect.stringMatching(message) } });
+      expect(res.body, JSON.stringify(body)).toEqual({ error: { type: 'invalid_request_error', param: code === 'invalid_body' ? 'body' : 'amount_usd', code, message: expect.stringMatching(message) } });
     }
     expect(recorder.requests).toHaveLength(0);
     expect(await paymentRows(account.id)).toEqual({ ledger: 0, payments: 0 });
@@ -123,7 +123,7 @@ describe('payments off (no STRIPE_SECRET_KEY)', () => {
     const key = (await makeKey(orm, account.id)).key;
     const res = await checkout(off.base, key, { amount_usd: 20 });
     expect(res.status).toBe(503);
-    expect(res.body).toEqual({ error: { type: 'server_error', code: 'payments_not_configured', message: 'Payments are not set up on this server: coins can only be added by its operator.' } });
+    expect(res.body).toEqual({ error: { type: 'server_error', param: null, code: 'payments_not_configured', message: 'Payments are not set up on this server: coins can only be added by its operator.' } });
     const hook = await getJson(`${off.base}/webhooks/stripe`, { method: 'POST', headers: { 'content-type': 'application/json', 'stripe-signature': 't=1,v1=x' }, body: '{}' });
     expect(hook.status).toBe(503);
     expect(hook.body.error.code).toBe('payments_not_configured');

@@ -34,7 +34,7 @@ describe('the Stripe adapter', () => {
   });
 
   it('charges a saved card off-session, answering how it ended', async () => {
-    const result = await stripe.chargeOffSession({ accountId: 'acct_A', customerId: 'cus_1', paymentMethodId: 'pm_1', amountCents: 2000, currency: 'usd', idempotencyKey: 'auto:acct_A:1' });
+    const result = await stripe.chargeOffSession({ accountId: 'acct_A', customerId: 'cus_1', paymentMethodId: 'pm_1', amountCents: 2000, currency: 'usd', idempotencyKey: 'auto:acct_A:1', chargeId: 'atc_1' });
     expect(['succeeded', 'processing', 'requires_action', 'declined']).toContain(result.status);
   });
 

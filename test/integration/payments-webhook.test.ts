@@ -224,7 +224,7 @@ describe('POST /webhooks/stripe: bad deliveries get 400 and write nothing', () =
     for (const [what, body, signature, code, message] of cases) {
       const res = await deliver(body, signature);
       expect(res.status, what).toBe(400);
-      expect(res.body, what).toEqual({ error: { type: 'invalid_request_error', code, message: expect.stringMatching(message) } });
+      expect(res.body, what).toEqual({ error: { type: 'invalid_request_error', param: expect.any(String), code, message: expect.stringMatching(message) } });
     }
     expect(await written(account.id, session.id, eventIdOf(payload))).toEqual({ ledger: 0, payments: 0, events: 0, audits: 0 });
     // The same event, properly signed, still credits: nothing above was recorded as seen.

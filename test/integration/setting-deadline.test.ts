@@ -67,7 +67,7 @@ describe('a setting the deadline can never meet', () => {
     // The request, on the shipped demo model (deadline 300 s).
     const demo = await post({ model: 'mas/image-demo', prompt: 'x', settings: { delay_ms: 400000 } });
     expect(demo.status, JSON.stringify(demo.body)).toBe(400);
-    expect(demo.body).toEqual({ error: { type: 'invalid_request_error', code: 'invalid_value', message: expect.stringContaining("'settings.delay_ms'") } });
+    expect(demo.body).toEqual({ error: { type: 'invalid_request_error', param: 'settings.delay_ms', code: 'invalid_value', message: expect.stringContaining("'settings.delay_ms'") } });
     // A model whose stored bound allows it: the deadline still refuses it, and says why.
     const stored = await post({ model: legacy, prompt: 'x', settings: { delay_ms: 400000 } });
     expect(stored.status, JSON.stringify(stored.body)).toBe(400);

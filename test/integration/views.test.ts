@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createProviderRegistry } from '../../adapters/providers/registry.ts';
 import { modelViewSchema } from '../../core/catalog/views.ts';
+import { completionRecordSchema } from '../../core/chat/records.ts';
 import { chatCompletionSchema } from '../../core/chat/views.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { fileSchema } from '../../core/files/file-row.ts';
@@ -75,11 +76,14 @@ describe('output schemas', () => {
     expect(new Set(history.data.map((e) => e.type))).toEqual(new Set(['topup', 'api_usage', 'refund']));
   });
 
-  it('a chat completion parses strictly', async () => {
+  it('a chat completion and its record parse strictly', async () => {
     const deps = testDeps(h.orm, { providers: createProviderRegistry({ local: { kind: 'local' } }) });
     const { core } = await spender(deps);
     const result = await core().chat.complete({ model: 'mas/echo', messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 20 });
     expect(result.stream).toBe(false);
-    if (!result.stream) chatCompletionSchema.parse(result.completion);
+    if (result.stream) return;
+    chatCompletionSchema.parse(result.completion);
+    const record = completionRecordSchema.parse(await core().chat.get({ id: result.completion.id }));
+    expect(record.usage).toEqual(result.completion.usage);
   });
 });

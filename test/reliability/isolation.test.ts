@@ -14,7 +14,7 @@ import { csrfOf, hiddenFields, signUpPerson, type Person } from '../support/cook
 
 /**
  * Issue 20, part 6: the isolation matrix (BOLA). Two accounts, A and B, made through the real
- * sign-up form. A gets every object that has an id: two media jobs (one succeeded, one still
+ * sign-up form. A gets every object that has an id: a chat completion, two media jobs (one succeeded, one still
  * running), a file, an API key, an app connection made by the real OAuth flow, ledger entries,
  * and the signed result links of its job and file. Then B, on every surface with its own
  * credentials (REST with its key; MCP with its key, its connector link and its OAuth access
@@ -86,7 +86,7 @@ const viaLink = (key: string) => new StreamableHTTPClientTransport(new URL(`${mc
 // ---------------------------------------------------------------------------------------------
 // The matrix.
 
-const OBJECTS = ['generation', 'file', 'API key', 'app connection', 'ledger entry', 'result link'] as const;
+const OBJECTS = ['generation', 'file', 'chat completion', 'API key', 'app connection', 'ledger entry', 'result link'] as const;
 const SURFACES = ['REST (B key)', 'MCP (B key)', 'MCP (B connector link)', 'MCP (B OAuth token)', 'Account pages (B session)', 'GraphQL admin (B credentials)'] as const;
 type ObjectName = (typeof OBJECTS)[number];
 type Surface = (typeof SURFACES)[number];
@@ -193,6 +193,13 @@ describe('the isolation matrix', () => {
     const aUploadKey = `upload-${randomBytes(12).toString('hex')}`;
     const aFile = await getJson(`${base}/api/v1/files`, { method: 'POST', headers: { ...bearer(aKey.key), 'idempotency-key': aUploadKey }, body: aForm });
     expect(aFile.status).toBe(200);
+    const aChat = await getJson(`${base}/api/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...bearer(aKey.key), 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mas/echo', messages: [{ role: 'user', content: `${MARK} chat` }], max_tokens: 16 }),
+    });
+    expect(aChat.status, JSON.stringify(aChat.body)).toBe(200);
+    const aChatId = aChat.body.id as string;
     const aHistory = await getJson(`${base}/api/v1/wallet/history`, { headers: bearer(aKey.key) });
     expect(aHistory.status).toBe(200);
     const aLedger = (aHistory.body.data as { id: string }[]).map((r) => r.id);
@@ -204,7 +211,7 @@ describe('the isolation matrix', () => {
     const aFileId = aFile.body.id as string;
     const aEntry = aLedger[0]!;
     // Everything of A's that must never show in an answer to B (the probed id aside, which an error may echo).
-    const aSecrets = [MARK, aUploadKey, a.email, a.accountId, aKey.key, aKey.key.slice(0, 12), aApp.access, aJobLink.searchParams.get('signature')!, aFileLink.searchParams.get('signature')!, ...aJobIds, aFileId, aKey.id, aApp.connectionId, ...aLedger];
+    const aSecrets = [MARK, aUploadKey, a.email, a.accountId, aKey.key, aKey.key.slice(0, 12), aApp.access, aJobLink.searchParams.get('signature')!, aFileLink.searchParams.get('signature')!, ...aJobIds, aFileId, aChatId, aKey.id, aApp.connectionId, ...aLedger];
 
     const state = async () => {
       const em = h.orm.em.fork();
@@ -229,8 +236,9 @@ describe('the isolation matrix', () => {
       key: madeUpLike(aKey.id),
       app: madeUpLike(aApp.connectionId),
       entry: `le_${BigInt(maxEntry!.m) + 1_000_000_000n}`,
+      chat: `chatcmpl-${randomBase62(aChatId.length - 'chatcmpl-'.length)}`,
     };
-    for (const [table_, id] of [['generations', made.job], ['files', made.file], ['api_keys', made.key], ['app_connections', made.app]] as const) {
+    for (const [table_, id] of [['generations', made.job], ['files', made.file], ['api_keys', made.key], ['app_connections', made.app], ['completion_records', made.chat]] as const) {
       expect(await h.orm.em.fork().execute(`select 1 from ${table_} where id = ?`, [id])).toHaveLength(0);
     }
 
@@ -263,6 +271,7 @@ describe('the isolation matrix', () => {
       for (const [surface, client] of mcp) add('generation', surface, `get_generation (${which})`, job, made.job, (id) => tool(client, 'get_generation', { id }));
     }
     add('file', 'REST (B key)', 'GET /files/:id', aFileId, made.file, (id) => rest(`/files/${id}`));
+    add('chat completion', 'REST (B key)', 'GET /chat/completions/:id', aChatId, made.chat, (id) => rest(`/chat/completions/${id}`));
     add('file', 'REST (B key)', 'DELETE /files/:id', aFileId, made.file, (id) => rest(`/files/${id}`, { method: 'DELETE' }));
     add('file', 'REST (B key)', 'POST /generations with the file as input', aFileId, made.file, (id) =>
       rest('/generations', { method: 'POST', headers: json, body: JSON.stringify({ model: 'mas/image-demo', settings: { size: 128 }, inputs: { reference_image: id } }) }),
@@ -398,7 +407,7 @@ describe('the isolation matrix', () => {
       6,
       `## Isolation matrix (BOLA)
 
-Two accounts made through the sign-up form, A and B. A owns a succeeded and a running media job, a file, an API key, an app connection (made by the real OAuth flow), ledger entries, and the signed result links of its job and its file. B, with its own credentials on every surface, asks for each of A's objects by id; each request is sent again with a made-up id of the same shape (same prefix, length and alphabet; in no table), and the two answers are compared whole: same status, same body once the id is taken out (and the page's CSRF token). A leak is an answer that is not a refusal, or that carries any of A's data (its ids other than the one asked for, email, key, token, link signatures, or the marker in its prompts, file name, key and app names).
+Two accounts made through the sign-up form, A and B. A owns a succeeded and a running media job, a file, a chat completion, an API key, an app connection (made by the real OAuth flow), ledger entries, and the signed result links of its job and its file. B, with its own credentials on every surface, asks for each of A's objects by id; each request is sent again with a made-up id of the same shape (same prefix, length and alphabet; in no table), and the two answers are compared whole: same status, same body once the id is taken out (and the page's CSRF token). A leak is an answer that is not a refusal, or that carries any of A's data (its ids other than the one asked for, email, key, token, link signatures, or the marker in its prompts, file name, key and app names).
 
 ${table(
   ['Object', ...SURFACES],
@@ -408,7 +417,7 @@ ${table(
 - Attempts with A's ids: **${outcomes.length}** (and as many with made-up ids); leaks: **${leaks.length}**; id-oracle mismatches (A's id answered otherwise than a made-up one): **${mismatches.length}**.
 - Statuses of the answers to A's ids: ${Object.entries(outcomes.reduce<Record<string, number>>((m, o) => ((m[o.real.status] = (m[o.real.status] ?? 0) + 1), m), {})).map(([s, n]) => `${s} × ${n}`).join(', ')}.
 - After the probes: ${unchanged.map(([what, ok]) => `${what}: ${ok ? 'yes' : '**no**'}`).join('; ')}.
-- "–": no route, tool or page of that surface takes that kind of id (REST has no key or app routes, MCP tools take job and file ids only, the account pages take key, app and ledger cursor ids only, result links are REST routes). The GraphQL admin API refuses every non-admin credential (B's key, session cookie, session as a bearer, OAuth token) at its door with 401, before reading the query.
+- "–": no route, tool or page of that surface takes that kind of id (REST has no key or app routes, a chat completion is read by REST only, MCP tools take job and file ids only, the account pages take key, app and ledger cursor ids only, result links are REST routes). The GraphQL admin API refuses every non-admin credential (B's key, session cookie, session as a bearer, OAuth token) at its door with 401, before reading the query.
 - ${ownProbes.length} of the probes use an identifier that answers with B's own things by design, and count as refused when that answer carries none of A's data and equals the made-up one: a ledger entry id as a list cursor (\`starting_after=le_N\`, REST wallet history and the usage page, the only places a ledger entry id is taken: B's own page came back), and A's upload's idempotency key (REST \`Idempotency-Key\`, MCP \`upload_file\`'s \`idempotency_key\`, with the same bytes: B got a new file of its own, never A's replayed, never a conflict).
 - ${probes.length} probes, ${outcomes.length * 2} requests, in ${seconds} s.
 `,

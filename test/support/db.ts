@@ -7,7 +7,7 @@ import { createAccount } from '../../core/accounts/accounts.ts';
 import os from 'node:os';
 import path from 'node:path';
 import { localDiskStorage } from '../../adapters/storage/local-disk.ts';
-import type { GenerationStarter } from '../../core/ports.ts';
+import type { AutoTopUpStarter, GenerationStarter } from '../../core/ports.ts';
 import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import type { ProviderRegistry } from '../../core/ports.ts';
 import type { CoreDeps } from '../../core/context.ts';
@@ -40,6 +40,7 @@ export function testDeps(
     retentionSeconds?: number;
     catalogTtlMs?: number;
     generations?: GenerationStarter;
+    autoTopUps?: AutoTopUpStarter;
     storageDir?: string;
     mediaProviders?: Record<string, ProviderConfig>;
     /** PUBLIC_BASE_URL: the OAuth issuer and the MCP resource derive from it. */
@@ -71,6 +72,7 @@ export function testDeps(
     storage: localDiskStorage(opts.storageDir ?? path.join(os.tmpdir(), 'mas-test-storage')),
     signingSecret: 'test-signing-secret-test-signing-secret',
     generations: opts.generations,
+    autoTopUps: opts.autoTopUps,
     catalogTtlMs: opts.catalogTtlMs ?? 0,
     plans: opts.plans,
   });

@@ -19,11 +19,12 @@ const PaymentReversal = builder.objectRef<Payment['reversals'][number]>('Payment
 });
 
 const Payment = builder.objectRef<Payment>('Payment').implement({
-  description: 'A top-up paid through Stripe Checkout and credited, with its refunds and disputes.',
+  description: 'A top-up paid through Stripe (on a Checkout page, or an auto top-up charging a saved card) and credited, with its refunds and disputes.',
   fields: (t) => ({
     id: t.exposeString('id'),
     accountId: t.exposeString('account_id'),
-    checkoutSessionId: t.exposeString('checkout_session_id'),
+    source: t.exposeString('source', { description: '`checkout` (paid on a Checkout page) or `auto_top_up` (a saved card charged off-session).' }),
+    checkoutSessionId: t.exposeString('checkout_session_id', { nullable: true, description: 'Null for an auto top-up.' }),
     paymentIntentId: t.exposeString('payment_intent_id', { nullable: true }),
     customerId: t.exposeString('customer_id', { nullable: true }),
     amountCents: t.exposeInt('amount_cents'),

@@ -1,5 +1,6 @@
 import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import type { GenerationView } from '../../../core/generations/views.ts';
+import type { AutoTopUpView } from '../../../core/payments/auto-top-up.ts';
 import type { WalletEntryWithReceipt } from '../../../core/payments/receipts.ts';
 import { html, notice, page } from '../html.ts';
 import { billingSections, type Billing, type BillingFormState } from './billing.ts';
@@ -10,7 +11,7 @@ type Key = { id: string; name: string; prefix: string; created_at: string; last_
 
 const day = (iso: string | null) => (iso ? iso.replace('T', ' ').slice(0, 16) : '—');
 
-export function overviewPage(nav: Nav, v: { balance: Balance; billing: Billing; pay: BillingFormState; passwordError?: string | undefined; passwordChanged?: boolean }) {
+export function overviewPage(nav: Nav, v: { balance: Balance; billing: Billing; autoTopUp?: AutoTopUpView | undefined; pay: BillingFormState; passwordError?: string | undefined; passwordChanged?: boolean }) {
   const b = v.balance;
   return page(
     { title: 'Overview', nav: { ...nav, current: '/account' } },
@@ -21,7 +22,7 @@ export function overviewPage(nav: Nav, v: { balance: Balance; billing: Billing; 
   <div class="card">Held by running requests <strong>${b.held_coins}</strong></div>
 </div>
 <p>${b.paid_account ? 'This is a paid account: every model is open to it.' : 'This account is not paid yet: models marked "paid accounts only" need a first top-up or a subscription.'}</p>
-${billingSections(nav, v.billing, v.pay)}
+${billingSections(nav, v.billing, v.pay, v.autoTopUp)}
 <p>Next: <a href="/account/keys">create an API key</a>, then see <a href="/api/v1/docs">the API reference</a>.</p>
 <h2>Password</h2>
 ${notice('error', v.passwordError)}${v.passwordChanged ? notice('info', 'Your password is changed. Every other session of this account has been signed out.') : ''}

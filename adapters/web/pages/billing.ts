@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import type { AutoTopUpView } from '../../../core/payments/auto-top-up.ts';
 import type { billingSchema, topUpStatusSchema } from '../../../core/payments/billing.ts';
 import { html, notice, page, type Html } from '../html.ts';
 
@@ -33,10 +34,12 @@ export interface BillingFormState {
   error?: string | undefined;
   /** ?checkout=… when the person comes back from Stripe. */
   returned?: string | undefined;
+  /** The auto top-up form as the person filled it, and why it was refused. */
+  autoTopUp?: { threshold?: string | undefined; amount?: string | undefined; error?: string | undefined; changed?: string | undefined } | undefined;
 }
 
 /** "Add credits" and "Plan" on the overview; with payments off, one sentence and no forms. */
-export function billingSections(nav: Nav, b: Billing, s: BillingFormState): Html {
+export function billingSections(nav: Nav, b: Billing, s: BillingFormState, auto?: AutoTopUpView): Html {
   const back =
     s.returned === 'canceled'
       ? notice('info', 'The payment was canceled: nothing was charged.')
@@ -63,6 +66,7 @@ ${notice('error', s.error)}
   <button type="submit">Pay with Stripe</button>
 </form>
 <p>You pay on Stripe's page. The coins are added when Stripe confirms the payment, usually within seconds.</p>
+${auto ? autoTopUpSection(nav, b, s, auto) : ''}
 <h2 id="plan">Plan</h2>
 ${sub && sub.status === 'active'
   ? html`<dl class="facts">
@@ -95,6 +99,45 @@ ${b.payments.length > 0
     )}</ul>`
   : ''}
 <script src="/assets/credits.js"></script>`;
+}
+
+/**
+ * Auto top-up (docs/payments.md): on, its rule and a form to change or stop it; off, a form to
+ * turn it on, which goes through Stripe once to save the card when none is saved; turned off
+ * by a decline, the reason.
+ */
+function autoTopUpSection(nav: Nav, b: Billing, s: BillingFormState, a: AutoTopUpView): Html {
+  if (!a.available) return html`<h2 id="auto-top-up">Auto top-up</h2>
+<p>Auto top-up is not offered on this server.</p>`;
+  const f = s.autoTopUp ?? {};
+  const threshold = f.threshold ?? (a.threshold_coins !== null ? String(a.threshold_coins) : '1000');
+  const amount = f.amount ?? a.amount_usd ?? defaultAmount(b);
+  const changed = f.changed === 'on' ? notice('info', 'Auto top-up is on.') : f.changed === 'off' ? notice('info', 'Auto top-up is off.') : '';
+  const turnedOff = !a.enabled && a.disabled_reason ? notice('error', `Auto top-up was turned off on ${date(a.disabled_at)}: ${a.disabled_reason}`) : '';
+  return html`<h2 id="auto-top-up">Auto top-up</h2>
+${changed}${turnedOff}${notice('error', f.error)}
+<p>${a.enabled
+    ? html`<strong>On.</strong> When your purchased coins fall under ${grouped(a.threshold_coins ?? 0)}, your saved card is charged ${a.amount_usd} USD (${grouped(coinsFor(a.amount_usd ?? '') ?? 0)} coins), at most ${a.max_per_day} times in 24 hours (${a.charges_last_24h} so far).`
+    : html`<strong>Off.</strong> Turn it on to have your card charged when your purchased coins run low, at most ${a.max_per_day} times in 24 hours.${a.card_saved ? '' : ' The first time, you pay the amount once on Stripe’s page, which saves the card.'}`}</p>
+<form method="post" action="/account/auto-top-up" class="stack" id="auto-top-up-form">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <input type="hidden" name="idempotency_key" value="${s.idempotencyKey}">
+  <input type="hidden" name="enabled" value="on">
+  <label>When purchased coins fall under
+    <input type="text" name="threshold_coins" inputmode="numeric" autocomplete="off" required maxlength="9" pattern="[0-9]{1,9}" value="${threshold}">
+  </label>
+  <label>add, in US dollars (${b.topup_min_usd} to ${b.topup_max_usd})
+    <input type="text" name="amount_usd" inputmode="decimal" autocomplete="off" required maxlength="13" pattern="[0-9]{1,9}([.][0-9]{1,2})?" value="${amount}">
+  </label>
+  <button type="submit">${a.enabled ? 'Save' : a.card_saved ? 'Turn on' : 'Turn on: pay once with Stripe'}</button>
+</form>
+${a.enabled
+    ? html`<form method="post" action="/account/auto-top-up">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <input type="hidden" name="enabled" value="off">
+  <button type="submit">Turn auto top-up off</button>
+</form>`
+    : ''}`;
 }
 
 /** The success page: "crediting…" and a refresh every 2 seconds until the webhook's credit lands, then the coins. */

@@ -26,6 +26,8 @@ import { Migration20261129000000_payments } from './Migration20261129000000_paym
 import { Migration20261129010000_subscriptions } from './Migration20261129010000_subscriptions.ts';
 import { Migration20261130000000_payment_receipts } from './Migration20261130000000_payment_receipts.ts';
 import { Migration20261130010000_payment_reversals } from './Migration20261130010000_payment_reversals.ts';
+import { Migration20261201000000_auto_top_up } from './Migration20261201000000_auto_top_up.ts';
+import { Migration20261201010000_completion_records } from './Migration20261201010000_completion_records.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -57,4 +59,6 @@ export const migrations = [
   { name: 'Migration20261129010000_subscriptions', class: Migration20261129010000_subscriptions },
   { name: 'Migration20261130000000_payment_receipts', class: Migration20261130000000_payment_receipts },
   { name: 'Migration20261130010000_payment_reversals', class: Migration20261130010000_payment_reversals },
+  { name: 'Migration20261201000000_auto_top_up', class: Migration20261201000000_auto_top_up },
+  { name: 'Migration20261201010000_completion_records', class: Migration20261201010000_completion_records },
 ];
