@@ -17,8 +17,8 @@ import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.t
  * The framework matrix (issue 32): agents and structured output as the Vercel AI SDK and
  * LangChain JS call them, against the real server and the offline demo model (`test/local`,
  * the local provider: it calls the tool the last user message names, answers a tool result by
- * quoting it, and makes schema-valid JSON). The AI SDK's default `openai(model)` speaks the
- * Responses API, which this service does not have yet: `.chat(model)` is used.
+ * quoting it, and makes schema-valid JSON). The AI SDK's `.chat(model)` speaks chat
+ * completions; its default `openai(model)` the Responses API (POST /responses), which runs on chat.
  */
 let orm: MikroORM;
 let upstream: FakeUpstream;
@@ -81,6 +81,19 @@ describe.each([
 
   it('generateObject: an object valid against the schema (the SDK validates it)', async () => {
     const { object } = await generateObject({ model: model(), schema: film, prompt: 'A film, please.', maxRetries: 0 });
+    expect(film.safeParse(object).success).toBe(true);
+    await expectSettledWallet(orm, account.id);
+  });
+});
+
+describe("the Vercel AI SDK's default openai(model), on the Responses API", () => {
+  it('generateText with tools over two steps, and generateObject', async () => {
+    const openai = createOpenAI({ baseURL, apiKey: key });
+    const weather = tool({ description: 'The forecast for a city.', inputSchema: z.object({ city: z.string().min(1) }), execute: async ({ city }) => ({ city, forecast: 'fog' }) });
+    const result = await generateText({ model: openai(MODEL), tools: { get_weather: weather }, stopWhen: stepCountIs(2), prompt: 'Use get_weather for Lisbon.', maxRetries: 0 });
+    expect(result.steps[0]!.toolCalls.map((c) => c.toolName)).toEqual(['get_weather']);
+    expect(result.text).toMatch(/^The tool get_weather returned: .*"forecast":"fog"/);
+    const { object } = await generateObject({ model: openai(MODEL), schema: film, prompt: 'A film, please.', maxRetries: 0 });
     expect(film.safeParse(object).success).toBe(true);
     await expectSettledWallet(orm, account.id);
   });
