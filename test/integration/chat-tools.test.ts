@@ -145,6 +145,20 @@ describe('tool calls from the demo model', () => {
     expect(state.balance.purchased).toBe(parseCoins('10') - charged);
   });
 
+  it('the completion record (GET /chat/completions/{id}) of a tool call has its usage and finish reason', async () => {
+    const completion = await client.chat.completions.create({ model: 'test/local', messages: ask, tools, stream: true, stream_options: { include_usage: true } });
+    let id = '';
+    let usage: unknown;
+    for await (const chunk of completion) {
+      id = chunk.id;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    const res = await getJson(`${api.url}/api/v1/chat/completions/${id}`, { headers: bearer(key) });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    expect(res.body).toMatchObject({ id, finish_reason: 'tool_calls', usage });
+    expect(Math.round(res.body.usage.cost_coins * 1e6)).toBe(Number(await capturedFor(orm, id)));
+  });
+
   it('is deterministic: the same request, the same call', async () => {
     const a = await client.chat.completions.create({ model: 'test/local', messages: ask, tools });
     const b = await client.chat.completions.create({ model: 'test/local', messages: ask, tools });
