@@ -10,11 +10,43 @@ export type Clock = () => Date;
 
 // ---------------------------------------------------------------- text models
 
+/**
+ * A tool call, as an assistant message in the history carries it, and as the provider-neutral
+ * form of OpenAI's `tool_calls` and Anthropic's `tool_use` blocks.
+ */
+export interface ToolCall {
+  id: string;
+  name: string;
+  /** The arguments as the model wrote them: JSON text, not parsed. */
+  arguments: string;
+}
+
 export interface ChatMessageIn {
-  role: 'system' | 'developer' | 'user' | 'assistant';
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+  /** '' when an assistant message has only tool calls. */
   content: string;
   name?: string | undefined;
+  /** assistant only: the calls it made. */
+  toolCalls?: ToolCall[] | undefined;
+  /** tool only: the call this message is the result of. */
+  toolCallId?: string | undefined;
 }
+
+/** A function the model may call; `parameters` is a JSON Schema (already compiled by core: valid). */
+export interface ToolSpec {
+  name: string;
+  description?: string;
+  parameters?: Record<string, unknown>;
+  strict?: boolean;
+}
+
+/** Whether the model may, must, or must not call a tool, or which one it must call. */
+export type ToolChoice = 'none' | 'auto' | 'required' | { name: string };
+
+/** The shape the answer's text must have: any JSON object, or an instance of a JSON Schema. */
+export type ResponseFormat =
+  | { type: 'json_object' }
+  | { type: 'json_schema'; name: string; description?: string; schema?: Record<string, unknown>; strict?: boolean };
 
 /** Sampling options passed through to the upstream as the client sent them. */
 export interface ChatOptions {
@@ -33,10 +65,22 @@ export interface ProviderChatRequest {
   messages: ChatMessageIn[];
   maxTokens: number;
   options: ChatOptions;
+  /** Functions the model may call (none when empty or absent). */
+  tools?: ToolSpec[] | undefined;
+  toolChoice?: ToolChoice | undefined;
+  /** false: at most one tool call per answer. */
+  parallelToolCalls?: boolean | undefined;
+  responseFormat?: ResponseFormat | undefined;
 }
 
 export type ProviderEvent =
   | { type: 'delta'; content: string }
+  /**
+   * A piece of a tool call. `index` tells the calls of one answer apart (any numbers, in any
+   * order of first appearance); the first piece of a call carries its `id` (when the upstream
+   * gives one) and `name`, every piece a part of its `arguments` (possibly '').
+   */
+  | { type: 'tool_call'; index: number; id?: string | undefined; name?: string | undefined; arguments: string }
   | { type: 'finish'; reason: string }
   /** What the upstream says it used; either count may be missing. */
   | { type: 'usage'; promptTokens?: number | undefined; completionTokens?: number | undefined };

@@ -1,7 +1,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { StringDecoder } from 'node:string_decoder';
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici';
-import { ProviderError, type ChatProvider, type ProviderChatRequest, type ProviderEvent } from '../../core/ports.ts';
+import { ProviderError, type ChatMessageIn, type ChatProvider, type ProviderChatRequest, type ProviderEvent } from '../../core/ports.ts';
 
 /**
  * An upstream that speaks the OpenAI chat-completions protocol: OpenAI, OpenRouter, vLLM,
@@ -47,14 +47,7 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
           method: 'POST',
           signal,
           headers,
-          body: JSON.stringify({
-            model: request.model,
-            messages: request.messages.map((m) => ({ role: m.role, content: m.content, ...(m.name ? { name: m.name } : {}) })),
-            max_tokens: request.maxTokens,
-            ...request.options,
-            stream: true,
-            stream_options: { include_usage: true },
-          }),
+          body: JSON.stringify(upstreamBody(request)),
         });
       } catch (err) {
         return fail(err);
@@ -89,6 +82,8 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
           for (const choice of payload.choices ?? []) {
             const content = choice.delta?.content ?? choice.message?.content;
             if (typeof content === 'string' && content.length > 0) queue.push({ type: 'delta', content });
+            const calls = choice.delta?.tool_calls ?? choice.message?.tool_calls;
+            if (Array.isArray(calls)) calls.forEach((call, i) => queue.push(toolCallEvent(call, i)));
             if (choice.finish_reason) {
               finished = true;
               queue.push({ type: 'finish', reason: choice.finish_reason });
@@ -132,8 +127,80 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
   };
 }
 
+/** The OpenAI request body: the messages with their tool calls and results, the tools, the response format. */
+function upstreamBody(request: ProviderChatRequest): Record<string, unknown> {
+  const tools = request.tools ?? [];
+  const choice = request.toolChoice;
+  const format = request.responseFormat;
+  return {
+    model: request.model,
+    messages: request.messages.map(toUpstreamMessage),
+    max_tokens: request.maxTokens,
+    ...request.options,
+    ...(tools.length > 0 && {
+      tools: tools.map((t) => ({
+        type: 'function',
+        function: {
+          name: t.name,
+          ...(t.description !== undefined && { description: t.description }),
+          ...(t.parameters !== undefined && { parameters: t.parameters }),
+          ...(t.strict !== undefined && { strict: t.strict }),
+        },
+      })),
+    }),
+    ...(choice !== undefined && { tool_choice: typeof choice === 'string' ? choice : { type: 'function', function: { name: choice.name } } }),
+    ...(request.parallelToolCalls !== undefined && { parallel_tool_calls: request.parallelToolCalls }),
+    ...(format !== undefined && {
+      response_format:
+        format.type === 'json_object'
+          ? { type: 'json_object' }
+          : {
+              type: 'json_schema',
+              json_schema: {
+                name: format.name,
+                ...(format.description !== undefined && { description: format.description }),
+                ...(format.schema !== undefined && { schema: format.schema }),
+                ...(format.strict !== undefined && { strict: format.strict }),
+              },
+            },
+    }),
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+}
+
+function toUpstreamMessage(m: ChatMessageIn): Record<string, unknown> {
+  const calls = m.toolCalls ?? [];
+  return {
+    role: m.role,
+    // An assistant message that only calls tools has no content: OpenAI's form is null.
+    content: calls.length > 0 && m.content === '' ? null : m.content,
+    ...(m.name ? { name: m.name } : {}),
+    ...(calls.length > 0 && { tool_calls: calls.map((c) => ({ id: c.id, type: 'function', function: { name: c.name, arguments: c.arguments } })) }),
+    ...(m.toolCallId !== undefined && { tool_call_id: m.toolCallId }),
+  };
+}
+
+/** A streamed `tool_calls` delta (or a whole call of a non-streamed message) as the port's event. */
+function toolCallEvent(call: UpstreamToolCall, position: number): ProviderEvent {
+  const name = call.function?.name;
+  return {
+    type: 'tool_call',
+    index: typeof call.index === 'number' ? call.index : position,
+    id: typeof call.id === 'string' ? call.id : undefined,
+    name: typeof name === 'string' ? name : undefined,
+    arguments: typeof call.function?.arguments === 'string' ? call.function.arguments : '',
+  };
+}
+
+interface UpstreamToolCall {
+  index?: unknown;
+  id?: unknown;
+  function?: { name?: unknown; arguments?: unknown };
+}
+
 interface UpstreamChunk {
-  choices?: { delta?: { content?: unknown }; message?: { content?: unknown }; finish_reason?: string | null }[];
+  choices?: { delta?: { content?: unknown; tool_calls?: UpstreamToolCall[] }; message?: { content?: unknown; tool_calls?: UpstreamToolCall[] }; finish_reason?: string | null }[];
   usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } | null;
   error?: unknown;
 }

@@ -416,8 +416,8 @@ const SAFE_INTEGER = Number.MAX_SAFE_INTEGER;
  * - a `pattern` is a JavaScript regular expression, whose \d is [0-9] (in Python's, which
  *   schemathesis uses, \d is any Unicode digit);
  * - the chat request's refusals (core/chat/schema.ts, in a transform): max_tokens and
- *   max_completion_tokens not both; n only 1; tools, functions, audio, prediction… only null;
- *   logprobs only false; response_format only {"type":"text"}; modalities only "text";
+ *   max_completion_tokens not both; n only 1; functions, audio, prediction… only null;
+ *   tool_choice and parallel_tool_calls only with tools; logprobs only false; modalities only "text";
  *   stream_options only with stream: true; content parts only {"type":"text","text":"…"};
  * - the names of the multipart parts of an upload: no control characters.
  */
@@ -478,30 +478,40 @@ function declareResponsesRefusals(schema: Json): void {
 function declareChatRefusals(schema: Json): void {
   const props = schema.properties as Record<string, Json>;
   const nullOnly = (description: string): Json => ({ type: 'null', description });
-  for (const name of ['tools', 'tool_choice', 'functions', 'function_call', 'audio', 'prediction', 'top_logprobs']) {
+  for (const name of ['audio', 'prediction', 'top_logprobs']) {
     if (props[name]) props[name] = nullOnly('not supported: only null');
+  }
+  for (const name of ['functions', 'function_call']) {
+    if (props[name]) props[name] = nullOnly('deprecated function calling, not supported: use tools and tool_choice');
   }
   if (props.n) props.n = { type: ['integer', 'null'], enum: [1, null], description: 'only 1 is supported' };
   if (props.logprobs) props.logprobs = { type: ['boolean', 'null'], enum: [false, null], description: 'not supported: only false or null' };
-  if (props.response_format) {
-    props.response_format = {
-      anyOf: [{ type: 'null' }, { type: 'object', properties: { type: { const: 'text' } }, required: ['type'] }],
-      description: 'only {"type":"text"} is supported',
-    };
-  }
   const modalities = props.modalities;
   if (modalities?.items) modalities.items = { type: 'string', const: 'text' };
   const content = ((props.messages?.items as Json | undefined)?.properties as Record<string, Json> | undefined)?.content;
-  for (const alternative of (content?.anyOf ?? []) as Json[]) {
-    if (alternative.type === 'array') {
-      alternative.items = { type: 'object', properties: { type: { const: 'text' }, text: { type: 'string' } }, required: ['type', 'text'] };
+  const textParts = (node: Json): void => {
+    for (const alternative of (node.anyOf ?? []) as Json[]) {
+      if (alternative.type === 'array') {
+        alternative.items = { type: 'object', properties: { type: { const: 'text' }, text: { type: 'string' } }, required: ['type', 'text'] };
+      } else if (alternative.anyOf) {
+        textParts(alternative);
+      }
     }
-  }
+  };
+  if (content) textParts(content);
   const notNull = { not: { type: 'null' } };
   schema.allOf = [
     {
       description: 'max_tokens or max_completion_tokens, not both',
       not: { required: ['max_tokens', 'max_completion_tokens'], properties: { max_tokens: notNull, max_completion_tokens: notNull } },
+    },
+    {
+      description: 'tool_choice only with tools',
+      anyOf: [{ not: { required: ['tool_choice'], properties: { tool_choice: notNull } } }, { required: ['tools'], properties: { tools: { type: 'array' } } }],
+    },
+    {
+      description: 'parallel_tool_calls only with tools',
+      anyOf: [{ not: { required: ['parallel_tool_calls'], properties: { parallel_tool_calls: notNull } } }, { required: ['tools'], properties: { tools: { type: 'array' } } }],
     },
     {
       description: 'stream_options only with stream: true',

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import { CoreError, notFound } from '../errors.ts';
 import { inexactPrice, liveSchedules, modelAt, scheduleProblem, withPrices, type PricedModel, type ScheduleRow } from './price-schedule.ts';
-import { catalogFileSchema, jobTimeProblem, modelSchema, type CatalogFile, type MediaModel, type ModelDefinition, type ModelType, type TextModel } from './schema.ts';
+import { catalogFileSchema, jobTimeProblem, modelSchema, type CatalogFile, type MediaModel, type ModelDefinition, type ModelType, type SupportedParameter, type TextModel } from './schema.ts';
 
 /**
  * The catalog file is validated here, then its models are stored as written (in-app prices)
@@ -247,4 +247,21 @@ export function requireMediaModel(model: ModelDefinition): asserts model is Medi
   if (model.type === 'text') {
     throw new CoreError('invalid_request', `The model '${model.id}' is a text model: it answers chat completions, not media generations.`, { param: 'model', reason: 'wrong_endpoint', params: { model_type: 'text' } });
   }
+}
+
+/**
+ * Refuses a request that uses a parameter the model does not support (its catalog entry's
+ * `supported_parameters`), naming the parameter and the model: checked before anything is
+ * reserved or sent upstream.
+ */
+export function requireSupportedParameters(model: TextModel, used: readonly SupportedParameter[], opts: { maxTokensParam?: string } = {}): void {
+  const missing = used.find((p) => !model.supported_parameters.includes(p));
+  if (missing === undefined) return;
+  // The field the request used: max_completion_tokens is the catalog's max_tokens.
+  const param = missing === 'structured_outputs' ? 'response_format' : missing === 'max_tokens' ? (opts.maxTokensParam ?? missing) : missing;
+  const what = missing === 'structured_outputs' ? "structured outputs ('response_format' of type json_schema)" : `'${missing}'`;
+  throw new CoreError('invalid_request', `The model '${model.id}' does not support ${what}. Its supported parameters: ${model.supported_parameters.join(', ')}.`, {
+    param,
+    reason: 'unsupported_parameter',
+  });
 }

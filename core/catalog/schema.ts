@@ -90,6 +90,24 @@ const baseModel = {
   example: z.record(z.string(), z.unknown()).optional(),
 };
 
+/**
+ * The request parameters a text model may be sent, by OpenRouter's names (its models'
+ * `supported_parameters`). `max_tokens` stands for max_completion_tokens too;
+ * `response_format` for json_object, `structured_outputs` for json_schema (which needs both).
+ */
+export const SUPPORTED_PARAMETERS = [
+  'max_tokens', 'temperature', 'top_p', 'stop', 'seed', 'presence_penalty', 'frequency_penalty',
+  'tools', 'tool_choice', 'parallel_tool_calls', 'response_format', 'structured_outputs',
+] as const;
+export type SupportedParameter = (typeof SUPPORTED_PARAMETERS)[number];
+
+/**
+ * What a text model supports when its entry does not say: the sampling parameters every
+ * OpenAI-compatible server takes, and no tools or structured outputs. A model stored before
+ * `supported_parameters` existed keeps exactly what it was sent then, until `mas catalog sync`.
+ */
+export const DEFAULT_SUPPORTED_PARAMETERS: SupportedParameter[] = ['max_tokens', 'temperature', 'top_p', 'stop', 'seed', 'presence_penalty', 'frequency_penalty'];
+
 export const textModelSchema = z.object({
   ...baseModel,
   type: z.literal('text'),
@@ -98,6 +116,10 @@ export const textModelSchema = z.object({
   max_output_tokens: z.number().int().positive(),
   /** The output limit reserved for when a request names none. */
   default_max_tokens: z.number().int().positive(),
+  supported_parameters: z
+    .array(z.enum(SUPPORTED_PARAMETERS))
+    .default(() => [...DEFAULT_SUPPORTED_PARAMETERS])
+    .refine((p) => !p.includes('structured_outputs') || p.includes('response_format'), 'structured_outputs needs response_format'),
 });
 
 export const mediaModelSchema = z.object({

@@ -24,6 +24,10 @@ export const modelViewSchema = z
     context_window: z.number().int().optional(),
     max_output_tokens: z.number().int().optional(),
     default_max_tokens: z.number().int().optional(),
+    supported_parameters: z
+      .array(z.string())
+      .optional()
+      .describe('text models: the request parameters the model takes, by OpenRouter\'s names; a request using another gets 400'),
     deadline_seconds: z.number().int().optional(),
     example: z.record(z.string(), z.unknown()).optional().describe('a ready request (single-model answers only)'),
   })
@@ -48,7 +52,7 @@ export function modelView(m: ModelDefinition, apiPricePercent: bigint, opts: { w
     settings: m.settings,
     inputs: m.inputs,
     ...(m.type === 'text'
-      ? { context_window: m.context_window, max_output_tokens: m.max_output_tokens, default_max_tokens: m.default_max_tokens }
+      ? { context_window: m.context_window, max_output_tokens: m.max_output_tokens, default_max_tokens: m.default_max_tokens, supported_parameters: m.supported_parameters }
       : { deadline_seconds: m.deadline_seconds }),
   };
   return opts.withExample ? { ...base, example: m.example ?? defaultExample(m) } : base;

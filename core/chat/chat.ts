@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { requireTextModel } from '../catalog/catalog.ts';
+import { requireSupportedParameters, requireTextModel } from '../catalog/catalog.ts';
 import { textCost, textPrices, type TextPrices } from '../catalog/pricing.ts';
 import type { TextModel } from '../catalog/schema.ts';
 import type { CoreDeps } from '../context.ts';
@@ -8,9 +8,10 @@ import { CoreError, invalid, isCoreError } from '../errors.ts';
 import { randomBase62 } from '../ids.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
-import { ProviderError, type ChatProvider } from '../ports.ts';
+import { ProviderError, type ChatProvider, type ToolCall } from '../ports.ts';
 import { contextTooLong, type ChatRequest } from './schema.ts';
-import { countChatTokensAsync, countTextTokens, minChatTokens } from './tokens.ts';
+import { compileRequestSchemas } from './request-schemas.ts';
+import { countChatTokensAsync, countOutputTokens, minChatTokens } from './tokens.ts';
 
 /**
  * A chat completion, paid as SPEC part 1 rule 1 says: reserve the input plus the output
@@ -38,6 +39,8 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
   if (model.paid_only && !principal.paid) {
     throw new CoreError('paid_account_required', `The model '${model.id}' needs a paid account: make a first top-up or subscribe.`);
   }
+  // Before anything is counted or reserved: what the model supports, then the request's schemas.
+  requireSupportedParameters(model, request.usedParameters, { maxTokensParam: request.maxTokensParam });
   const provider = deps.providers.get(model.provider.name);
   if (!provider) throw new CoreError('unavailable', `The provider of '${model.id}' is not configured on this server.`, { reason: 'provider_unavailable' });
 
@@ -54,7 +57,8 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
   const inputLimit = model.context_window - maxTokens;
   const lowerBound = minChatTokens(request.messages);
   if (lowerBound > inputLimit) throw contextTooLong(lowerBound, maxTokens, model.context_window, true);
-  const inputTokens = await countChatTokensAsync(request.messages, { stopAbove: inputLimit });
+  await compileRequestSchemas(request);
+  const inputTokens = await countChatTokensAsync(request.messages, { stopAbove: inputLimit, tools: request.tools, responseFormat: request.responseFormat });
   if (inputTokens > inputLimit) throw contextTooLong(inputTokens, maxTokens, model.context_window, true);
 
   const prices = textPrices(model, deps.config.apiPricePercent);
@@ -87,7 +91,13 @@ export interface ChatUsage {
   cost: Micro;
 }
 
-export type ChatEvent = { type: 'delta'; content: string } | { type: 'done'; finishReason: string; usage: ChatUsage };
+export type ChatEvent =
+  | { type: 'delta'; content: string }
+  /** A tool call begins: its index among this answer's calls (0, 1, …), its id and name. */
+  | { type: 'tool_call_start'; index: number; id: string; name: string }
+  /** A piece of the arguments of the call at `index` (never empty). */
+  | { type: 'tool_call_arguments'; index: number; arguments: string }
+  | { type: 'done'; finishReason: string; usage: ChatUsage };
 
 /**
  * Calls the provider and yields the answer as it comes, then a final `done` with the usage
@@ -100,7 +110,7 @@ export type ChatEvent = { type: 'delta'; content: string } | { type: 'done'; fin
 /** What running a prepared chat reads of it. */
 export type ChatRun = Pick<PreparedChat, 'provider' | 'prices' | 'inputTokens' | 'maxTokens' | 'holdId'> & {
   model: { id: string; provider: { model: string } };
-  request: Pick<ChatRequest, 'messages' | 'options'>;
+  request: Pick<ChatRequest, 'messages' | 'options'> & Partial<Pick<ChatRequest, 'tools' | 'toolChoice' | 'parallelToolCalls' | 'responseFormat'>>;
 };
 
 export async function* runChat(
@@ -110,32 +120,59 @@ export async function* runChat(
 ): AsyncGenerator<ChatEvent, void, undefined> {
   let produced = '';
   let delivered = '';
+  // The tool calls, by the upstream's index: what it produced, and what reached the client.
+  const producedCalls = new Map<number, ToolCall & { index: number }>();
+  const deliveredCalls: ToolCall[] = [];
   let finishReason = 'stop';
   let reported: { promptTokens?: number | undefined; completionTokens?: number | undefined } = {};
   let ended = false;
 
-  const charge = async (content: string, useReported: boolean): Promise<ChatUsage> => {
+  const charge = async (content: string, calls: readonly ToolCall[], useReported: boolean): Promise<ChatUsage> => {
     ended = true;
     // Reported usage is clamped to what was reserved (our input count, the output limit), so
     // the usage shown is exactly what is billed and the charge never exceeds the hold.
     const prompt = useReported && reported.promptTokens !== undefined ? reported.promptTokens : chat.inputTokens;
-    const completion = useReported && reported.completionTokens !== undefined ? reported.completionTokens : countTextTokens(content);
+    const completion = useReported && reported.completionTokens !== undefined ? reported.completionTokens : countOutputTokens(content, calls);
     const promptTokens = clamp(prompt, chat.inputTokens);
     const completionTokens = clamp(completion, chat.maxTokens);
     const cost = textCost(chat.prices, promptTokens, completionTokens);
     const outcome = await deps.holds.settle(chat.holdId, cost).catch(lostHold);
     return { promptTokens, completionTokens, cost: outcome.captured };
   };
+  const producedSoFar = () => [...producedCalls.values()];
 
   try {
     try {
-      const request = { model: chat.model.provider.model, messages: chat.request.messages, maxTokens: chat.maxTokens, options: chat.request.options };
+      const r = chat.request;
+      const request = {
+        model: chat.model.provider.model,
+        messages: r.messages,
+        maxTokens: chat.maxTokens,
+        options: r.options,
+        ...(r.tools && r.tools.length > 0 && { tools: r.tools }),
+        ...(r.toolChoice !== undefined && { toolChoice: r.toolChoice }),
+        ...(r.parallelToolCalls !== undefined && { parallelToolCalls: r.parallelToolCalls }),
+        ...(r.responseFormat !== undefined && { responseFormat: r.responseFormat }),
+      };
       for await (const event of chat.provider.stream(request, opts.signal)) {
         if (event.type === 'delta') {
           if (event.content.length === 0) continue;
           produced += event.content;
           yield event;
           delivered += event.content;
+        } else if (event.type === 'tool_call') {
+          let call = producedCalls.get(event.index);
+          if (!call) {
+            // Calls are numbered 0, 1, … in the order they begin, whatever the upstream's indexes.
+            call = { index: producedCalls.size, id: event.id || `call_${randomBase62(24)}`, name: event.name ?? '', arguments: '' };
+            producedCalls.set(event.index, call);
+            yield { type: 'tool_call_start', index: call.index, id: call.id, name: call.name };
+            deliveredCalls.push({ id: call.id, name: call.name, arguments: '' });
+          }
+          if (event.arguments.length === 0) continue;
+          call.arguments += event.arguments;
+          yield { type: 'tool_call_arguments', index: call.index, arguments: event.arguments };
+          deliveredCalls[call.index]!.arguments += event.arguments;
         } else if (event.type === 'finish') {
           finishReason = event.reason;
         } else {
@@ -144,11 +181,11 @@ export async function* runChat(
       }
     } catch (err) {
       if (opts.signal.aborted) {
-        await charge(produced, false);
+        await charge(produced, producedSoFar(), false);
         return;
       }
-      if (opts.streaming && delivered.length > 0) {
-        await charge(delivered, false);
+      if (opts.streaming && (delivered.length > 0 || deliveredCalls.length > 0)) {
+        await charge(delivered, deliveredCalls, false);
       } else {
         ended = true;
         await deps.holds.release(chat.holdId).catch(lostHold);
@@ -156,14 +193,14 @@ export async function* runChat(
       throw upstreamError(err, chat.model.id);
     }
     if (opts.signal.aborted) {
-      await charge(produced, false);
+      await charge(produced, producedSoFar(), false);
       return;
     }
-    const usage = await charge(produced, true);
+    const usage = await charge(produced, producedSoFar(), true);
     yield { type: 'done', finishReason, usage };
   } finally {
     // The consumer stopped iterating (the client went away): charge what the upstream produced.
-    if (!ended) await charge(produced, false);
+    if (!ended) await charge(produced, producedSoFar(), false);
   }
 }
 

@@ -3,7 +3,7 @@ import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import type { HoldOutcome } from '../money/holds.ts';
 import { runChat, type ChatEvent, type PreparedChat } from './chat.ts';
 import type { CompletionKind } from './records.ts';
-import { countTextTokens } from './tokens.ts';
+import { countOutputTokens } from './tokens.ts';
 
 /**
  * Runs a prepared chat (runChat, unchanged) and records what it was charged
@@ -30,10 +30,13 @@ export async function* runRecorded(
   const base = { id: opts.recordId ?? chat.id, kind: opts.kind, accountId: principal.accountId, keyId: principal.keyId, model: chat.model.id, createdAt: new Date(chat.created * 1000) };
   const durationMs = () => performance.now() - opts.startedAt;
   let produced = '';
+  const calls: { name: string; arguments: string }[] = [];
   let done = false;
   try {
     for await (const event of runChat({ holds }, chat, { signal: opts.signal, streaming: opts.streaming })) {
       if (event.type === 'delta') produced += event.content;
+      else if (event.type === 'tool_call_start') calls.push({ name: event.name, arguments: '' });
+      else if (event.type === 'tool_call_arguments') calls[event.index]!.arguments += event.arguments;
       else {
         done = true;
         const { promptTokens, completionTokens, cost } = event.usage;
@@ -44,7 +47,7 @@ export async function* runRecorded(
   } finally {
     if (!done && settled?.status === 'settled') {
       // runChat charges such a run on its own count: the input as counted, the output produced (at most the limit).
-      const completionTokens = Math.min(countTextTokens(produced), chat.maxTokens);
+      const completionTokens = Math.min(countOutputTokens(produced, calls), chat.maxTokens);
       await deps.completions.record({ ...base, promptTokens: chat.inputTokens, completionTokens, cost: settled.captured, finishReason: null, durationMs: durationMs() });
     }
   }

@@ -1,3 +1,4 @@
+import type { ResponseFormat, ToolCall, ToolSpec } from '../ports.ts';
 import type { ChatMessage } from './schema.ts';
 import { o200k } from './tokenizer.ts';
 
@@ -72,15 +73,56 @@ export function countTextTokens(text: string): number {
   return total;
 }
 
-type Message = Pick<ChatMessage, 'role' | 'content' | 'name'>;
+type Message = Pick<ChatMessage, 'role' | 'content' | 'name' | 'toolCalls' | 'toolCallId'>;
 
-/** OpenAI's accounting for chat input: 3 tokens per message, 1 per name, 3 to prime the reply. */
-export function countChatTokens(messages: Message[]): number {
-  let total = 3;
+/** What besides the messages a request sends the model, and is billed as input. */
+export interface ChatExtras {
+  tools?: readonly ToolSpec[] | undefined;
+  responseFormat?: ResponseFormat | undefined;
+}
+
+/** Per tool definition, and once for the tools section (OpenAI's cookbook: func_init, func_end). */
+export const TOOL_TOKENS = 7;
+export const TOOLS_END_TOKENS = 12;
+/** Per tool call in an assistant message of the history, as per message. */
+export const TOOL_CALL_TOKENS = 3;
+
+/**
+ * The input of a chat request as (fixed tokens, text to count) pairs, in order, as
+ * docs/chat.md writes the rule: OpenAI's chat accounting (3 tokens per message, 1 per name, 3
+ * to prime the reply) plus, per tool call in the history, 3 + its name + its arguments, a tool
+ * message's tool_call_id, per tool definition 7 + `name:description` + its parameters as JSON,
+ * 12 once for the tools, and a json_schema response format's name and schema as JSON.
+ */
+function* inputParts(messages: readonly Message[], extras: ChatExtras): Generator<[number, string]> {
+  yield [3, ''];
   for (const m of messages) {
-    total += 3 + countTextTokens(m.role) + countTextTokens(m.content);
-    if (m.name) total += 1 + countTextTokens(m.name);
+    yield [3, m.role];
+    if (m.name) yield [1, m.name];
+    yield [0, m.content];
+    for (const call of m.toolCalls ?? []) {
+      yield [TOOL_CALL_TOKENS, call.name];
+      yield [0, call.arguments];
+    }
+    if (m.toolCallId !== undefined) yield [0, m.toolCallId];
   }
+  const tools = extras.tools ?? [];
+  if (tools.length > 0) yield [TOOLS_END_TOKENS, ''];
+  for (const tool of tools) {
+    yield [TOOL_TOKENS, tool.description === undefined ? tool.name : `${tool.name}:${tool.description}`];
+    if (tool.parameters !== undefined) yield [0, JSON.stringify(tool.parameters)];
+  }
+  const format = extras.responseFormat;
+  if (format?.type === 'json_schema') {
+    yield [0, format.name];
+    if (format.schema !== undefined) yield [0, JSON.stringify(format.schema)];
+  }
+}
+
+/** The input tokens of a chat request (see inputParts for the rule). */
+export function countChatTokens(messages: readonly Message[], extras: ChatExtras = {}): number {
+  let total = 0;
+  for (const [fixed, text] of inputParts(messages, extras)) total += fixed + countTextTokens(text);
   return total;
 }
 
@@ -89,13 +131,12 @@ export function countChatTokens(messages: Message[]): number {
  * a time. With `stopAbove`, it returns as soon as the count exceeds it: the value returned is
  * then a lower bound of the count (still above `stopAbove`), enough to refuse the request.
  */
-export async function countChatTokensAsync(messages: Message[], opts: { stopAbove?: number } = {}): Promise<number> {
+export async function countChatTokensAsync(messages: readonly Message[], opts: { stopAbove?: number } & ChatExtras = {}): Promise<number> {
   const stopAbove = opts.stopAbove ?? Number.POSITIVE_INFINITY;
   let lastBreak = performance.now();
-  let total = 3;
-  for (const m of messages) {
-    total += 3 + countTextTokens(m.role) + (m.name ? 1 + countTextTokens(m.name) : 0);
-    const text = m.content;
+  let total = 0;
+  for (const [fixed, text] of inputParts(messages, opts)) {
+    total += fixed;
     for (let start = 0; start < text.length; ) {
       const cut = nextCut(text, start, MAX_PIECE);
       total += o200k().countTokens(start === 0 && cut.end === text.length ? text : text.slice(start, cut.end), PLAIN) + (cut.exact ? 0 : BLIND_CUT_MARGIN);
@@ -111,11 +152,18 @@ export async function countChatTokensAsync(messages: Message[], opts: { stopAbov
   return total;
 }
 
+/** The output tokens of an answer, for when the upstream reports none: its text, and per tool call its name and arguments. */
+export function countOutputTokens(content: string, toolCalls: readonly Pick<ToolCall, 'name' | 'arguments'>[]): number {
+  let total = countTextTokens(content);
+  for (const call of toolCalls) total += countTextTokens(call.name) + countTextTokens(call.arguments);
+  return total;
+}
+
 /**
  * A lower bound of countChatTokens in O(number of messages): every message costs 3, and each
  * non-empty text at least ceil(length / MAX_TOKEN_UNITS) (see MAX_TOKEN_UNITS).
  */
-export function minChatTokens(messages: Message[]): number {
+export function minChatTokens(messages: readonly Message[]): number {
   const atLeast = (text: string) => Math.ceil(text.length / MAX_TOKEN_UNITS);
   let total = 3;
   for (const m of messages) total += 3 + atLeast(m.role) + atLeast(m.content) + (m.name ? 1 + atLeast(m.name) : 0);

@@ -15,6 +15,7 @@ import type { AddressInfo } from 'node:net';
  *   slow          30 chunks, one every 100 ms
  *   echo-body     answers with the JSON body it received
  *   usage:P:C     like ok, but reports usage {prompt P, completion C}
+ *   tools         two tool calls streamed in pieces (finish "tool_calls"); after a tool result, text quoting it
  */
 export interface FakeUpstream {
   url: string;
@@ -115,6 +116,28 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
       sse();
       res.write(chunk({ role: 'assistant', content: 'Partial' }));
       return; // and then silence
+    case 'tools': {
+      // A call of get_weather streamed as OpenAI streams it (the second call's index is 3, as
+      // upstreams may number them), unless the last message is a tool result: then text.
+      const messages = body.messages as { role: string; content: unknown }[];
+      sse();
+      if (messages.at(-1)?.role === 'tool') {
+        res.write(chunk({ role: 'assistant', content: `Result: ${String(messages.at(-1)!.content)}` }));
+        res.write(chunk({}, 'stop'));
+      } else {
+        const start = (index: number, id: string, name: string) => ({ tool_calls: [{ index, id, type: 'function', function: { name, arguments: '' } }] });
+        const args = (index: number, piece: string) => ({ tool_calls: [{ index, function: { arguments: piece } }] });
+        res.write(chunk({ role: 'assistant', content: null, ...start(0, 'call_up1', 'get_weather') }));
+        res.write(chunk(args(0, '{"city"')));
+        res.write(chunk(args(0, ':"Paris"}')));
+        res.write(chunk(start(3, 'call_up2', 'get_time')));
+        res.write(chunk(args(3, '{}')));
+        res.write(chunk({}, 'tool_calls'));
+      }
+      res.write(usage(prompt, completion));
+      res.write('data: [DONE]\n\n');
+      return done();
+    }
     case 'fail-mid':
       sse();
       res.write(chunk({ role: 'assistant', content: 'Hello' }));

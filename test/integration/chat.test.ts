@@ -287,12 +287,16 @@ describe('chat request validation: a clear 4xx naming the field, nothing charged
     ['no model', { messages }, 400, /'model'/],
     ['no messages', { model: 'test/ok' }, 400, /'messages'/],
     ['empty messages', { model: 'test/ok', messages: [] }, 400, /'messages'/],
-    ['tool role', { model: 'test/ok', messages: [{ role: 'tool', content: 'x' }] }, 400, /'messages\.0\.role'/],
+    ['function role', { model: 'test/ok', messages: [{ role: 'function', content: 'x' }] }, 400, /'messages\.0\.role'/],
+    ['a tool message without tool_call_id', { model: 'test/ok', messages: [{ role: 'tool', content: 'x' }] }, 400, /'messages\.0\.tool_call_id'/],
     ['an image part', { model: 'test/ok', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }] }, 400, /images are not supported/],
     ['both output limits', { model: 'test/ok', messages, max_tokens: 5, max_completion_tokens: 5 }, 400, /max_tokens or max_completion_tokens/],
     ['n > 1', { model: 'test/ok', messages, n: 2 }, 400, /'n'/],
-    ['tools', { model: 'test/ok', messages, tools: [{ type: 'function', function: { name: 'f' } }] }, 400, /'tools'/],
-    ['response_format', { model: 'test/ok', messages, response_format: { type: 'json_object' } }, 400, /'response_format'/],
+    ['legacy functions', { model: 'test/ok', messages, functions: [{ name: 'f' }] }, 400, /'functions'.*use tools/],
+    ['legacy function_call', { model: 'test/ok', messages, function_call: 'auto' }, 400, /'function_call'/],
+    ['a tool that is not a function', { model: 'test/ok', messages, tools: [{ type: 'custom', custom: { name: 'f' } }] }, 400, /'tools\.0\.type'/],
+    ['tools on a model without them', { model: 'test/plain', messages, tools: [{ type: 'function', function: { name: 'f' } }] }, 400, /'test\/plain' does not support 'tools'/],
+    ['response_format on a model without it', { model: 'test/plain', messages, response_format: { type: 'json_object' } }, 400, /'test\/plain' does not support 'response_format'/],
     ['temperature out of range', { model: 'test/ok', messages, temperature: 3 }, 400, /'temperature'/],
     ['limit above the model maximum', { model: 'test/ok', messages, max_completion_tokens: 5000 }, 400, /'max_completion_tokens'/],
     ['a media model', { model: 'test/image', messages }, 400, /\/generations/],
@@ -304,6 +308,8 @@ describe('chat request validation: a clear 4xx naming the field, nothing charged
       expect(res.status).toBe(status);
       expect(Object.keys(res.body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
       expect(res.body.error.message).toMatch(message);
+      // The field named in the message is the one in `param` (OpenAI's error field).
+      expect(res.body.error.message).toContain(res.body.error.param.split('.')[0]);
       expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(parseCoins('10'));
     });
   }

@@ -9,6 +9,7 @@ import { createCaller } from '../../core/router.ts';
 import { makeAccount, makeKey, testDeps } from '../support/db.ts';
 import { createTestApp, serve } from '../support/http.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
+import { expectSettledWallet } from '../support/ledger.ts';
 
 /** The MCP server through the official SDK client over Streamable HTTP, on real PostgreSQL and Temporal. */
 let h: JobHarness;
@@ -160,6 +161,42 @@ describe('MCP server', () => {
       expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
       expect(await res.json()).toMatchObject({ error: { type: 'authentication_error', code: 'invalid_api_key' } });
     }
+  });
+
+  it('chat takes the REST message schema: tools, tool calls and results in the history, response_format', async () => {
+    const { account, key } = await funded();
+    const client = await connect(key);
+    const chatTool = (await client.listTools()).tools.find((t) => t.name === 'chat')!;
+    expect(Object.keys(chatTool.inputSchema.properties!)).toEqual(expect.arrayContaining(['messages', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format']));
+    const messageSchema = (chatTool.inputSchema.properties!.messages as { items: { properties: Record<string, { enum?: string[] }> } }).items;
+    expect(messageSchema.properties.role!.enum).toEqual(['system', 'developer', 'user', 'assistant', 'tool']);
+    expect(Object.keys(messageSchema.properties)).toEqual(expect.arrayContaining(['tool_calls', 'tool_call_id']));
+
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const ask = [{ role: 'user', content: [{ type: 'text', text: 'Use get_weather ' }, { type: 'text', text: 'for Rome.' }] }];
+    const first = (await call(client, 'chat', { model: 'mas/echo', messages: ask, tools })).structuredContent as {
+      answer: string;
+      finish_reason: string;
+      tool_calls: { id: string; type: 'function'; function: { name: string; arguments: string } }[];
+    };
+    expect(first.finish_reason).toBe('tool_calls');
+    expect(first.answer).toBe('');
+    expect(first.tool_calls).toHaveLength(1);
+    expect(typeof JSON.parse(first.tool_calls[0]!.function.arguments).city).toBe('string');
+    const history = [...ask, { role: 'assistant', content: null, tool_calls: first.tool_calls }, { role: 'tool', tool_call_id: first.tool_calls[0]!.id, content: 'hot' }];
+    const second = (await call(client, 'chat', { model: 'mas/echo', messages: history, tools })).structuredContent as { answer: string; finish_reason: string };
+    expect(second).toMatchObject({ answer: 'The tool get_weather returned: hot', finish_reason: 'stop' });
+
+    const schema = { type: 'object', properties: { n: { type: 'integer', minimum: 5 } }, required: ['n'], additionalProperties: false };
+    const structured = (await call(client, 'chat', { model: 'mas/echo', prompt: 'A number', response_format: { type: 'json_schema', json_schema: { name: 'num', schema } } })).structuredContent as { answer: string };
+    expect(JSON.parse(structured.answer).n).toBeGreaterThanOrEqual(5);
+
+    expect(errorOf(await call(client, 'chat', { model: 'mas/echo', messages: [...ask, { role: 'tool', tool_call_id: 'call_none', content: 'x' }] }))).toMatchObject({
+      code: 'invalid_value',
+      message: expect.stringContaining('messages.1.tool_call_id'),
+    });
+    await expectSettledWallet(h.orm, account.id);
+    await client.close();
   });
 
   it('402, 403, 404 and a bad setting come back as isError results with the REST codes; a bad argument names its field', async () => {

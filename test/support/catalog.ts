@@ -17,8 +17,11 @@ const text = (id: string, upstream: string, extra: Record<string, unknown> = {})
   context_window: 4096,
   max_output_tokens: 1000,
   default_max_tokens: 100,
+  supported_parameters: ALL_PARAMETERS,
   ...extra,
 });
+
+const ALL_PARAMETERS = ['max_tokens', 'temperature', 'top_p', 'stop', 'seed', 'presence_penalty', 'frequency_penalty', 'tools', 'tool_choice', 'parallel_tool_calls', 'response_format', 'structured_outputs'];
 
 export const TEST_CATALOG = {
   providers: {
@@ -30,6 +33,9 @@ export const TEST_CATALOG = {
     ...['ok', 'no-usage', 'over-limit', 'error', 'hang', 'stall', 'fail-mid', 'slow', 'echo-body'].map((m) => text(`test/${m}`, m)),
     text('test/premium', 'ok', { paid_only: true }),
     text('test/vendor/deep/model', 'ok'),
+    // Tool calls from the fake upstream, and a model that declares no tools or structured outputs.
+    text('test/tools', 'tools'),
+    text('test/plain', 'ok', { supported_parameters: undefined }),
     { ...text('test/local', 'echo'), provider: { name: 'local', model: 'echo' } },
     {
       id: 'test/image',

@@ -306,3 +306,106 @@ describe('runChat: what each ending charges', () => {
     expect((await collect(runChat({ holds: second.holds }, chatWith([{ type: 'delta', content: 'x' }]), { signal: open(), streaming: false }))).error).toBe(range);
   });
 });
+
+describe('runChat: tool calls', () => {
+  const call = (index: number, args: string, id?: string, name?: string): ProviderEvent => ({ type: 'tool_call', index, arguments: args, ...(id !== undefined && { id }), ...(name !== undefined && { name }) });
+
+  it('numbers calls 0, 1, … in the order they begin, passes the first piece as a start and each non-empty piece as arguments', async () => {
+    const { holds, calls } = fakeHolds();
+    const chat = chatWith([call(5, '', 'call_a', 'f'), call(5, '{"x"'), call(9, '{}', 'call_b', 'g'), call(5, ':1}'), call(9, ''), { type: 'finish', reason: 'tool_calls' }, { type: 'usage', promptTokens: 3, completionTokens: 4 }]);
+    const { events, error } = await collect(runChat({ holds }, chat, { signal: open(), streaming: true }));
+    expect(error).toBeUndefined();
+    expect(events).toEqual([
+      { type: 'tool_call_start', index: 0, id: 'call_a', name: 'f' },
+      { type: 'tool_call_arguments', index: 0, arguments: '{"x"' },
+      { type: 'tool_call_start', index: 1, id: 'call_b', name: 'g' },
+      { type: 'tool_call_arguments', index: 1, arguments: '{}' },
+      { type: 'tool_call_arguments', index: 0, arguments: ':1}' },
+      { type: 'done', finishReason: 'tool_calls', usage: { promptTokens: 3, completionTokens: 4, cost: cost(3, 4) } },
+    ]);
+    expect(calls).toEqual([`settle hold_x ${cost(3, 4)}`]);
+  });
+
+  it('a call without an id gets one; without a name, an empty one', async () => {
+    const { holds } = fakeHolds();
+    const { events } = await collect(runChat({ holds }, chatWith([call(0, '{}')]), { signal: open(), streaming: false }));
+    expect(events[0]).toMatchObject({ type: 'tool_call_start', index: 0, id: expect.stringMatching(/^call_[A-Za-z0-9]{24}$/), name: '' });
+  });
+
+  it('no usage reported: the calls are charged on our count of their names and arguments, with the text', async () => {
+    const { holds, calls } = fakeHolds();
+    await collect(runChat({ holds }, chatWith([{ type: 'delta', content: 'ok' }, call(0, '', 'c', 'lookup'), call(0, '{"q":1}')]), { signal: open(), streaming: false }));
+    const output = countTextTokens('ok') + countTextTokens('lookup') + countTextTokens('{"q":1}');
+    expect(output).toBeLessThanOrEqual(10);
+    expect(calls).toEqual([`settle hold_x ${cost(7, output)}`]);
+  });
+
+  it('the upstream fails after a call began streaming: the delivered call is charged', async () => {
+    const { holds, calls } = fakeHolds();
+    const chat = chatWith([call(0, '', 'c', 'lookup'), call(0, '{"q"')], { fail: new ProviderError('failed', 'reset') });
+    const { error } = await collect(runChat({ holds }, chat, { signal: open(), streaming: true }));
+    expect(error).toMatchObject({ code: 'upstream_failed' });
+    expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('lookup') + countTextTokens('{"q"'))}`]);
+  });
+
+  it('the client stops reading in the middle of a call: what the upstream produced of it is charged', async () => {
+    const { holds, calls } = fakeHolds();
+    await collect(runChat({ holds }, chatWith([call(0, '', 'c', 'lookup'), call(0, '{"q":'), call(0, '2}')]), { signal: open(), streaming: true }), 2);
+    expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('lookup') + countTextTokens('{"q":'))}`]);
+  });
+
+  it('passes tools, tool_choice, parallel_tool_calls and the response format to the provider, and nothing when there are none', async () => {
+    const seen: unknown[] = [];
+    const recording = (events: ProviderEvent[]): ChatProvider => ({
+      async *stream(req) {
+        seen.push(req);
+        yield* events;
+      },
+    });
+    const tools = [{ name: 'f', parameters: { type: 'object' } }];
+    const base = chatWith([]);
+    const { holds } = fakeHolds();
+    await collect(runChat({ holds }, { ...base, provider: recording([]), request: { messages: [], options: {}, tools, toolChoice: 'required', parallelToolCalls: false, responseFormat: { type: 'json_object' } } }, { signal: open(), streaming: false }));
+    await collect(runChat({ holds }, { ...base, provider: recording([]), request: { messages: [], options: {}, tools: [] } }, { signal: open(), streaming: false }));
+    expect(seen[0]).toEqual({ model: 'upstream-model', messages: [], maxTokens: 10, options: {}, tools, toolChoice: 'required', parallelToolCalls: false, responseFormat: { type: 'json_object' } });
+    expect(seen[1]).toEqual({ model: 'upstream-model', messages: [], maxTokens: 10, options: {} });
+  });
+});
+
+describe('prepareChat: capabilities and schemas, before anything is reserved', () => {
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 'string' } } } } }];
+  const user = [{ role: 'user', content: 'hi' }];
+
+  it('a parameter the model does not declare is a 400 naming it and the model; nothing reserved', async () => {
+    const { deps, reserved } = prepareDeps(textModel());
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, tools }))).rejects.toMatchObject({ code: 'invalid_request', param: 'tools', reason: 'unsupported_parameter', message: expect.stringContaining("'test/chat' does not support 'tools'") });
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, response_format: { type: 'json_schema', json_schema: { name: 'x' } } }))).rejects.toMatchObject({ param: 'response_format', message: expect.stringContaining("does not support 'response_format'") });
+    expect(reserved).toHaveLength(0);
+  });
+
+  it('structured_outputs without response_format cannot be declared; json_object needs only response_format', async () => {
+    expect(() => textModel({ supported_parameters: ['structured_outputs'] })).toThrow(/structured_outputs needs response_format/);
+    const { deps, reserved } = prepareDeps(textModel({ supported_parameters: ['response_format'] }));
+    await prepareChat(deps, em, keyPrincipal, request({ messages: user, response_format: { type: 'json_object' } }));
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, response_format: { type: 'json_schema', json_schema: { name: 'x' } } }))).rejects.toMatchObject({
+      param: 'response_format',
+      message: expect.stringContaining("does not support structured outputs ('response_format' of type json_schema)"),
+    });
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, max_completion_tokens: 5 }))).rejects.toMatchObject({ param: 'max_completion_tokens' });
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, max_tokens: 5 }))).rejects.toMatchObject({ param: 'max_tokens', message: expect.stringContaining("'max_tokens'") });
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, temperature: 1 }))).rejects.toMatchObject({ param: 'temperature' });
+    expect(reserved).toHaveLength(1);
+  });
+
+  it('an invalid schema is a 400 naming it; tool definitions are in the reservation', async () => {
+    const { deps, reserved } = prepareDeps(textModel({ supported_parameters: ['tools', 'max_tokens'] }));
+    const bad = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { a: { type: 7 } } } } }];
+    await expect(prepareChat(deps, em, keyPrincipal, request({ messages: user, tools: bad }))).rejects.toMatchObject({ param: 'tools.0.function.parameters', reason: 'invalid_schema' });
+    expect(reserved).toHaveLength(0);
+    const prepared = await prepareChat(deps, em, keyPrincipal, request({ messages: user, tools, max_tokens: 10 }));
+    const parsed = request({ messages: user, tools });
+    expect(prepared.inputTokens).toBe(countChatTokens(parsed.messages, { tools: parsed.tools }));
+    expect(prepared.inputTokens).toBeGreaterThan(countChatTokens(parsed.messages));
+    expect(reserved[0]!.amount).toBe(textCost(textPrices(textModel(), 50n), prepared.inputTokens, 10));
+  });
+});

@@ -1,9 +1,9 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
 import { describe, expect, it, vi } from 'vitest';
-import { chatRequestSchema, MAX_MESSAGES } from '../../core/chat/schema.ts';
+import { chatRequestSchema, MAX_MESSAGES, type ChatMessage } from '../../core/chat/schema.ts';
 import { o200k } from '../../core/chat/tokenizer.ts';
-import { BLIND_CUT_MARGIN, countChatTokens, countChatTokensAsync, countTextTokens, MAX_PIECE, minChatTokens, nextCut } from '../../core/chat/tokens.ts';
+import { BLIND_CUT_MARGIN, countChatTokens, countChatTokensAsync, countOutputTokens, countTextTokens, MAX_PIECE, minChatTokens, nextCut } from '../../core/chat/tokens.ts';
 
 /** The tokenizer on the whole text at once, as counting was before it went piece by piece. */
 const whole = (text: string) => countTokens(text, { disallowedSpecial: new Set() });
@@ -334,5 +334,50 @@ describe('the size of a chat request', () => {
     const refused = chatRequestSchema.safeParse(request(MAX_MESSAGES + 1));
     expect(refused.success).toBe(false);
     expect(refused.error!.issues.map((i) => i.path.join('.'))).toEqual(['messages']);
+  });
+});
+
+describe('tools, tool calls and response formats count as input (docs/chat.md)', () => {
+  const t = (text: string) => (text.length === 0 ? 0 : whole(text));
+  const params = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] };
+  const user: ChatMessage = { role: 'user', content: 'Weather in Paris?' };
+
+  it('each tool: 7 + name:description + its parameters as JSON; 12 once for the tools', () => {
+    const base = countChatTokens([user]);
+    const tools = [{ name: 'get_weather', description: 'The forecast.', parameters: params }, { name: 'now' }];
+    expect(countChatTokens([user], { tools })).toBe(base + 12 + 7 + t('get_weather:The forecast.') + t(JSON.stringify(params)) + 7 + t('now'));
+    expect(countChatTokens([user], { tools: [] })).toBe(base);
+  });
+
+  it('a tool call in the history: 3 + its name + its arguments; a tool message: its tool_call_id too', () => {
+    const assistant: ChatMessage = { role: 'assistant', content: '', toolCalls: [{ id: 'call_1', name: 'get_weather', arguments: '{"city":"Paris"}' }, { id: 'call_2', name: 'now', arguments: '{}' }] };
+    const result: ChatMessage = { role: 'tool', content: 'sunny', toolCallId: 'call_1' };
+    const plainAssistant = countChatTokens([user, { role: 'assistant', content: '' }]);
+    expect(countChatTokens([user, assistant])).toBe(plainAssistant + 3 + t('get_weather') + t('{"city":"Paris"}') + 3 + t('now') + t('{}'));
+    expect(countChatTokens([result])).toBe(3 + 3 + t('tool') + t('sunny') + t('call_1'));
+  });
+
+  it('a json_schema response format: its name and its schema as JSON; json_object: nothing', () => {
+    const base = countChatTokens([user]);
+    expect(countChatTokens([user], { responseFormat: { type: 'json_schema', name: 'weather', schema: params } })).toBe(base + t('weather') + t(JSON.stringify(params)));
+    expect(countChatTokens([user], { responseFormat: { type: 'json_schema', name: 'weather' } })).toBe(base + t('weather'));
+    expect(countChatTokens([user], { responseFormat: { type: 'json_object' } })).toBe(base);
+  });
+
+  it('the async count equals the sync count, and stops above the limit', async () => {
+    const tools = Array.from({ length: 20 }, (_, i) => ({ name: `tool_${i}`, description: 'x '.repeat(300), parameters: params }));
+    const messages: ChatMessage[] = [user, { role: 'assistant', content: '', toolCalls: [{ id: 'c', name: 'tool_1', arguments: '{"city":"Rome"}' }] }, { role: 'tool', content: 'ok', toolCallId: 'c' }];
+    const extras = { tools, responseFormat: { type: 'json_schema' as const, name: 'n', schema: params } };
+    const whole = countChatTokens(messages, extras);
+    expect(await countChatTokensAsync(messages, extras)).toBe(whole);
+    const stopped = await countChatTokensAsync(messages, { ...extras, stopAbove: 100 });
+    expect(stopped).toBeGreaterThan(100);
+    expect(stopped).toBeLessThan(whole);
+    expect(minChatTokens(messages)).toBeLessThanOrEqual(whole);
+  });
+
+  it('output: the text, and per tool call its name and arguments', () => {
+    expect(countOutputTokens('Hello there', [])).toBe(t('Hello there'));
+    expect(countOutputTokens('', [{ name: 'get_weather', arguments: '{"city":"Paris"}' }, { name: 'now', arguments: '' }])).toBe(t('get_weather') + t('{"city":"Paris"}') + t('now'));
   });
 });

@@ -1,12 +1,8 @@
 import { z } from 'zod';
-import { chatUsageSchema } from '../../../core/chat/views.ts';
+import { chatMessageSchema, responseFormatSchema, toolChoiceSchema, toolsSchema } from '../../../core/chat/schema.ts';
+import { chatUsageSchema, toolCallView } from '../../../core/chat/views.ts';
 import { coinsSchema } from '../../../core/views.ts';
 import { defineTool } from '../tool.ts';
-
-const message = z.object({
-  role: z.enum(['system', 'developer', 'user', 'assistant']),
-  content: z.string().describe('Text only.'),
-});
 
 export const chat = defineTool({
   name: 'chat',
@@ -17,18 +13,28 @@ export const chat = defineTool({
   input: z
     .object({
       model: z.string().min(1).max(200).describe('A text model id from list_models (type "text"), e.g. "mas/echo".'),
-      messages: z.array(message).min(1).max(2048).optional().describe('The conversation, oldest first (at most 2048 messages).'),
+      messages: z
+        .array(chatMessageSchema)
+        .min(1)
+        .max(2048)
+        .optional()
+        .describe('The conversation, oldest first (at most 2048 messages), in the chat-completions format of POST /chat/completions: text content, assistant tool_calls, tool results.'),
       prompt: z.string().min(1).optional().describe('A single user message: the same as messages [{"role":"user","content": prompt}].'),
       max_tokens: z.number().int().min(1).optional().describe("Output limit in tokens; the model's default_max_tokens when omitted."),
       temperature: z.number().min(0).max(2).optional().describe('Sampling temperature, 0 to 2.'),
       top_p: z.number().min(0).max(1).optional().describe('Nucleus sampling, 0 to 1.'),
+      tools: toolsSchema.optional().describe('Functions the model may call, as in POST /chat/completions (at most 128).'),
+      tool_choice: toolChoiceSchema.optional(),
+      parallel_tool_calls: z.boolean().optional(),
+      response_format: responseFormatSchema.optional().describe('{"type":"json_object"} or {"type":"json_schema","json_schema":{name,schema}}: the answer is JSON.'),
     })
     .refine((a) => (a.messages === undefined) !== (a.prompt === undefined), { path: ['messages'], message: 'give messages or prompt, not both and not neither' }),
   output: z.object({
     id: z.string().describe('The chat completion id; the wallet history names it'),
     model: z.string(),
-    answer: z.string(),
-    finish_reason: z.string().describe('"stop", or "length" when max_tokens cut the answer'),
+    answer: z.string().describe('the text of the answer ("" when it only calls tools)'),
+    tool_calls: z.array(toolCallView).optional().describe('the functions the model calls: run them and send their results as tool messages'),
+    finish_reason: z.string().describe('"stop", "tool_calls", or "length" when max_tokens cut the answer'),
     usage: chatUsageSchema,
     cost_coins: coinsSchema.describe('what this call cost'),
   }),
@@ -40,14 +46,21 @@ export const chat = defineTool({
       max_tokens: args.max_tokens,
       temperature: args.temperature,
       top_p: args.top_p,
+      tools: args.tools,
+      tool_choice: args.tool_choice,
+      parallel_tool_calls: args.parallel_tool_calls,
+      response_format: args.response_format,
       stream: false,
     });
     if (result.stream) throw new Error('a stream was not asked for');
     const c = result.completion;
-    const answer = c.choices[0]?.message.content ?? '';
+    const message = c.choices[0]?.message;
+    const answer = message?.content ?? '';
+    const calls = message?.tool_calls;
+    const called = calls ? calls.map((t) => `${t.function.name}(${t.function.arguments})`).join('\n') : '';
     return {
-      structured: { id: c.id, model: c.model, answer, finish_reason: c.choices[0]?.finish_reason ?? 'stop', usage: c.usage, cost_coins: c.usage.cost_coins },
-      text: `${answer}\n\n(${c.usage.prompt_tokens} + ${c.usage.completion_tokens} tokens, ${c.usage.cost_coins} coins)`,
+      structured: { id: c.id, model: c.model, answer, ...(calls && { tool_calls: calls }), finish_reason: c.choices[0]?.finish_reason ?? 'stop', usage: c.usage, cost_coins: c.usage.cost_coins },
+      text: `${[answer, called].filter(Boolean).join('\n')}\n\n(${c.usage.prompt_tokens} + ${c.usage.completion_tokens} tokens, ${c.usage.cost_coins} coins)`,
     };
   },
 });
