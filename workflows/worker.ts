@@ -104,6 +104,12 @@ export async function startWorker(opts: {
    * cancelled attempt is retried by Temporal on another worker (every step is idempotent).
    */
   shutdownGraceSeconds?: number;
+  /**
+   * After this long, a shutdown that is still waiting for work in flight gives up (the SDK's
+   * shutdownForceTime): for tests, whose harness must close within its hook's time. Unset (the
+   * processes): a shutdown waits for the grace period's cancellations to be honoured.
+   */
+  shutdownForceSeconds?: number;
 }): Promise<RunningWorker> {
   installTemporalRuntime(opts.logger);
   const connection = await NativeConnection.connect({ address: opts.address });
@@ -114,6 +120,7 @@ export async function startWorker(opts: {
     ...workflowCode(),
     activities: createActivities(opts.deps),
     shutdownGraceTime: `${opts.shutdownGraceSeconds ?? 0}s`,
+    ...(opts.shutdownForceSeconds !== undefined ? { shutdownForceTime: `${opts.shutdownForceSeconds}s` } : {}),
   });
   const done = worker.run().finally(() => connection.close());
   done.catch((err: unknown) => opts.logger.error({ err }, 'Temporal worker stopped with an error'));

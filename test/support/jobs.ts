@@ -68,7 +68,7 @@ export async function startJobHarness(
   const worker =
     opts.worker === false
       ? { done: Promise.resolve(), shutdown: async () => undefined }
-      : await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+      : await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue, shutdownForceSeconds: 30 });
   server.on('request', createTestApp({ deps, logger: silentLogger, publicBaseUrl }));
   return {
     orm,
@@ -79,11 +79,22 @@ export async function startJobHarness(
     storageDir,
     taskQueue,
     async close() {
+      // A close that takes long says which step took it (a hook once timed out here under load).
+      const t0 = Date.now();
+      const steps: string[] = [];
+      const step = (name: string) => steps.push(`${name} at ${Date.now() - t0} ms`);
+      const report = setTimeout(() => console.error(`[job harness] close still running: ${steps.join(', ') || 'worker shutdown'}…`), 10_000);
       await worker.shutdown();
+      step('worker');
       await connection.close();
+      step('connection');
       server.closeAllConnections();
       await new Promise((r) => server.close(r));
+      step('server');
       await orm.close();
+      step('orm');
+      clearTimeout(report);
+      if (Date.now() - t0 > 10_000) console.error(`[job harness] slow close: ${steps.join(', ')}`);
       await fs.rm(storageDir, { recursive: true, force: true });
     },
   };
