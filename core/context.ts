@@ -1,7 +1,7 @@
 import type { MikroORM, EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { KeyLookup, LastUsedRecorder } from './auth/api-keys.ts';
-import { CompletionRecorder } from './chat/records.ts';
+import { CompletionRecorder } from './chat/recorder.ts';
 import type { Credential } from './auth/principals.ts';
 import { ModelCatalog } from './catalog/catalog.ts';
 import type { Execute } from './db/batch.ts';

@@ -4,7 +4,7 @@ import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { startAutoTopUpIfLow } from '../payments/auto-top-up.ts';
 import { prepareChat } from './chat.ts';
 import { runRecorded } from './record-run.ts';
-import type { CompletionKind } from './records.ts';
+import type { CompletionKind } from './recorder.ts';
 import type { ChatRequest } from './schema.ts';
 import { collectCompletion, streamChunks } from './views.ts';
 

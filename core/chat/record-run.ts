@@ -2,7 +2,7 @@ import type { CoreDeps } from '../context.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import type { HoldOutcome } from '../money/holds.ts';
 import { runChat, type ChatEvent, type PreparedChat } from './chat.ts';
-import type { CompletionKind } from './records.ts';
+import type { CompletionKind } from './recorder.ts';
 import { countOutputTokens } from './tokens.ts';
 
 /**

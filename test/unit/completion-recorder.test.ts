@@ -1,7 +1,7 @@
 import pino from 'pino';
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { CompletionRecorder, type CompletionRecord } from '../../core/chat/records.ts';
+import { CompletionRecorder, type CompletionRecord } from '../../core/chat/recorder.ts';
 import type { Execute } from '../../core/db/batch.ts';
 
 const record = (id: string): CompletionRecord => ({
