@@ -442,4 +442,32 @@ export const ACCEPTED_SURVIVORS: AcceptedSurvivor[] = [
     replacement: "rows.length <= batch",
     reason: "Equivalent: with a full last batch the loop asks once more, finds nothing and stops with the same total.",
   },
+  {
+    file: "core/chat/chat.ts",
+    mutator: "ConditionalExpression",
+    code: "r.toolChoice !== undefined",
+    replacement: "true",
+    reason: "Equivalent: a request with the key present and undefined and one without it read the same in every provider (each reads `request.toolChoice` and leaves an undefined one out of what it sends; JSON leaves undefined out too).",
+  },
+  {
+    file: "core/chat/chat.ts",
+    mutator: "ConditionalExpression",
+    code: "r.parallelToolCalls !== undefined",
+    replacement: "true",
+    reason: "Equivalent: a request with the key present and undefined and one without it read the same in every provider (each reads `request.parallelToolCalls` and leaves an undefined one out of what it sends; JSON leaves undefined out too).",
+  },
+  {
+    file: "core/chat/chat.ts",
+    mutator: "ConditionalExpression",
+    code: "r.responseFormat !== undefined",
+    replacement: "true",
+    reason: "Equivalent: a request with the key present and undefined and one without it read the same in every provider (each reads `request.responseFormat` and leaves an undefined one out of what it sends; JSON leaves undefined out too).",
+  },
+  {
+    file: "core/chat/chat.ts",
+    mutator: "BlockStatement",
+    code: "{\n        await charge(delivered, deliveredCalls, false);\n      }",
+    replacement: "{}",
+    reason: "Equivalent: when the upstream fails after a streamed answer began, every piece produced was already taken by the consumer (each is added to `delivered` as soon as the consumer takes it, before the next upstream read), so `produced` equals `delivered`; with this block empty the hold is not ended here and the `finally` block charges `produced` with the same calls, the same amount (chat.test.ts's fail-mid stream checks that amount).",
+  },
 ];
