@@ -19,7 +19,15 @@ beforeAll(async () => {
   await fs.chmod(closed, 0o700);
   dataDir = path.join(closed, 'data');
 });
+/** Servers the tests started: one left running by a test that timed out is stopped here, not leaked. */
+const servers: ReturnType<typeof spawnProject>[] = [];
 afterAll(async () => {
+  for (const s of servers) {
+    if (s.child.exitCode !== null || s.child.signalCode !== null) continue;
+    s.child.kill('SIGTERM');
+    const stopped = await Promise.race([s.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 30_000))]);
+    if (!stopped) s.child.kill('SIGKILL');
+  }
   await fs.rm(closed, { recursive: true, force: true });
 });
 
@@ -55,6 +63,7 @@ describe('embedded PostgreSQL', () => {
   it('the server and the CLI share one running server; the last one out stops it', async () => {
     const port = await freePort();
     const server = spawnProject(serverArgs(), { ...env(), PORT: String(port), HOST: '127.0.0.1' });
+    servers.push(server);
     await server.waitFor(/listening on/);
     expect(postgresRunning()).toBe(true);
     // With no TEMPORAL_ADDRESS, a Temporal dev server runs too, with its Web UI printed.
