@@ -8,7 +8,7 @@ import { countOutputTokens } from './tokens.ts';
 /**
  * Runs a prepared chat (runChat, unchanged) and records what it was charged
  * (core/chat/records.ts), for any API format that consumes runChat's events: the chat format
- * today (`kind` 'chat.completion'), the Responses API's later ('response').
+ * (`kind` 'chat.completion') and the Responses API's ('response', under the response's own id).
  *
  * The record of a run that ends with `done` is written before `done` is passed on, so that the
  * client, once it has its usage, finds the record. A run that ends without `done` but was

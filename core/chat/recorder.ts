@@ -6,8 +6,8 @@ import type { Micro } from '../money/coins.ts';
 /**
  * What a finished completion was charged, for its owner to read back later (docs/chat.md, "The
  * cost afterwards"): the fallback for clients that drop `usage.cost_coins` from the answer.
- * Generic over the API format (`kind`): the chat format's records today, the Responses API's
- * later, each read by its own route with the same function.
+ * Generic over the API format (`kind`): chat completions' records and the Responses API's, each
+ * read by its own route with the same function (records.ts).
  */
 export const COMPLETION_KINDS = {
   'chat.completion': { object: 'chat.completion.record', noun: 'chat completion' },

@@ -1,4 +1,3 @@
-import { createHash, randomUUID } from 'node:crypto';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { LRUCache } from 'lru-cache';
 import { z } from 'zod';
@@ -9,10 +8,10 @@ import { newId } from '../ids.ts';
 import { MICRO_PER_COIN } from '../money/coins.ts';
 import { credit } from '../money/wallet.ts';
 import { PaymentProviderError, type CheckoutSessionFacts, type OffSessionChargeResult, type PaymentEvent } from '../ports.ts';
-import { centsToMicro, COINS_PER_CENT, formatUsd } from './amounts.ts';
-import { checkTopUpAmount, usdAmount } from './create-checkout.ts';
+import { centsToMicro, formatUsd } from './amounts.ts';
+import { checkTopUpAmount, startTopUpCheckout, usdAmount } from './create-checkout.ts';
 import { notCredited, outcome, type EventOutcome } from './outcome.ts';
-import { paymentProvider, providerFailure } from './setup.ts';
+import { paymentProvider } from './setup.ts';
 
 /**
  * Auto top-up (docs/payments.md, "Auto top-up"), as OpenRouter has it: the customer turns it
@@ -79,6 +78,21 @@ interface SettingsRow {
 const cardSaved = (s: Pick<SettingsRow, 'customer_id' | 'setup_payment_intent_id' | 'payment_method_id'> | undefined) =>
   !!s?.customer_id && !!(s.payment_method_id ?? s.setup_payment_intent_id);
 
+/** Charges that count against the day's limit: pending, charged or credited in the last 24 hours. */
+async function chargesLast24h(em: EntityManager, accountId: string): Promise<number> {
+  const [row] = await em.execute<{ n: number }[]>(
+    `select count(*)::int as n from auto_top_up_charges where account_id = ? and status in ('pending', 'charged', 'credited') and created_at > now() - interval '1 day'`,
+    [accountId],
+  );
+  return row?.n ?? 0;
+}
+
+/** Auto top-up turns itself off with the reason the pages show (a decline, a bank asking for the customer). */
+async function turnOff(tx: EntityManager, accountId: string, why: string): Promise<void> {
+  await tx.execute('update auto_top_ups set enabled = false, disabled_reason = ?, disabled_at = now(), updated_at = now() where account_id = ?', [why, accountId]);
+  forget(accountId);
+}
+
 async function settingsOf(em: EntityManager, accountId: string, lock = false): Promise<SettingsRow | undefined> {
   const [row] = await em.execute<SettingsRow[]>(
     `select enabled, threshold_micro::text, amount_cents::text, customer_id, setup_payment_intent_id, payment_method_id, disabled_reason, disabled_at
@@ -91,10 +105,7 @@ async function settingsOf(em: EntityManager, accountId: string, lock = false): P
 /** The account's auto top-up as the pages show it. */
 export async function readAutoTopUp(deps: Pick<CoreDeps, 'payments' | 'config'>, em: EntityManager, accountId: string, checkout: AutoTopUpView['checkout'] = null): Promise<AutoTopUpView> {
   const s = await settingsOf(em, accountId);
-  const [{ n }] = (await em.execute<{ n: number }[]>(
-    `select count(*)::int as n from auto_top_up_charges where account_id = ? and status in ('pending', 'charged', 'credited') and created_at > now() - interval '1 day'`,
-    [accountId],
-  )) as [{ n: number }];
+  const n = await chargesLast24h(em, accountId);
   return {
     object: 'auto_top_up',
     available: deps.payments !== undefined && deps.config.payments.autoTopUpMaxPerDay > 0,
@@ -121,7 +132,7 @@ export async function configureAutoTopUp(
   accountId: string,
   input: z.output<typeof autoTopUpInput>,
 ): Promise<AutoTopUpView> {
-  const provider = paymentProvider(deps);
+  paymentProvider(deps); // refuses while payments are off
   if (deps.config.payments.autoTopUpMaxPerDay === 0) {
     throw new CoreError('unavailable', 'Auto top-up is turned off on this server.', { reason: 'auto_top_up_unavailable' });
   }
@@ -146,26 +157,8 @@ export async function configureAutoTopUp(
   if (cardSaved(settings)) return readAutoTopUp(deps, em, accountId);
 
   // No card yet: the first top-up of `amount` saves it.
-  const key = input.idempotency_key ? createHash('sha256').update(input.idempotency_key).digest('base64url') : randomUUID();
-  const [earlier] = await em.execute<{ customer_id: string }[]>(
-    'select customer_id from payments where account_id = ? and customer_id is not null order by created_at desc limit 1',
-    [accountId],
-  );
-  try {
-    const session = await provider.checkoutTopUp({
-      ...deps.config.payments.returnUrls,
-      accountId,
-      amountCents: cents,
-      currency: deps.config.payments.currency,
-      description: `${(BigInt(cents) * COINS_PER_CENT).toLocaleString('en-US')} coins, and the card kept for auto top-up`,
-      idempotencyKey: `autotopup-setup:${accountId}:${key}`,
-      customerId: earlier?.customer_id,
-      saveForLater: true,
-    });
-    return readAutoTopUp(deps, em, accountId, { id: session.id, url: session.url });
-  } catch (err) {
-    throw providerFailure(err, deps.logger, 'to start the checkout');
-  }
+  const session = await startTopUpCheckout(deps, em, accountId, cents, { idempotencyKey: input.idempotency_key, purpose: 'autotopup-setup', saveCard: true });
+  return readAutoTopUp(deps, em, accountId, { id: session.id, url: session.url });
 }
 
 /**
@@ -247,10 +240,7 @@ export async function runAutoTopUp(deps: Pick<CoreDeps, 'payments' | 'config' | 
       [accountId],
     );
     if (busy) return { done: 'in_flight' };
-    const [{ n }] = (await tx.execute<{ n: number }[]>(
-      `select count(*)::int as n from auto_top_up_charges where account_id = ? and status in ('pending', 'charged', 'credited') and created_at > now() - interval '1 day'`,
-      [accountId],
-    )) as [{ n: number }];
+    const n = await chargesLast24h(tx, accountId);
     if (n >= deps.config.payments.autoTopUpMaxPerDay) return { done: 'daily_limit' };
     await tx.execute(`insert into auto_top_up_charges (id, account_id, amount_cents, status) values (?, ?, ?::bigint, 'pending')`, [chargeId, accountId, s.amount_cents]);
     return { go: s };
@@ -302,9 +292,8 @@ async function refused(em: EntityManager, accountId: string, chargeId: string, s
   const why = status === 'requires_action' ? `${reason} Add credits yourself to confirm it, then turn auto top-up on again.` : reason;
   await em.fork().transactional(async (tx) => {
     await tx.execute(`update auto_top_up_charges set status = ?, payment_intent_id = coalesce(payment_intent_id, ?), reason = ?, ended_at = now() where id = ?`, [status, paymentId, why, chargeId]);
-    await tx.execute('update auto_top_ups set enabled = false, disabled_reason = ?, disabled_at = now(), updated_at = now() where account_id = ?', [why, accountId]);
+    await turnOff(tx, accountId, why);
   });
-  forget(accountId);
   return status;
 }
 
@@ -325,10 +314,7 @@ export async function creditAutoTopUp(deps: Pick<CoreDeps, 'config'>, tx: Entity
   if (event.stage === 'failed') {
     const why = `The card was not charged: ${(i.failure ?? 'the payment failed').replace(/\.$/, '')}.`;
     if (i.chargeId) await tx.execute(`update auto_top_up_charges set status = 'failed', reason = ?, ended_at = now() where id = ? and status in ('pending', 'charged')`, [why, i.chargeId]);
-    if (i.accountId) {
-      await tx.execute('update auto_top_ups set enabled = false, disabled_reason = ?, disabled_at = now(), updated_at = now() where account_id = ?', [why, i.accountId]);
-      forget(i.accountId);
-    }
+    if (i.accountId) await turnOff(tx, i.accountId, why);
     return outcome('auto_top_up_failed', i.accountId);
   }
   const refuse = (name: string, why: string) =>

@@ -54,26 +54,42 @@ export async function createTopUpCheckout(
   accountId: string,
   input: z.output<typeof topUpCheckoutInput>,
 ): Promise<z.infer<typeof checkoutSessionSchema>> {
+  const cents = checkTopUpAmount(deps.config.payments, input.amount_usd);
+  return startTopUpCheckout(deps, em, accountId, cents, { idempotencyKey: input.idempotency_key, purpose: 'topup' });
+}
+
+/**
+ * A Checkout Session for a top-up of `cents` (already within the operator's bounds): the one
+ * that "Add credits" makes, and the one auto top-up makes to save the card (`saveCard`). A
+ * client's idempotency key is scoped to the account and hashed (Stripe's keys are at most 255
+ * characters); without one, a fresh key per request.
+ */
+export async function startTopUpCheckout(
+  deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>,
+  em: EntityManager,
+  accountId: string,
+  cents: number,
+  opts: { idempotencyKey?: string | undefined; purpose: 'topup' | 'autotopup-setup'; saveCard?: boolean },
+): Promise<z.infer<typeof checkoutSessionSchema>> {
   const provider = paymentProvider(deps);
   const { currency, returnUrls } = deps.config.payments;
-  const cents = checkTopUpAmount(deps.config.payments, input.amount_usd);
-
   // The customer of an earlier payment: the payment page then knows them.
   const [earlier] = await em.execute<{ customer_id: string }[]>(
     'select customer_id from payments where account_id = ? and customer_id is not null order by created_at desc limit 1',
     [accountId],
   );
-  // Scoped to the account, and hashed: Stripe's keys are at most 255 characters.
-  const key = input.idempotency_key ? createHash('sha256').update(input.idempotency_key).digest('base64url') : randomUUID();
+  const key = opts.idempotencyKey ? createHash('sha256').update(opts.idempotencyKey).digest('base64url') : randomUUID();
+  const coins = `${(BigInt(cents) * COINS_PER_CENT).toLocaleString('en-US')} coins`;
   try {
     const session = await provider.checkoutTopUp({
       ...returnUrls,
       accountId,
       amountCents: cents,
       currency,
-      description: `${(BigInt(cents) * COINS_PER_CENT).toLocaleString('en-US')} coins`,
-      idempotencyKey: `topup:${accountId}:${key}`,
+      description: opts.saveCard ? `${coins}, and the card kept for auto top-up` : coins,
+      idempotencyKey: `${opts.purpose}:${accountId}:${key}`,
       customerId: earlier?.customer_id,
+      ...(opts.saveCard ? { saveForLater: true } : {}),
     });
     return { object: 'checkout_session', id: session.id, url: session.url };
   } catch (err) {
