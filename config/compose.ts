@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import { statementPool } from '../adapters/db/statement-pool.ts';
 import { createLimiters, type Limiters } from '../adapters/limits/rate-limiter.ts';
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
+import { createRouteBreakers } from '../adapters/providers/breakers.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
 import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
 import { stripeOnFirstUse } from '../adapters/payments/provider.ts';
@@ -89,6 +90,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
             secretAccessKey: env.S3_SECRET_ACCESS_KEY,
           })
         : localDiskStorage(path.join(env.DATA_DIR, 'storage'))),
+    routeBreakers: createRouteBreakers({ failures: env.BREAKER_FAILURES, windowMs: env.BREAKER_WINDOW_SECONDS * 1000, coolDownMs: env.BREAKER_COOL_DOWN_SECONDS * 1000 }),
     urlGuard,
     webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
     // Signed links point where the REST adapter serves their bytes.

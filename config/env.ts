@@ -59,6 +59,10 @@ const envSchema = z
     CATALOG_FILE: z.string().min(1).default('config/models.yaml'),
     API_PRICE_PERCENT: z.coerce.number().int().min(1).max(1000).default(50),
     RATE_LIMIT_PER_MINUTE: positiveInt.default(120),
+    /** A route's circuit breaker opens after this many failures within BREAKER_WINDOW_SECONDS, and lets a probe through after BREAKER_COOL_DOWN_SECONDS (docs/providers.md). */
+    BREAKER_FAILURES: positiveInt.default(5),
+    BREAKER_WINDOW_SECONDS: positiveInt.default(60),
+    BREAKER_COOL_DOWN_SECONDS: positiveInt.default(30),
     TEMPORAL_ADDRESS: optional.pipe(z.string().regex(/^[^\s/:]+:\d+$/, 'must be host:port').optional()),
     TEMPORAL_NAMESPACE: z.string().min(1).default('default'),
     /** The Temporal Web UI of an external cluster, for the admin API's job links (the embedded dev server's is known). */

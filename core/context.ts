@@ -25,6 +25,7 @@ import type {
   UrlGuard,
   UrlSigner,
   WebhookTransport,
+  RouteBreakers,
 } from './ports.ts';
 
 /** Settings core needs, taken from the environment by the composition root. */
@@ -83,6 +84,8 @@ export interface CoreDeps {
   /** Sign-in, sign-up and login-link attempts, counted per email and per client address. */
   attempts: { perEmail: RateLimiter; perIp: RateLimiter };
   media: MediaProviderRegistry;
+  /** One circuit breaker per route of the catalog's models (chat and media alike). */
+  routeBreakers: RouteBreakers;
   storage: ResultStorage;
   urlGuard: UrlGuard;
   signer: UrlSigner;
@@ -127,6 +130,7 @@ export function createCoreDeps(
     rateLimiter: args.rateLimiter,
     attempts: args.attempts,
     media: args.media,
+    routeBreakers: args.routeBreakers,
     storage: args.storage,
     urlGuard: args.urlGuard,
     signer: args.signer,

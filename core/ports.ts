@@ -90,15 +90,35 @@ export interface ChatProvider {
   stream(request: ProviderChatRequest, signal: AbortSignal): AsyncIterable<ProviderEvent>;
 }
 
-/** An upstream failure: `timeout` when it did not answer in time, `failed` for anything else. */
+/**
+ * A text upstream's failure, its message in our words (the upstream's own body goes to the
+ * operator's log, never to the customer):
+ * - `timeout`: it did not answer in time;
+ * - `failed`: it could not be reached, answered 5xx or 429, said it was overloaded, refused
+ *   our key, or answered something unreadable;
+ * - `refused`: it refused the request on its merits (content policy, invalid input): the same
+ *   request fails on every route, so it is the customer's 400, never a fallback.
+ * `timeout` and `failed` are retryable: before any output, a model with another route tries it
+ * (core/chat/routes.ts), after `retryAfterMs` at the earliest when the upstream named a delay.
+ */
 export class ProviderError extends Error {
-  readonly kind: 'failed' | 'timeout';
+  readonly kind: 'failed' | 'timeout' | 'refused';
   readonly status: number | undefined;
-  constructor(kind: 'failed' | 'timeout', message: string, status?: number) {
+  readonly retryAfterMs: number | undefined;
+  /** For `refused`: a snake_case reason for the customer's error (`content_policy`, `invalid_input`). */
+  readonly code: string | undefined;
+  constructor(kind: 'failed' | 'timeout' | 'refused', message: string, status?: number, opts: { retryAfterMs?: number | undefined; code?: string | undefined } = {}) {
     super(message);
     this.name = 'ProviderError';
     this.kind = kind;
     this.status = status;
+    this.retryAfterMs = opts.retryAfterMs;
+    this.code = opts.code;
+  }
+
+  /** Whether another route, or a later try, may succeed where this failed. */
+  get retryable(): boolean {
+    return this.kind !== 'refused';
   }
 }
 
@@ -186,6 +206,46 @@ export class MediaUpstreamBusy extends MediaProviderError {
 
 export interface MediaProviderRegistry {
   get(name: string): MediaProvider | undefined;
+}
+
+// ---------------------------------------------------------------- routes
+
+/** How one call to a route went, for its breaker and its latency figures. */
+export type RouteOutcome = { ok: true; latencyMs: number } | { ok: false; latencyMs: number; retryAfterMs?: number | undefined };
+
+/** A route's breaker and figures, as `/metrics` and the GraphQL admin show them. */
+export interface RouteHealth {
+  /** `provider/model` (core/catalog/schema.ts routeKey). */
+  route: string;
+  /** closed: calls go through; open: skipped until the cool-down ends; half_open: one probe is let through. */
+  state: 'closed' | 'open' | 'half_open';
+  /** Failures within the breaker's window. */
+  recentFailures: number;
+  /** Latency of recent calls, successful or not, in milliseconds; null before any call. */
+  latencyP50Ms: number | null;
+  latencyP99Ms: number | null;
+}
+
+/**
+ * One circuit breaker per route (adapters/providers/breakers.ts, on cockatiel): it opens after
+ * a number of failures within a window, lets one probe through after a cool-down, and closes
+ * when the probe succeeds. Shared through Redis when the service has one, so that every
+ * instance skips a route one of them found down.
+ */
+export interface RouteBreakers {
+  /**
+   * A pass for one call to the route now, or undefined when its breaker is open (or its one
+   * probe is already out). Closed: every caller gets one. Open past its cool-down: exactly one
+   * caller (the probe), whose outcome closes or reopens it. The caller tells the pass how the
+   * call went, exactly once.
+   */
+  admit(route: string): Promise<RoutePass | undefined>;
+  /** Every route called since start, for /metrics and the admin API. */
+  health(): Promise<RouteHealth[]>;
+}
+
+export interface RoutePass {
+  done(outcome: RouteOutcome): void;
 }
 
 // ---------------------------------------------------------------- storage and the network

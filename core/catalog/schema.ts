@@ -73,6 +73,28 @@ export const providerRouteSchema = z.object({
   model: z.string().min(1),
 });
 
+/**
+ * One upstream that serves a model (docs/catalog.md, "Routes"): a provider of the catalog's
+ * `providers` section and the model's name there. A model lists one or more; ordered routes
+ * are tried in turn on a retryable failure, weighted ones are picked by weight first. `cost`
+ * is what the upstream charges the operator, in coins (1 USD = 1000 coins) and in the
+ * model's own pricing shape: the margin's cost when the upstream's answer reports none.
+ */
+const routeBase = {
+  provider: z.string().min(1),
+  model: z.string().min(1),
+  /** The share of requests a weighted model sends here first (ordered models ignore it). */
+  weight: z.number().int().min(1).max(1000).default(1),
+};
+export const textRouteSchema = z.object({ ...routeBase, cost: textPricingSchema.optional() });
+export const mediaRouteSchema = z.object({ ...routeBase, cost: mediaPricingSchema.optional() });
+export type TextRoute = z.output<typeof textRouteSchema>;
+export type MediaRoute = z.output<typeof mediaRouteSchema>;
+export type ModelRoute = TextRoute | MediaRoute;
+/** How a model with several routes picks the first: in their order (fallback), or by weight. */
+export const ROUTE_SELECTIONS = ['ordered', 'weighted'] as const;
+export const MAX_ROUTES = 8;
+
 const modelId = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*(\/[A-Za-z0-9][A-Za-z0-9._:-]*)*$/, 'letters, digits, . _ : - and / between parts')
@@ -84,7 +106,9 @@ const baseModel = {
   description: z.string().max(4000).default(''),
   generation_types: z.array(z.string().min(1)).min(1),
   paid_only: z.boolean().default(false),
-  provider: providerRouteSchema,
+  /** The one upstream of a model with one route; a model with several lists `routes` instead (both: the first route is `provider`). */
+  provider: providerRouteSchema.optional(),
+  route_selection: z.enum(ROUTE_SELECTIONS).default('ordered'),
   settings: z.record(z.string(), settingSchema).default({}),
   inputs: z.record(z.string(), inputSchema).default({}),
   example: z.record(z.string(), z.unknown()).optional(),
@@ -116,6 +140,7 @@ export const textModelSchema = z.object({
   max_output_tokens: z.number().int().positive(),
   /** The output limit reserved for when a request names none. */
   default_max_tokens: z.number().int().positive(),
+  routes: z.array(textRouteSchema).min(1).max(MAX_ROUTES).optional(),
   supported_parameters: z
     .array(z.enum(SUPPORTED_PARAMETERS))
     .default(() => [...DEFAULT_SUPPORTED_PARAMETERS])
@@ -128,9 +153,11 @@ export const mediaModelSchema = z.object({
   pricing: mediaPricingSchema,
   /** How long a job may take before it fails and is refunded. */
   deadline_seconds: z.number().int().positive().default(600),
+  routes: z.array(mediaRouteSchema).min(1).max(MAX_ROUTES).optional(),
 });
 
 export const modelSchema = z.discriminatedUnion('type', [textModelSchema, mediaModelSchema]).superRefine((m, ctx) => {
+  routeProblems(m, ctx);
   if (m.type === 'text' && m.default_max_tokens > m.max_output_tokens) {
     ctx.addIssue({ code: 'custom', path: ['default_max_tokens'], message: 'must not exceed max_output_tokens' });
   }
@@ -158,10 +185,47 @@ export const modelSchema = z.discriminatedUnion('type', [textModelSchema, mediaM
       }
     }
   }
-});
+}).transform(withRoutes);
 export type ModelDefinition = z.output<typeof modelSchema>;
 export type TextModel = Extract<ModelDefinition, { type: 'text' }>;
 export type MediaModel = Exclude<ModelDefinition, { type: 'text' }>;
+
+type ParsedModel = z.output<typeof textModelSchema> | z.output<typeof mediaModelSchema>;
+
+/** A model names its upstream by `provider` (one route) or `routes`; when both, `provider` is the first route. */
+function routeProblems(m: ParsedModel, ctx: z.RefinementCtx): void {
+  if (!m.routes && !m.provider) {
+    ctx.addIssue({ code: 'custom', path: ['provider'], message: 'a model needs a provider or routes' });
+    return;
+  }
+  const first = m.routes?.[0];
+  if (m.provider && first && (m.provider.name !== first.provider || m.provider.model !== first.model)) {
+    ctx.addIssue({ code: 'custom', path: ['provider'], message: 'must be the first of routes when both are given (or leave it out)' });
+  }
+  const seen = new Set<string>();
+  m.routes?.forEach((r, i) => {
+    const key = routeKey(r);
+    if (seen.has(key)) ctx.addIssue({ code: 'custom', path: ['routes', i], message: `duplicate route ${key}` });
+    seen.add(key);
+    if (m.type === 'text' || !r.cost) return;
+    const cost = r.cost as z.output<typeof mediaPricingSchema>;
+    for (const setting of [...Object.keys(cost.per_unit), ...cost.multiply_by, ...Object.keys(cost.factors)]) {
+      if (!(setting in m.settings)) ctx.addIssue({ code: 'custom', path: ['routes', i, 'cost'], message: `costs by setting "${setting}", which the model does not have` });
+    }
+  });
+}
+
+/** The parsed model with both forms filled in: `routes` always (one for `provider:` alone), `provider` its first. */
+function withRoutes<M extends ParsedModel>(m: M) {
+  const routes = (m.routes ?? [{ provider: m.provider!.name, model: m.provider!.model, weight: 1 }]) as NonNullable<M['routes']>;
+  const first = routes[0]!;
+  return { ...m, routes, provider: { name: first.provider, model: first.model } };
+}
+
+/** A route's name in metrics, breakers and records: `provider/model`. */
+export function routeKey(route: { provider: string; model: string }): string {
+  return `${route.provider}/${route.model}`;
+}
 
 /**
  * For a setting that is time the job takes (`job_time`), the first value, in the setting's own
@@ -266,9 +330,13 @@ export const catalogFileSchema = z
     file.models.forEach((m, i) => {
       if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });
       seen.add(m.id);
-      if (!(m.provider.name in file.providers)) {
-        ctx.addIssue({ code: 'custom', path: ['models', i, 'provider', 'name'], message: `unknown provider "${m.provider.name}"` });
-      }
+      // A model that failed its own checks was not transformed: its routes may still be missing.
+      const routes: readonly { provider: string }[] = m.routes ?? (m.provider ? [{ provider: m.provider.name }] : []);
+      routes.forEach((r, j) => {
+        if (!(r.provider in file.providers)) {
+          ctx.addIssue({ code: 'custom', path: ['models', i, 'routes', j, 'provider'], message: `unknown provider "${r.provider}"` });
+        }
+      });
     });
   });
 export type CatalogFile = z.output<typeof catalogFileSchema>;

@@ -28,6 +28,7 @@ import { Migration20261130000000_payment_receipts } from './Migration20261130000
 import { Migration20261130010000_payment_reversals } from './Migration20261130010000_payment_reversals.ts';
 import { Migration20261201000000_auto_top_up } from './Migration20261201000000_auto_top_up.ts';
 import { Migration20261201010000_completion_records } from './Migration20261201010000_completion_records.ts';
+import { Migration20261202000000_routes } from './Migration20261202000000_routes.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -61,4 +62,5 @@ export const migrations = [
   { name: 'Migration20261130010000_payment_reversals', class: Migration20261130010000_payment_reversals },
   { name: 'Migration20261201000000_auto_top_up', class: Migration20261201000000_auto_top_up },
   { name: 'Migration20261201010000_completion_records', class: Migration20261201010000_completion_records },
+  { name: 'Migration20261202000000_routes', class: Migration20261202000000_routes },
 ];
