@@ -47,6 +47,7 @@ const NAV = [
 const ADMIN_NAV = [
   ['/admin', 'Dashboard'],
   ['/admin/accounts', 'Accounts'],
+  ['/admin/margin', 'Margin'],
   ['/admin/jobs', 'Failed jobs'],
   ['/admin/audit', 'Audit log'],
 ] as const;

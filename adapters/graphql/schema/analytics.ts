@@ -1,5 +1,6 @@
 import type { z } from 'zod';
 import type { jobDurationsSchema, jobsByStatusSchema } from '../../../core/admin/analytics/jobs.ts';
+import type { marginsSchema } from '../../../core/admin/analytics/margins.ts';
 import type { topAccountsSchema, topModelsSchema } from '../../../core/admin/analytics/top.ts';
 import type { usageSchema } from '../../../core/admin/analytics/usage.ts';
 import { builder } from '../builder.ts';
@@ -16,6 +17,7 @@ type TopAccounts = z.infer<typeof topAccountsSchema>;
 type TopModels = z.infer<typeof topModelsSchema>;
 type JobsByStatus = z.infer<typeof jobsByStatusSchema>;
 type JobDurations = z.infer<typeof jobDurationsSchema>;
+type Margins = z.infer<typeof marginsSchema>;
 
 const dayDescription = 'A UTC day, YYYY-MM-DD.';
 const asOfDescription = 'When the last refresh of the rollups began (null: never yet); later entries are not counted.';
@@ -134,6 +136,44 @@ const JobDurationsResult = builder.objectRef<JobDurations>('JobDurations').imple
   }),
 });
 
+const MarginMeasures = builder.objectRef<Margins['totals']>('MarginMeasures').implement({
+  description: 'Revenue, upstream cost and margin (definitions: core/admin/analytics/route-days.ts). The margin is over the requests whose upstream cost is known only.',
+  fields: (t) => ({
+    requests: t.exposeInt('requests', { description: 'Chat requests and succeeded jobs served.' }),
+    revenueCoins: t.expose('revenue_coins', { type: 'Coins', description: 'What they were charged (the model\'s price, whichever route served).' }),
+    costedRequests: t.exposeInt('costed_requests', { description: 'Of them, those whose upstream cost is known.' }),
+    costedRevenueCoins: t.expose('costed_revenue_coins', { type: 'Coins', description: 'What the costed requests were charged.' }),
+    upstreamCostCoins: t.expose('upstream_cost_coins', { type: 'Coins', description: 'What the costed requests cost upstream.' }),
+    marginCoins: t.expose('margin_coins', { type: 'Coins', description: 'Costed revenue − upstream cost.' }),
+    marginPercent: t.exposeString('margin_percent', { nullable: true, description: 'Margin ÷ costed revenue × 100, one decimal ("33.3"); null when the costed revenue is 0.' }),
+    costKnownPercent: t.exposeString('cost_known_percent', { nullable: true, description: 'Costed requests ÷ requests × 100, one decimal; null when there is no request.' }),
+  }),
+});
+
+const MarginRow = builder.objectRef<Margins['data'][number]>('MarginRow').implement({
+  fields: (t) => ({
+    day: t.exposeString('day', { nullable: true, description: `With groupBy day. ${dayDescription}` }),
+    modelId: t.exposeString('model_id', { nullable: true, description: 'With groupBy model.' }),
+    provider: t.exposeString('provider', { nullable: true, description: "With groupBy provider or route; '' for requests served before routes were recorded (by the model's one provider then)." }),
+    routeModel: t.exposeString('route_model', { nullable: true, description: "With groupBy route: the model's name at the provider; '' as for provider." }),
+    measures: t.field({ type: MarginMeasures, resolve: (r) => r }),
+  }),
+});
+
+const MarginDimension = builder.enumType('MarginDimension', { values: ['day', 'model', 'provider', 'route'] as const, description: 'route: the provider and the model\'s name there together.' });
+
+const MarginsResult = builder.objectRef<Margins>('Margins').implement({
+  fields: (t) => ({
+    from: t.exposeString('from', { description: dayDescription }),
+    to: t.exposeString('to', { description: dayDescription }),
+    groupBy: t.field({ type: [MarginDimension], resolve: (m) => m.group_by }),
+    totals: t.field({ type: MarginMeasures, description: 'Over the whole range and filter, whatever the limit.', resolve: (m) => m.totals }),
+    data: t.field({ type: [MarginRow], description: 'By day (when grouped by day), then by revenue, largest first; what served nothing is absent.', resolve: (m) => m.data }),
+    hasMore: t.exposeBoolean('has_more'),
+    asOf: t.expose('as_of', { type: 'DateTime', nullable: true, description: asOfDescription }),
+  }),
+});
+
 builder.queryFields((t) => {
   const range = {
     from: t.arg.string({ required: true, description: `First day, included. ${dayDescription}` }),
@@ -174,6 +214,24 @@ builder.queryFields((t) => {
       type: JobsByStatusResult,
       args: { ...range, modelId: t.arg.string() },
       resolve: (_root, args, ctx) => ctx.core.admin.analytics.jobsByStatus({ from: args.from, to: args.to, ...present({ model_id: args.modelId }) }),
+    }),
+    margins: t.field({
+      type: MarginsResult,
+      description: 'Revenue, upstream cost and margin per day, model, provider and route over a range (docs/admin.md, "Margin").',
+      args: {
+        ...range,
+        modelId: t.arg.string(),
+        provider: t.arg.string({ description: "Only this provider's routes; '' for requests from before routes were recorded." }),
+        routeModel: t.arg.string({ description: "Only this model name at the provider." }),
+        groupBy: t.arg({ type: [MarginDimension], description: 'Split by these (default day, model, route).' }),
+        limit: t.arg.int({ description: 'Rows at most (1 to 10000, default 1000); hasMore says whether there were more.' }),
+      },
+      resolve: (_root, args, ctx) =>
+        ctx.core.admin.analytics.margins({
+          from: args.from,
+          to: args.to,
+          ...present({ model_id: args.modelId, provider: args.provider, route_model: args.routeModel, group_by: args.groupBy, limit: args.limit }),
+        }),
     }),
     jobDurations: t.field({
       type: JobDurationsResult,

@@ -20,6 +20,19 @@ interface LedgerEntryShape {
   created_at: string;
 }
 
+interface ServedRouteShape {
+  provider: string;
+  model: string | null;
+}
+
+const ServedRoute = builder.objectRef<ServedRouteShape>('ServedRoute').implement({
+  description: 'The route that served a request: a provider of the catalog and the model\'s name there (docs/providers.md, "Routes").',
+  fields: (t) => ({
+    provider: t.exposeString('provider'),
+    model: t.exposeString('model', { nullable: true, description: "The model's name at the provider." }),
+  }),
+});
+
 export const LedgerEntry = builder.objectRef<LedgerEntryShape>('LedgerEntry').implement({
   description: 'One entry of the append-only ledger: a signed amount in one pocket.',
   fields: (t) => ({
@@ -33,6 +46,19 @@ export const LedgerEntry = builder.objectRef<LedgerEntryShape>('LedgerEntry').im
     holdId: t.exposeString('hold_id', { nullable: true }),
     description: t.exposeString('description'),
     createdAt: t.expose('created_at', { type: 'DateTime' }),
+    route: t.loadable({
+      type: ServedRoute,
+      nullable: true,
+      description:
+        'The route that served the chat or job this entry is about (its reference), from its completion record or job; null for a payment, an adjustment, or a request from before routes were recorded. Loaded for a whole page in one query.',
+      load: async (references: string[], ctx) => {
+        const { data } = await ctx.core.admin.analytics.routesServed({ references });
+        const byReference = new Map(data.map((r) => [r.reference, r]));
+        return references.map((r) => byReference.get(r) ?? null);
+      },
+      loaderOptions: { maxBatchSize: 500 },
+      resolve: (e) => e.reference,
+    }),
   }),
 });
 

@@ -10,6 +10,7 @@ import type { HttpAdapter } from '../../http/app.ts';
 import type { BrowserKit } from '../../http/browser.ts';
 import { HTTP_STATUS } from '../../http/status.ts';
 import { html, notice, page, type Html } from '../html.ts';
+import { MARGINS, marginSections, type MarginsData } from './margin.ts';
 
 export interface AdminPagesOptions {
   kit: BrowserKit;
@@ -232,6 +233,15 @@ ${(data.topAccounts.data as { accountId: string; email: string | null; measures:
 <section><h2>Revenue per day, last 30 days</h2>${revenueTable(data.revenuePerDay as RevenueDay[])}</section>
 <section><h2>Newest payments</h2>${paymentsTable(data.payments as PaymentRow[])}</section>
 <section><h2>Newest failed jobs</h2>${jobsTable(jobs)}</section>`));
+  }));
+
+  // Revenue, upstream cost and margin over a range (default the last 30 days); core checks the range.
+  router.get('/margin', signedIn('/admin/margin', async (req, res, nav) => {
+    const to = new Date();
+    const param = (name: string, fallback: string) => (typeof req.query[name] === 'string' && req.query[name] !== '' ? req.query[name].slice(0, 20) : fallback);
+    const range = { from: param('from', day(new Date(to.getTime() - 29 * 86_400_000))), to: param('to', day(to)) };
+    const data = await read<MarginsData>(req, MARGINS, range);
+    send(res, adminPage('Margin', nav, marginSections(range, data)));
   }));
 
   router.get('/jobs', signedIn('/admin/jobs', async (req, res, nav) => {

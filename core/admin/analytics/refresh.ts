@@ -2,6 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { isoTimeSchema } from '../../views.ts';
 import { addDays, dayRanges, type DayRange } from './days.ts';
+import { rebuildRouteDays, routeDaysSince } from './route-days.ts';
 
 /**
  * Rebuilds the daily rollups (migration analytics) for the days that changed since the last
@@ -13,8 +14,9 @@ import { addDays, dayRanges, type DayRange } from './days.ts';
  * Which days: today and yesterday (UTC) always, which covers entries that were being written
  * while the last run read (a ledger id is taken before its transaction commits); every day of
  * the ledger entries above the last run's highest id; every creation day of a job created or
- * ended since the last run began, less ten minutes. Batched: at most BATCH_DAYS days per
- * transaction.
+ * ended since the last run began, less ten minutes; for the route rollup (route-days.ts), every
+ * day of a completion record created or a job that succeeded since the last run began, less ten
+ * minutes (all of them on the first run). Batched: at most BATCH_DAYS days per transaction.
  *
  * The definitions (what the rollups count), all in micro-coins:
  * - spent: what captures took (kind `capture`, on the held pocket, amount −captured): the
@@ -39,19 +41,21 @@ export const refreshResultSchema = z
     object: z.literal('analytics_refresh'),
     usage_days: z.number().int().describe('days of usage rebuilt'),
     job_days: z.number().int().describe('days of jobs rebuilt'),
+    route_days: z.number().int().describe('days of the route rollup (revenue, upstream cost) rebuilt'),
     ledger_id: z.string().describe('the highest ledger entry id the rollups include'),
     as_of: isoTimeSchema.describe('when this run began: the rollups include what was committed then'),
   })
   .strict();
 
 export async function refreshAnalytics(em: EntityManager): Promise<z.infer<typeof refreshResultSchema>> {
-  const [start] = await em.execute<{ now: Date | string; today: string; hi: string; lo: string; since: Date | string | null }[]>(
+  const [start] = await em.execute<{ now: Date | string; today: string; hi: string; lo: string; since: Date | string | null; route_since: Date | string | null }[]>(
     `select now() as now, (now() at time zone 'UTC')::date::text as today,
             coalesce((select max(id) from ledger_entries), 0)::text as hi,
-            s.ledger_id::text as lo, s.refreshed_at - interval '${JOB_MARGIN}' as since
+            s.ledger_id::text as lo, s.refreshed_at - interval '${JOB_MARGIN}' as since,
+            s.route_refreshed_at - interval '${JOB_MARGIN}' as route_since
      from analytics_refresh_state s`,
   );
-  const { today, hi, lo, since } = start!;
+  const { today, hi, lo, since, route_since } = start!;
   const recent = [addDays(today, -1), today];
 
   const ledgerDays = await em.execute<{ day: string }[]>(
@@ -68,22 +72,26 @@ export async function refreshAnalytics(em: EntityManager): Promise<z.infer<typeo
 
   const usageRanges = dayRanges([...recent, ...ledgerDays.map((r) => r.day)], BATCH_DAYS);
   const jobRanges = dayRanges([...recent, ...jobDays.map((r) => r.day)], BATCH_DAYS);
+  const routeRanges = dayRanges([...recent, ...(await routeDaysSince(em, route_since === null ? null : new Date(route_since)))], BATCH_DAYS);
   for (const range of usageRanges) await inTurn(em, (tx) => rebuildUsage(tx, range));
   for (const range of jobRanges) await inTurn(em, (tx) => rebuildJobs(tx, range));
+  for (const range of routeRanges) await inTurn(em, (tx) => rebuildRouteDays(tx, range));
 
   // After a large rebuild (the first run on an existing ledger), the planner learns the rollups'
   // sizes now rather than at autovacuum's next pass: planned as empty, a read can take 10 times longer.
-  if (usageRanges.length + jobRanges.length > ANALYZE_AFTER_RANGES) await em.execute('analyze usage_daily, usage_daily_models, usage_daily_accounts, jobs_daily');
+  if (usageRanges.length + jobRanges.length + routeRanges.length > ANALYZE_AFTER_RANGES) await em.execute('analyze usage_daily, usage_daily_models, usage_daily_accounts, jobs_daily, route_daily');
   await inTurn(em, (tx) =>
-    tx.execute(`update analytics_refresh_state set ledger_id = greatest(ledger_id, ?::bigint), refreshed_at = greatest(refreshed_at, ?::timestamptz)`, [
-      hi,
-      new Date(start!.now),
-    ]),
+    tx.execute(
+      `update analytics_refresh_state set ledger_id = greatest(ledger_id, ?::bigint), refreshed_at = greatest(refreshed_at, ?::timestamptz),
+         route_refreshed_at = greatest(route_refreshed_at, ?::timestamptz)`,
+      [hi, new Date(start!.now), new Date(start!.now)],
+    ),
   );
   return {
     object: 'analytics_refresh',
     usage_days: usageRanges.reduce((n, r) => n + r.days, 0),
     job_days: jobRanges.reduce((n, r) => n + r.days, 0),
+    route_days: routeRanges.reduce((n, r) => n + r.days, 0),
     ledger_id: hi,
     as_of: new Date(start!.now).toISOString(),
   };
