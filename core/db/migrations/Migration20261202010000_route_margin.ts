@@ -3,7 +3,7 @@ import { Migration } from '@mikro-orm/migrations';
 /**
  * Upstream cost and margin for operators (issue 33, docs/admin.md "Margin"): a daily rollup of
  * what each route served, rebuilt day by day by the analytics refresh
- * (core/admin/analytics/route-margin.ts), beside the usage rollups.
+ * (core/admin/analytics/route-days.ts), beside the usage rollups.
  *
  * - route_daily: per UTC day, model, provider and route model, the requests served (chat
  *   completion records, by the day the request came in; media jobs that succeeded, by the day
