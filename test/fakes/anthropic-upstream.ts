@@ -29,6 +29,10 @@ export interface FakeAnthropic {
   /** The bodies it was sent, in order. */
   requests: Record<string, unknown>[];
   headers: http.IncomingHttpHeaders[];
+  /** Answers whose client went away before the fake had finished them. */
+  aborted: number;
+  /** TCP connections opened to the fake so far (keep-alive reuses them). */
+  connections: number;
   close(): Promise<void>;
 }
 
@@ -49,7 +53,7 @@ const ERROR_TYPES: Record<number, string> = {
 const FIELDS = new Set(['model', 'messages', 'max_tokens', 'system', 'stop_sequences', 'temperature', 'top_p', 'top_k', 'metadata', 'tools', 'tool_choice', 'stream', 'thinking', 'service_tier']);
 
 export async function startFakeAnthropic(): Promise<FakeAnthropic> {
-  const state = { requests: [] as Record<string, unknown>[], headers: [] as http.IncomingHttpHeaders[] };
+  const state = { requests: [] as Record<string, unknown>[], headers: [] as http.IncomingHttpHeaders[], aborted: 0, connections: 0 };
   const sockets = new Set<import('node:net').Socket>();
   const server = http.createServer((req, res) => {
     let raw = '';
@@ -72,10 +76,14 @@ export async function startFakeAnthropic(): Promise<FakeAnthropic> {
       if (req.headers['anthropic-version'] !== '2023-06-01') return fail(400, 'anthropic-version: header is required');
       const invalid = invalidBody(body);
       if (invalid) return fail(400, invalid);
+      res.on('close', () => {
+        if (!res.writableFinished) state.aborted++;
+      });
       void answer(String(body.model), body, res, fail);
     });
   });
   server.on('connection', (s) => {
+    state.connections++;
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
   });
@@ -85,6 +93,12 @@ export async function startFakeAnthropic(): Promise<FakeAnthropic> {
     url: `http://127.0.0.1:${port}`,
     requests: state.requests,
     headers: state.headers,
+    get aborted() {
+      return state.aborted;
+    },
+    get connections() {
+      return state.connections;
+    },
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

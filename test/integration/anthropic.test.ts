@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { parse } from 'yaml';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { anthropicProvider } from '../../adapters/providers/anthropic.ts';
 import { JSON_OBJECT_INSTRUCTION } from '../../adapters/providers/anthropic-request.ts';
 import { validateCatalog } from '../../core/catalog/catalog.ts';
@@ -175,6 +175,10 @@ describe('the request in Anthropic’s shape', () => {
     expect(lastRequest().tool_choice).toEqual({ type: 'any', disable_parallel_tool_use: true });
     await collect(ask('claude-ok', { tools }));
     expect(lastRequest().tool_choice).toBeUndefined();
+    // json_schema beside the client's own tools: the schema tool is offered, the client's choice stays.
+    await collect(ask('claude-ok', { tools, toolChoice: 'auto', responseFormat: { type: 'json_schema', name: 'answer', schema: { type: 'object' } } }));
+    expect(lastRequest().tool_choice).toEqual({ type: 'auto' });
+    expect((lastRequest().tools as { name: string }[]).map((t) => t.name)).toEqual(['get_weather', 'get_time', 'answer']);
   });
 
   it('assistant tool calls become tool_use blocks (parsed input); consecutive tool results one user message of tool_result blocks', async () => {
@@ -289,6 +293,21 @@ describe('errors in our words', () => {
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     const nowhere = anthropicProvider({ baseUrl: `http://127.0.0.1:${port}`, apiKey: ANTHROPIC_FAKE_KEY, timeoutMs: 500, version: '2023-06-01' });
     expect((await failure(ask('claude-ok'), nowhere)).error).toMatchObject({ kind: 'failed', message: 'could not reach Anthropic' });
+  });
+
+  it('a consumer that stops mid-stream drops the upstream request; finished answers reuse the connection', async () => {
+    const before = fake.aborted;
+    const controller = new AbortController();
+    for await (const e of provider.stream(ask('claude-stall'), controller.signal)) {
+      expect(e).toEqual({ type: 'delta', content: 'Partial' });
+      break;
+    }
+    await vi.waitFor(() => expect(fake.aborted).toBe(before + 1));
+
+    await collect(ask('claude-ok'));
+    const connections = fake.connections;
+    for (let i = 0; i < 5; i++) await collect(ask('claude-ok'));
+    expect(fake.connections).toBe(connections);
   });
 
   it('an aborted request ends with the abort, not a ProviderError', async () => {
