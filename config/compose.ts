@@ -76,7 +76,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     orm: parts.orm,
     execute: statements.execute,
     logger: parts.logger,
-    providers: parts.chatProviders ?? createProviderRegistry(parts.providers, parts.providerEnv),
+    providers: parts.chatProviders ?? createProviderRegistry(parts.providers, parts.providerEnv, parts.logger),
     media: createMediaProviderRegistry(parts.providers, { download: (url) => urlGuard.fetch(url), env: parts.providerEnv, log: parts.logger }),
     storage:
       parts.storage ??

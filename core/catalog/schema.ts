@@ -283,6 +283,15 @@ export const providerConfigSchema = z.discriminatedUnion('kind', [
     headers: z.record(z.string(), z.string()).default({}),
   }),
   z.object({
+    /** Anthropic's Messages API for chat (POST /v1/messages, docs/providers.md "Anthropic"). */
+    kind: z.literal('anthropic'),
+    base_url: z.url({ protocol: /^https?$/ }).default('https://api.anthropic.com'),
+    api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
+    /** Longest wait for the first byte, and between two streamed events. */
+    timeout_seconds: z.number().positive().max(3600).default(120),
+    anthropic_version: z.string().min(1).default('2023-06-01'),
+  }),
+  z.object({
     /** A Replicate-style predictions API (POST /predictions, GET /predictions/{id}, POST …/cancel). */
     kind: z.literal('replicate'),
     base_url: z.url({ protocol: /^https?$/ }),
