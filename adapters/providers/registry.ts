@@ -10,11 +10,11 @@ import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 
 /** Builds the providers named in the catalog file; upstream keys come from the environment. */
-export function createProviderRegistry(configs: Record<string, ProviderConfig>, env: NodeJS.ProcessEnv = process.env): ProviderRegistry {
+export function createProviderRegistry(configs: Record<string, ProviderConfig>, env: NodeJS.ProcessEnv = process.env, log?: { warn(fields: object, message: string): void }): ProviderRegistry {
   const providers = new Map<string, ChatProvider>();
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localProvider());
-    else if (config.kind === 'openai-compatible') providers.set(name, openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers }));
+    else if (config.kind === 'openai-compatible') providers.set(name, openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers, log: log && ((fields, message) => log.warn({ provider: name, ...fields }, message)) }));
   }
   return { get: (name) => providers.get(name) };
 }
