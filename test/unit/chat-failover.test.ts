@@ -149,6 +149,14 @@ describe('runChat over routes', () => {
     expect(served[0]).toMatchObject({ provider: 'b' });
   });
 
+  it("a failed route's finish reason and reported usage do not carry over to the route that serves", async () => {
+    const a = upstream([{ type: 'finish', reason: 'length' }, { type: 'usage', promptTokens: 1, completionTokens: 1, costUsd: 0.5 }], new ProviderError('failed', 'reset'));
+    const b = upstream([{ type: 'delta', content: 'one two' }]);
+    const { events, served } = await run(chatOn([route('a', a.chat), route('b', b.chat)]), observedBreakers().breakers);
+    expect(events.at(-1)).toEqual({ type: 'done', finishReason: 'stop', usage: { promptTokens: 7, completionTokens: countTextTokens('one two'), cost: cost(7, countTextTokens('one two')) } });
+    expect(served).toEqual([{ provider: 'b', model: 'm', upstreamCost: null }]);
+  });
+
   it('a stream that fails after its first delta is not retried: what was delivered is charged, from the route that served', async () => {
     const a = upstream([{ type: 'delta', content: 'partial answer' }], new ProviderError('failed', 'it closed the answer before it finished'));
     const b = upstream(ANSWER);
