@@ -68,6 +68,7 @@ beforeAll(async () => {
         model('reports-cost', [route('b', 'usage-cost', { cost: B_COST })]),
         model('breaker', [route('a', 'usage:11:20'), route('b', 'ok')]),
         model('shared', [route('a', 'usage:11:30'), route('b', 'ok')]),
+        model('shared-429', [route('a', 'usage:11:31'), route('b', 'ok')]),
       ],
     },
     50n,
@@ -299,7 +300,7 @@ let redis: ChildProcess | undefined;
 if (!hasRedis && !inCi) console.warn('chat-failover.test.ts: skipping the Redis-shared breaker test: no redis-server on PATH. In CI it fails instead.');
 
 describe.runIf(hasRedis || inCi)('breakers shared through Redis', () => {
-  it("two instances count one route's failures together; once open, neither calls it; one probe after the cool-down; both show the shared state", async () => {
+  it("two instances count one route's failures together; once open, neither calls it; one probe for both after the cool-down, reopening or closing it; both show the shared state; a Retry-After holds for both", async () => {
     const port = await freePort();
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((resolve, reject) => {
@@ -332,23 +333,41 @@ describe.runIf(hasRedis || inCi)('breakers shared through Redis', () => {
     expect(await state(one)).toEqual({ route: 'a/usage:11:30', state: 'open', recentFailures: 2 });
     expect(await state(two)).toEqual({ route: 'a/usage:11:30', state: 'open', recentFailures: 2 });
 
-    // After the cool-down: one probe for the deployment. While it is out (a slow stream read up
-    // to its first chunk), the other instance skips the route.
+    // After the cool-down: one probe for the deployment; it fails, and the route is open again for both.
+    await new Promise((r) => setTimeout(r, 1100));
+    a.script.push('error');
+    await ask(two);
+    expect(onA()).toBe(start + 3);
+    await ask(one);
+    await ask(two);
+    expect(onA()).toBe(start + 3);
+    expect(await state(one)).toMatchObject({ state: 'open' });
+
+    // The next probe: while it is out (a slow stream read up to its first chunk), the other
+    // instance skips the route.
     await new Promise((r) => setTimeout(r, 1100));
     a.script.push('slow');
     const probe = await new OpenAI({ apiKey: key, baseURL: `${one.base}/api/v1`, maxRetries: 0 }).chat.completions.create({ model: `${P}/shared`, messages, max_tokens: 100, stream: true });
     const chunks = probe[Symbol.asyncIterator]();
     await chunks.next();
-    expect(onA()).toBe(start + 3);
+    expect(onA()).toBe(start + 4);
     await ask(two);
-    expect(onA()).toBe(start + 3);
+    expect(onA()).toBe(start + 4);
     await chunks.return?.();
     // The client left the probe after its first chunk: not the route's failure, so the probe
     // passed and the route closes for both (once instance one has seen the client go).
     for (let i = 0; i < 100 && (await state(two))?.state !== 'closed'; i++) await new Promise((r) => setTimeout(r, 50));
     await ask(one);
     await ask(two);
-    expect(onA()).toBe(start + 5);
+    expect(onA()).toBe(start + 6);
     expect(await state(two)).toEqual({ route: 'a/usage:11:30', state: 'closed', recentFailures: 0 });
+
+    // A Retry-After one instance got keeps the other from calling the route too.
+    const before = calls(a, 'usage:11:31');
+    a.script.push('rate-limited');
+    const shared429 = (svc: { base: string }) => new OpenAI({ apiKey: key, baseURL: `${svc.base}/api/v1`, maxRetries: 0 }).chat.completions.create({ model: `${P}/shared-429`, messages, max_tokens: 10 });
+    await shared429(one);
+    await shared429(two);
+    expect(calls(a, 'usage:11:31')).toBe(before + 1);
   });
 });
