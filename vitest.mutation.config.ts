@@ -13,6 +13,8 @@ export const MUTATION_TESTS = [
   'test/unit/tokens.test.ts',
   'test/unit/chat-lost-hold.test.ts',
   'test/unit/chat-billing.test.ts',
+  // runChat over several routes: fallback, refusals, breakers told once, the route that served.
+  'test/unit/chat-failover.test.ts',
   'test/unit/key-secret.test.ts',
   'test/unit/auth-limits.test.ts',
   'test/integration/holds.test.ts',

@@ -17,6 +17,12 @@ import { freePort, machine, median, percentile, start, startChatService, stealMe
  * table shows medians.
  *   RUNS (2), DURATION seconds per autocannon run (10), SAMPLES sequential requests for
  *   latency (2000)
+ * Routes: `bench/failover` has two routes, the first a closed port (connection refused), the
+ * second the mock. In the full run its breaker opens during the warm-up, so the row is the cost
+ * of skipping an open route. FAILOVER=only runs just that comparison, short: the single-route
+ * model, and the two-route one with the breaker held closed (BREAKER_FAILURES huge: every
+ * request pays the refused connection, then the fallback) and open (the defaults), on two
+ * service starts, c=1 latency and a c=8 autocannon run each.
  */
 const RUNS = Number(process.env.RUNS ?? 2);
 const DURATION = Number(process.env.DURATION ?? 10);
@@ -30,10 +36,12 @@ interface Target {
   proc?: Proc;
   /** Peak RSS of the whole process tree (a Python server and what it runs), not only the child. */
   tree?: boolean;
+  /** The request body, when not the default one. */
+  payload?: string;
 }
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-function once(t: Target, payload = body): Promise<{ ms: number; firstChunkMs: number; status: number; text: string }> {
+function once(t: Target, payload = t.payload ?? body): Promise<{ ms: number; firstChunkMs: number; status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const began = process.hrtime.bigint();
     let first = 0;
@@ -58,7 +66,7 @@ function failed(t: Target, status: number, text: string) {
   f.sample ||= `${status} ${text.slice(0, 200)}`;
 }
 
-async function sequential(t: Target, payload = body) {
+async function sequential(t: Target, payload = t.payload ?? body) {
   const ms: number[] = [];
   const first: number[] = [];
   for (let i = 0; i < 200; i++) await once(t, payload); // warm-up
@@ -75,7 +83,7 @@ async function sequential(t: Target, payload = body) {
 }
 
 async function load(t: Target, connections: number) {
-  const result = await autocannon({ url: t.url, method: 'POST', headers: { 'content-type': 'application/json', ...t.headers }, body, connections, duration: DURATION });
+  const result = await autocannon({ url: t.url, method: 'POST', headers: { 'content-type': 'application/json', ...t.headers }, body: t.payload ?? body, connections, duration: DURATION });
   if (result.non2xx > 0 || result.errors > 0) {
     const f = (failures[t.name] ??= { count: 0, sample: '' });
     f.count += result.non2xx + result.errors;
@@ -84,11 +92,72 @@ async function load(t: Target, connections: number) {
   return { rps: result['2xx'] / DURATION, p50: result.latency.p50, p99: result.latency.p99 };
 }
 
+/** A provider whose port refuses connections, and a model whose first route is it. */
+async function failoverCatalog() {
+  const closed = await freePort();
+  return {
+    providers: `  down: { kind: openai-compatible, base_url: "http://127.0.0.1:${closed}/v1", timeout_seconds: 30 }\n`,
+    models:
+      `  - { id: bench/failover, name: Failover, type: text, generation_types: [chat], routes: [{ provider: down, model: mock }, { provider: mock, model: mock }],\n` +
+      `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
+  };
+}
+const failoverBody = JSON.stringify({ ...JSON.parse(body), model: 'bench/failover' });
+
+/** FAILOVER=only: the latency a refused first route adds, with its breaker closed and open. */
+async function failoverOnly() {
+  const rows: string[] = [];
+  const load = async (t: Target, payload: string) => {
+    const r = await autocannon({ url: t.url, method: 'POST', headers: { 'content-type': 'application/json', ...t.headers }, body: payload, connections: 8, duration: DURATION });
+    return { rps: r['2xx'] / DURATION, p50: r.latency.p50, p99: r.latency.p99, bad: r.non2xx + r.errors };
+  };
+  const steal = stealMeter();
+  const load1 = os.loadavg().map((x) => x.toFixed(2)).join(' ');
+  for (const [label, env] of [
+    ['breaker held closed (BREAKER_FAILURES=1e9)', { BREAKER_FAILURES: '1000000000' }],
+    ['breaker open (defaults: 5 failures in 60 s, 30 s cool-down)', {}],
+  ] as const) {
+    const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-bench-'));
+    const procs: Proc[] = [];
+    try {
+      const { mockUrl, port, key } = await startChatService(dataDir, procs, [], { ...(await failoverCatalog()), env });
+      const ours: Target = { name: 'this gateway', url: `http://127.0.0.1:${port}/api/v1/chat/completions`, headers: { authorization: `Bearer ${key}` } };
+      const direct: Target = { name: 'mock, direct', url: `${mockUrl}/chat/completions`, headers: {} };
+      const measure = async (name: string, t: Target, payload: string) => {
+        process.stderr.write(`${label}: ${name}\n`);
+        const c1 = await sequential(t, payload);
+        const c8 = await load(t, payload);
+        rows.push(`| ${label} | ${name} | ${c1.p50.toFixed(2)} | ${c1.p99.toFixed(2)} | ${c8.rps.toFixed(0)} | ${c8.p50} | ${c8.p99} | ${c8.bad} |`);
+        return c1;
+      };
+      if (rows.length === 0) await measure('mock, direct', direct, body);
+      const one = await measure('bench/mock (one route)', ours, body);
+      const two = await measure('bench/failover (first route refused)', ours, failoverBody);
+      rows.push(`| ${label} | failover adds (c=1) | ${(two.p50 - one.p50).toFixed(2)} | ${(two.p99 - one.p99).toFixed(2)} | | | | |`);
+    } finally {
+      for (const p of procs.reverse()) await p.stop();
+      await fs.rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
+    }
+  }
+  const lines = [
+    `Machine: ${machine()}; nproc ${os.availableParallelism()}; load average before (1, 5, 15 min): ${load1}; after: ${os.loadavg().map((x) => x.toFixed(2)).join(' ')}`,
+    `Date: ${new Date().toISOString()}; c=1 from ${SAMPLES} sequential keep-alive requests (after 200 warm-up), c=8 from autocannon for ${DURATION} s`,
+    '',
+    '| breaker | target | c=1 p50 ms | c=1 p99 ms | c=8 req/s | c=8 p50 ms | c=8 p99 ms | failed |',
+    '|---|---|---|---|---|---|---|---|',
+    ...rows,
+    '',
+    ...Object.entries(failures).map(([name, f]) => `Failed requests, ${name}: ${f.count} (first: ${f.sample || 'connection errors'})`),
+    `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
+  ];
+  process.stdout.write(`${lines.join('\n')}\n`);
+}
+
 async function main() {
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-bench-'));
   const procs: Proc[] = [];
   try {
-    const { mockUrl, port, ours, key } = await startChatService(dataDir, procs);
+    const { mockUrl, port, ours, key } = await startChatService(dataDir, procs, [], await failoverCatalog());
 
     const portkeyPort = await freePort();
     const portkey = start(process.execPath, ['node_modules/@portkey-ai/gateway/build/start-server.js', `--port=${portkeyPort}`, '--headless']);
@@ -105,6 +174,8 @@ async function main() {
     const targets: Target[] = [
       { name: 'mock, direct', url: `${mockUrl}/chat/completions`, headers: {} },
       { name: 'this gateway', url: `http://127.0.0.1:${port}/api/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, proc: ours },
+      // Same process: its row's latencies are the one-route row's plus skipping an open route.
+      { name: 'this gateway, 2 routes, first refused (breaker open)', url: `http://127.0.0.1:${port}/api/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, proc: ours, payload: failoverBody },
       {
         name: 'Portkey gateway',
         url: `http://127.0.0.1:${portkeyPort}/v1/chat/completions`,
@@ -177,13 +248,13 @@ async function main() {
 
     const rows: Record<string, { c1: Awaited<ReturnType<typeof sequential>>[]; rps1: number[]; c32: Awaited<ReturnType<typeof load>>[]; stream: Awaited<ReturnType<typeof sequential>>[] }> = {};
     for (const t of targets) rows[t.name] = { c1: [], rps1: [], c32: [], stream: [] };
-    const streamBody = JSON.stringify({ ...JSON.parse(body), stream: true });
+    const streamBody = (t: Target) => JSON.stringify({ ...JSON.parse(t.payload ?? body), stream: true });
     const steal = stealMeter();
     for (let run = 1; run <= RUNS; run++) {
       for (const t of targets) {
         process.stderr.write(`run ${run}/${RUNS}: ${t.name}\n`);
         rows[t.name]!.c1.push(await sequential(t));
-        rows[t.name]!.stream.push(await sequential(t, streamBody));
+        rows[t.name]!.stream.push(await sequential(t, streamBody(t)));
         rows[t.name]!.rps1.push((await load(t, 1)).rps);
         rows[t.name]!.c32.push(await load(t, 32));
       }
@@ -228,4 +299,5 @@ async function main() {
   }
 }
 
-await main();
+if (process.env.FAILOVER === 'only') await failoverOnly();
+else await main();

@@ -144,7 +144,13 @@ export function stealMeter(): () => string {
  * LOG_LEVEL=warn) with `nodeArgs` before its entry point, and an account with coins and a key
  * made through the CLI. Every process started is pushed onto `procs` for the caller to stop.
  */
-export async function startChatService(dataDir: string, procs: Proc[], nodeArgs: string[] = []) {
+export async function startChatService(
+  dataDir: string,
+  procs: Proc[],
+  nodeArgs: string[] = [],
+  /** More catalog (YAML lines of providers and of models, `{mock}` standing for the mock's URL) and environment. */
+  more: { providers?: string; models?: string; env?: Record<string, string> } = {},
+) {
   const mockPort = await freePort();
   const mock = start(process.execPath, ['--import', 'tsx', 'bench/mock-upstream.ts', String(mockPort)]);
   procs.push(mock);
@@ -152,12 +158,12 @@ export async function startChatService(dataDir: string, procs: Proc[], nodeArgs:
   const catalog = path.join(dataDir, 'models.yaml');
   fs.writeFileSync(
     catalog,
-    `providers:\n  mock: { kind: openai-compatible, base_url: "${mockUrl}", timeout_seconds: 30 }\n` +
+    `providers:\n  mock: { kind: openai-compatible, base_url: "${mockUrl}", timeout_seconds: 30 }\n${(more.providers ?? '').replaceAll('{mock}', mockUrl)}` +
       `models:\n  - { id: bench/mock, name: Mock, type: text, generation_types: [chat], provider: { name: mock, model: mock },\n` +
-      `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n`,
+      `      pricing: { input_per_million: 100, output_per_million: 400 }, context_window: 8192, max_output_tokens: 256, default_max_tokens: 16 }\n${(more.models ?? '').replaceAll('{mock}', mockUrl)}`,
   );
   const port = await freePort();
-  const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false' };
+  const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false', ...more.env };
   const ours = start(process.execPath, [...nodeArgs, ...serviceArgs('main')], env);
   procs.push(ours);
   await ours.waitFor(/listening on/);

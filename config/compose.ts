@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import { statementPool } from '../adapters/db/statement-pool.ts';
 import { createLimiters, type Limiters } from '../adapters/limits/rate-limiter.ts';
 import { createUrlGuard } from '../adapters/net/url-guard.ts';
-import { createRouteBreakers } from '../adapters/providers/breakers.ts';
+import { createRouteBreakers, createSharedRouteBreakers } from '../adapters/providers/breakers.ts';
 import { createMediaProviderRegistry, createProviderRegistry } from '../adapters/providers/registry.ts';
 import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
 import { stripeOnFirstUse } from '../adapters/payments/provider.ts';
@@ -72,6 +72,9 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
   };
   const urlGuard = createUrlGuard({ allowlist: env.INPUT_URL_ALLOWLIST });
   const statements = statementPool(parts.orm, { logger: parts.logger });
+  // One breaker per model route; shared by every instance through Redis when there is one (docs/providers.md).
+  const breakerOptions = { failures: env.BREAKER_FAILURES, windowMs: env.BREAKER_WINDOW_SECONDS * 1000, coolDownMs: env.BREAKER_COOL_DOWN_SECONDS * 1000 };
+  const routeBreakers = env.REDIS_URL ? createSharedRouteBreakers({ ...breakerOptions, redisUrl: env.REDIS_URL }) : createRouteBreakers(breakerOptions);
   const deps = createCoreDeps({
     orm: parts.orm,
     execute: statements.execute,
@@ -90,7 +93,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
             secretAccessKey: env.S3_SECRET_ACCESS_KEY,
           })
         : localDiskStorage(path.join(env.DATA_DIR, 'storage'))),
-    routeBreakers: createRouteBreakers({ failures: env.BREAKER_FAILURES, windowMs: env.BREAKER_WINDOW_SECONDS * 1000, coolDownMs: env.BREAKER_COOL_DOWN_SECONDS * 1000 }),
+    routeBreakers,
     urlGuard,
     webhooks: { post: (url, body, headers) => urlGuard.post(url, body, headers) },
     // Signed links point where the REST adapter serves their bytes.
@@ -125,7 +128,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       },
     },
   });
-  return { ...deps, limiters, close: async () => void (await Promise.all([limiters.close(), statements.close()])) };
+  return { ...deps, limiters, close: async () => void (await Promise.all([limiters.close(), statements.close(), routeBreakers.close()])) };
 }
 
 /** A process's connections and its wired core: what main.ts, worker.ts and the CLI start from. */

@@ -83,7 +83,8 @@ export type ProviderEvent =
   | { type: 'tool_call'; index: number; id?: string | undefined; name?: string | undefined; arguments: string }
   | { type: 'finish'; reason: string }
   /** What the upstream says it used; either count may be missing. */
-  | { type: 'usage'; promptTokens?: number | undefined; completionTokens?: number | undefined };
+  /** What the upstream says it used (either count may be missing), and what it cost in USD when it says (OpenRouter's `usage.cost`). */
+  | { type: 'usage'; promptTokens?: number | undefined; completionTokens?: number | undefined; costUsd?: number | undefined };
 
 /** A text model upstream. Every provider streams; a non-streamed answer is assembled by core. */
 export interface ChatProvider {
@@ -211,7 +212,17 @@ export interface MediaProviderRegistry {
 // ---------------------------------------------------------------- routes
 
 /** How one call to a route went, for its breaker and its latency figures. */
-export type RouteOutcome = { ok: true; latencyMs: number } | { ok: false; latencyMs: number; retryAfterMs?: number | undefined };
+export type RouteOutcome =
+  | { ok: true; latencyMs: number }
+  | {
+      ok: false;
+      latencyMs: number;
+      retryAfterMs?: number | undefined;
+      /** How it failed, for the metrics: `timeout`, `unreachable`, `http_<status>`, `error`. */
+      reason?: string | undefined;
+      /** The request moved on to its next route. */
+      fallback?: boolean | undefined;
+    };
 
 /** A route's breaker and figures, as `/metrics` and the GraphQL admin show them. */
 export interface RouteHealth {

@@ -13,6 +13,7 @@ import './schema/ledger.ts';
 import './schema/model.ts';
 import './schema/models-admin.ts';
 import './schema/payments.ts';
+import './schema/routes.ts';
 import './schema/wallet.ts';
 
 /** The admin API's schema: each file of schema/ adds its domain's types, queries and mutations to the one builder. */

@@ -67,7 +67,7 @@ export interface HttpAppOptions {
  */
 export function createHttpApp(opts: HttpAppOptions): Express {
   const { logger } = opts;
-  const metrics = opts.metrics ?? createHttpMetrics();
+  const metrics = opts.metrics ?? createHttpMetrics({ routes: opts.deps.routeBreakers });
   const app = express();
   app.disable('x-powered-by');
   // No ETag: it hashes every JSON body, and API answers (balances, completions) are not cached.

@@ -1,15 +1,28 @@
 import type { RequestHandler } from 'express';
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { RouteCounts } from '../providers/breakers.ts';
+import type { RouteHealth } from '../../core/ports.ts';
 
 export interface HttpMetrics {
   registry: Registry;
   middleware: RequestHandler;
 }
 
-/** Prometheus metrics: requests by route and status, and latency histograms, per process. */
-export function createHttpMetrics(): HttpMetrics {
+/** What /metrics reads of the routes' breakers (adapters/providers/breakers.ts). */
+export interface RouteFigures {
+  health(): Promise<RouteHealth[]>;
+  counts?(): RouteCounts[];
+}
+
+/**
+ * Prometheus metrics, per process: requests by route and status, and latency histograms; with
+ * `routes`, each model route's breaker (docs/providers.md, "Routes, fallback and breakers"),
+ * labelled by the route's `provider/model` only.
+ */
+export function createHttpMetrics(opts: { routes?: RouteFigures | undefined } = {}): HttpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  if (opts.routes) routeMetrics(registry, opts.routes);
   const requests = new Counter({
     name: 'http_requests_total',
     help: 'HTTP requests by method, route and status',
@@ -34,4 +47,61 @@ export function createHttpMetrics(): HttpMetrics {
     next();
   };
   return { registry, middleware };
+}
+
+const STATE_VALUE = { closed: 0, half_open: 1, open: 2 } as const;
+
+/** Read at each scrape: gauges from the breakers' health, counters from their counts. */
+function routeMetrics(registry: Registry, routes: RouteFigures): void {
+  const health = async () => routes.health();
+  const gauge = (name: string, help: string, value: (h: RouteHealth) => number | null) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['route'],
+      registers: [registry],
+      async collect() {
+        this.reset();
+        for (const h of await health()) {
+          const v = value(h);
+          if (v !== null) this.set({ route: h.route }, v);
+        }
+      },
+    });
+  gauge('mas_route_breaker_state', "A route's circuit breaker: 0 closed, 1 half open (a probe is out), 2 open (skipped)", (h) => STATE_VALUE[h.state]);
+  gauge('mas_route_recent_failures', "A route's failed calls within the breaker's window", (h) => h.recentFailures);
+  gauge('mas_route_latency_p50_seconds', "Median latency of a route's recent calls", (h) => (h.latencyP50Ms === null ? null : h.latencyP50Ms / 1000));
+  gauge('mas_route_latency_p99_seconds', "99th percentile latency of a route's recent calls", (h) => (h.latencyP99Ms === null ? null : h.latencyP99Ms / 1000));
+  const counts = routes.counts?.bind(routes);
+  if (!counts) return;
+  new Counter({
+    name: 'mas_route_failures_total',
+    help: 'Failed calls to a route, by reason (timeout, unreachable, http_<status>, error)',
+    labelNames: ['route', 'reason'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const c of counts()) for (const [reason, n] of c.failures) this.inc({ route: c.route, reason }, n);
+    },
+  });
+  new Counter({
+    name: 'mas_route_fallbacks_total',
+    help: 'Requests that moved on from a route to their next one after it failed before any output',
+    labelNames: ['route'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const c of counts()) if (c.fallbacks > 0) this.inc({ route: c.route }, c.fallbacks);
+    },
+  });
+  new Counter({
+    name: 'mas_route_skipped_total',
+    help: 'Calls not made to a route because it was open (its breaker, or an upstream Retry-After)',
+    labelNames: ['route'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const c of counts()) if (c.skipped > 0) this.inc({ route: c.route }, c.skipped);
+    },
+  });
 }

@@ -2,6 +2,7 @@ import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import { StringDecoder } from 'node:string_decoder';
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici';
 import { ProviderError, type ChatMessageIn, type ChatProvider, type ProviderChatRequest, type ProviderEvent } from '../../core/ports.ts';
+import { forLog, retryAfterMs } from './media/upstream-limits.ts';
 
 /**
  * An upstream that speaks the OpenAI chat-completions protocol: OpenAI, OpenRouter, vLLM,
@@ -17,6 +18,8 @@ export interface OpenAiCompatibleConfig {
   /** Longest wait for the response headers, and between two chunks. */
   timeoutMs: number;
   headers?: Record<string, string>;
+  /** The operator's log, for what the upstream said (never shown to customers: ProviderError messages are our words). */
+  log?: ((fields: Record<string, unknown>, message: string) => void) | undefined;
 }
 
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
@@ -32,13 +35,16 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
   };
   return {
     async *stream(request: ProviderChatRequest, signal: AbortSignal): AsyncGenerator<ProviderEvent> {
+      const log = (fields: Record<string, unknown>, message: string) => config.log?.({ upstream: url, ...fields }, message);
       const fail = (err: unknown): never => {
         if (signal.aborted) throw err;
         if (err instanceof ProviderError) throw err;
         if (TIMEOUT_CODES.has((err as { code?: string }).code ?? '')) {
-          throw new ProviderError('timeout', `no answer within ${config.timeoutMs / 1000} s`);
+          log({ code: (err as { code?: string }).code }, 'chat upstream: timed out');
+          throw new ProviderError('timeout', 'it did not answer in time');
         }
-        throw new ProviderError('failed', `could not reach the upstream (${(err as Error).message})`);
+        log({ error: forLog((err as Error).message, config.apiKey) }, 'chat upstream: unreachable');
+        throw new ProviderError('failed', 'it could not be reached');
       };
       let response: Dispatcher.ResponseData;
       try {
@@ -55,7 +61,8 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
       const body = response.body;
       if (response.statusCode < 200 || response.statusCode >= 300) {
         const text = await body.text().catch(() => '');
-        throw new ProviderError('failed', `upstream answered ${response.statusCode}${upstreamMessage(text)}`, response.statusCode);
+        log({ status: response.statusCode, upstreamBody: forLog(text, config.apiKey) }, 'chat upstream: error answer');
+        throw statusError(response.statusCode, response.headers, text);
       }
 
       const queue: ProviderEvent[] = [];
@@ -72,11 +79,13 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
           try {
             payload = JSON.parse(message.data) as UpstreamChunk;
           } catch {
-            upstreamError ??= new ProviderError('failed', 'upstream sent an unreadable event');
+            log({ upstreamBody: forLog(message.data, config.apiKey) }, 'chat upstream: unreadable event');
+            upstreamError ??= new ProviderError('failed', 'it sent an unreadable answer');
             return;
           }
           if (payload.error) {
-            upstreamError ??= new ProviderError('failed', `upstream error${upstreamMessage(JSON.stringify(payload))}`);
+            log({ upstreamBody: forLog(payload.error, config.apiKey) }, 'chat upstream: error event');
+            upstreamError ??= streamedError(payload.error);
             return;
           }
           for (const choice of payload.choices ?? []) {
@@ -90,7 +99,8 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
             }
           }
           if (payload.usage) {
-            queue.push({ type: 'usage', promptTokens: num(payload.usage.prompt_tokens), completionTokens: num(payload.usage.completion_tokens) });
+            const costUsd = num(payload.usage.cost);
+            queue.push({ type: 'usage', promptTokens: num(payload.usage.prompt_tokens), completionTokens: num(payload.usage.completion_tokens), ...(costUsd !== undefined && costUsd >= 0 && { costUsd }) });
           }
         },
       });
@@ -115,7 +125,7 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
           if (upstreamError) throw upstreamError;
         }
         // Some servers end without [DONE]; a finish_reason already said the answer is whole.
-        if (!done && !finished) throw new ProviderError('failed', 'upstream closed the stream before it finished');
+        if (!done && !finished) throw new ProviderError('failed', 'it closed the answer before it finished');
         while (queue.length > 0) yield queue.shift()!;
       } finally {
         // After [DONE] only the end of the response is left: read it so the connection is
@@ -201,7 +211,7 @@ interface UpstreamToolCall {
 
 interface UpstreamChunk {
   choices?: { delta?: { content?: unknown; tool_calls?: UpstreamToolCall[] }; message?: { content?: unknown; tool_calls?: UpstreamToolCall[] }; finish_reason?: string | null }[];
-  usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } | null;
+  usage?: { prompt_tokens?: unknown; completion_tokens?: unknown; cost?: unknown } | null;
   error?: unknown;
 }
 
@@ -209,16 +219,48 @@ function num(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
 }
 
-/** A short, single-line excerpt of what the upstream said, for the client's error message. */
-function upstreamMessage(text: string): string {
-  let message = text;
-  try {
-    const parsed = JSON.parse(text) as { error?: { message?: unknown } | string; message?: unknown };
-    const candidate = typeof parsed.error === 'string' ? parsed.error : (parsed.error?.message ?? parsed.message);
-    if (typeof candidate === 'string') message = candidate;
-  } catch {
-    // not JSON: keep the text
+const CONTENT_POLICY_CODES = new Set(['content_filter', 'content_policy_violation']);
+
+/**
+ * An error answer in our words (docs/providers.md, "What each upstream error becomes"): the
+ * request's own fault (400, 413, 422) is a refusal, content policy or invalid input, the same
+ * on every route; anything else (429, 5xx, 401/403 our key refused, 404 the model unknown there)
+ * is the route's failure, which another route may not have. A 429's delay is kept.
+ */
+function statusError(status: number, headers: Record<string, string | string[] | undefined>, text: string): ProviderError {
+  if (status === 400 || status === 413 || status === 422) {
+    const code = errorCode(text);
+    if (code !== undefined && CONTENT_POLICY_CODES.has(code)) return new ProviderError('refused', 'it refused the request under its content policy', status, { code: 'content_policy' });
+    return new ProviderError('refused', 'it refused the request as invalid', status, { code: 'invalid_input' });
   }
-  message = message.replace(/\s+/g, ' ').trim().slice(0, 300);
-  return message ? `: ${message}` : '';
+  if (status === 429) return new ProviderError('failed', 'it is rate limiting this service', status, { retryAfterMs: retryAfterMs(toHeaders(headers)) });
+  if (status === 401 || status === 403) return new ProviderError('failed', "it refused this service's key", status);
+  if (status === 404) return new ProviderError('failed', 'it does not know the model', status);
+  if (status === 503 || status === 529) return new ProviderError('failed', 'it is overloaded', status, { retryAfterMs: retryAfterMs(toHeaders(headers)) });
+  return new ProviderError('failed', `it answered with an error (${status})`, status);
+}
+
+/** An `error` event inside a stream: overloaded or failed (retryable before any output), or a content-policy refusal. */
+function streamedError(error: unknown): ProviderError {
+  const code = errorCode(JSON.stringify({ error }));
+  if (code !== undefined && CONTENT_POLICY_CODES.has(code)) return new ProviderError('refused', 'it refused the request under its content policy', undefined, { code: 'content_policy' });
+  if (code !== undefined && /overloaded/.test(code)) return new ProviderError('failed', 'it is overloaded');
+  return new ProviderError('failed', 'it failed while answering');
+}
+
+/** The error's code (or type) in an OpenAI-style body `{"error":{"code","type"}}`. */
+function errorCode(text: string): string | undefined {
+  try {
+    const parsed = JSON.parse(text) as { error?: { code?: unknown; type?: unknown } };
+    const code = parsed.error?.code ?? parsed.error?.type;
+    return typeof code === 'string' ? code : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function toHeaders(raw: Record<string, string | string[] | undefined>): Headers {
+  const headers = new Headers();
+  for (const [k, v] of Object.entries(raw)) if (typeof v === 'string') headers.set(k, v);
+  return headers;
 }

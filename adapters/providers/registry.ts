@@ -18,9 +18,10 @@ export function createProviderRegistry(
 ): ProviderRegistry {
   const providers = new Map<string, ChatProvider>();
   for (const [name, config] of Object.entries(configs)) {
+    const upstreamLog = log && ((fields: object, message: string) => log.warn({ provider: name, ...fields }, message));
     if (config.kind === 'local') providers.set(name, localProvider());
-    else if (config.kind === 'openai-compatible') providers.set(name, openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers }));
-    else if (config.kind === 'anthropic') providers.set(name, anthropicProvider({ ...upstream(config, env), version: config.anthropic_version, log: log && ((fields, message) => log.warn({ provider: name, ...fields }, message)) }));
+    else if (config.kind === 'openai-compatible') providers.set(name, openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers, log: upstreamLog }));
+    else if (config.kind === 'anthropic') providers.set(name, anthropicProvider({ ...upstream(config, env), version: config.anthropic_version, log: upstreamLog }));
   }
   return { get: (name) => providers.get(name) };
 }

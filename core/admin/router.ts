@@ -5,6 +5,7 @@ import { auditFilterInput, listAudit } from './audit.ts';
 import { modelAdminRouter } from './models/router.ts';
 import { listPayments, paymentsInput, revenueInput, revenuePerDay } from './payments.ts';
 import { adminReadRouter } from './reads/router.ts';
+import { routeHealth } from './routes.ts';
 import {
   adminLoginLinkFor,
   adminRedeemInput,
@@ -56,4 +57,8 @@ export const adminRouter = router({
     revenue: adminProcedure.input(revenueInput).query(({ ctx, input }) => revenuePerDay(ctx.em, input)),
   }),
   actions: adminActionsRouter,
+  /** The model routes' circuit breakers (docs/providers.md, "Routes, fallback and breakers"). */
+  routes: router({
+    health: adminProcedure.query(({ ctx }) => routeHealth(ctx.deps)),
+  }),
 });

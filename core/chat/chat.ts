@@ -8,7 +8,8 @@ import { CoreError, invalid, isCoreError } from '../errors.ts';
 import { randomBase62 } from '../ids.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
-import { ProviderError, type ChatProvider, type ToolCall } from '../ports.ts';
+import { ProviderError, type RouteBreakers, type RoutePass, type ToolCall } from '../ports.ts';
+import { chatRoutes, failureReason, refusal, upstreamCost, type ChatRoute, type UpstreamUsage } from './routes.ts';
 import { contextTooLong, type ChatRequest } from './schema.ts';
 import { compileRequestSchemas } from './request-schemas.ts';
 import { countChatTokensAsync, countOutputTokens, minChatTokens } from './tokens.ts';
@@ -22,7 +23,8 @@ export interface PreparedChat {
   id: string;
   created: number;
   model: TextModel;
-  provider: ChatProvider;
+  /** The model's routes this server can call, in the order this request tries them (core/chat/routes.ts). */
+  routes: ChatRoute[];
   /** The prices the hold was made at: a later price edit does not change this request. */
   prices: TextPrices;
   inputTokens: number;
@@ -41,8 +43,7 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
   }
   // Before anything is counted or reserved: what the model supports, then the request's schemas.
   requireSupportedParameters(model, request.usedParameters, { maxTokensParam: request.maxTokensParam });
-  const provider = deps.providers.get(model.provider.name);
-  if (!provider) throw new CoreError('unavailable', `The provider of '${model.id}' is not configured on this server.`, { reason: 'provider_unavailable' });
+  const routes = chatRoutes(model, deps.providers);
 
   const maxTokens = request.maxTokens ?? model.default_max_tokens;
   if (maxTokens > model.max_output_tokens) {
@@ -82,7 +83,7 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
       prices: { input_per_million: formatCoins(prices.inputPerMillion), output_per_million: formatCoins(prices.outputPerMillion) },
     },
   });
-  return { id, created: Math.floor(deps.clock().getTime() / 1000), model, provider, prices, inputTokens, maxTokens, holdId, holdAmount, request };
+  return { id, created: Math.floor(deps.clock().getTime() / 1000), model, routes, prices, inputTokens, maxTokens, holdId, holdAmount, request };
 }
 
 export interface ChatUsage {
@@ -99,24 +100,37 @@ export type ChatEvent =
   | { type: 'tool_call_arguments'; index: number; arguments: string }
   | { type: 'done'; finishReason: string; usage: ChatUsage };
 
-/**
- * Calls the provider and yields the answer as it comes, then a final `done` with the usage
- * charged. Whatever happens the hold ends exactly once:
- * - the answer completes: charge the reported usage (clamped), release the rest;
- * - the client goes away (signal aborted, or the consumer stops iterating): charge what the
- *   upstream produced, never more than the hold;
- * - the upstream fails: charge nothing, or when streaming, only what was already delivered.
- */
+/** The route that answered a charged run, and what the answer cost upstream (null: neither the upstream nor the catalog says). */
+export interface ServedRoute {
+  provider: string;
+  model: string;
+  upstreamCost: Micro | null;
+}
+
 /** What running a prepared chat reads of it. */
-export type ChatRun = Pick<PreparedChat, 'provider' | 'prices' | 'inputTokens' | 'maxTokens' | 'holdId'> & {
-  model: { id: string; provider: { model: string } };
+export type ChatRun = Pick<PreparedChat, 'routes' | 'prices' | 'inputTokens' | 'maxTokens' | 'holdId'> & {
+  model: { id: string };
   request: Pick<ChatRequest, 'messages' | 'options'> & Partial<Pick<ChatRequest, 'tools' | 'toolChoice' | 'parallelToolCalls' | 'responseFormat'>>;
 };
 
+/**
+ * Calls the chat's routes in turn and yields the answer as it comes, then a final `done` with
+ * the usage charged. A route whose breaker is open is skipped; a retryable failure of a route
+ * before it produced any output moves on to the next route; a refusal on the request's merits
+ * is the customer's 400 on every route, so it never moves on; once output began, there is no
+ * other route. Each admitted call tells its breaker how it went, once. The price does not
+ * depend on the route. Whatever happens the hold ends exactly once:
+ * - the answer completes: charge the reported usage (clamped), release the rest;
+ * - the client goes away (signal aborted, or the consumer stops iterating): charge what the
+ *   upstream produced, never more than the hold;
+ * - the upstream fails: charge nothing, or when streaming, only what was already delivered;
+ * - every route failed or was skipped: charge nothing.
+ * `onCharged` hears, at the charge, which route served (none: no route was called) and its upstream cost.
+ */
 export async function* runChat(
-  deps: { holds: Pick<HoldBatcher, 'settle' | 'release'> },
+  deps: { holds: Pick<HoldBatcher, 'settle' | 'release'>; routeBreakers: Pick<RouteBreakers, 'admit'> },
   chat: ChatRun,
-  opts: { signal: AbortSignal; streaming: boolean },
+  opts: { signal: AbortSignal; streaming: boolean; onCharged?: (route: ServedRoute | undefined) => void },
 ): AsyncGenerator<ChatEvent, void, undefined> {
   let produced = '';
   let delivered = '';
@@ -124,8 +138,17 @@ export async function* runChat(
   const producedCalls = new Map<number, ToolCall & { index: number }>();
   const deliveredCalls: ToolCall[] = [];
   let finishReason = 'stop';
-  let reported: { promptTokens?: number | undefined; completionTokens?: number | undefined } = {};
+  let reported: UpstreamUsage = {};
   let ended = false;
+  // The route being called, and its breaker's pass until it is told how the call went.
+  let serving: ChatRoute | undefined;
+  let pass: { pass: RoutePass; startedAt: number } | undefined;
+  const endPass = (failure?: { reason: string; retryAfterMs: number | undefined; fallback: boolean }) => {
+    if (!pass) return;
+    const latencyMs = performance.now() - pass.startedAt;
+    pass.pass.done(failure ? { ok: false, latencyMs, ...failure } : { ok: true, latencyMs });
+    pass = undefined;
+  };
 
   const charge = async (content: string, calls: readonly ToolCall[], useReported: boolean): Promise<ChatUsage> => {
     ended = true;
@@ -137,60 +160,89 @@ export async function* runChat(
     const completionTokens = clamp(completion, chat.maxTokens);
     const cost = textCost(chat.prices, promptTokens, completionTokens);
     const outcome = await deps.holds.settle(chat.holdId, cost).catch(lostHold);
+    opts.onCharged?.(serving && { provider: serving.provider, model: serving.model, upstreamCost: upstreamCost(serving, reported, { promptTokens: prompt, completionTokens: completion }) });
     return { promptTokens, completionTokens, cost: outcome.captured };
   };
   const producedSoFar = () => [...producedCalls.values()];
 
   try {
-    try {
-      const r = chat.request;
-      const request = {
-        model: chat.model.provider.model,
-        messages: r.messages,
-        maxTokens: chat.maxTokens,
-        options: r.options,
-        ...(r.tools && r.tools.length > 0 && { tools: r.tools }),
-        ...(r.toolChoice !== undefined && { toolChoice: r.toolChoice }),
-        ...(r.parallelToolCalls !== undefined && { parallelToolCalls: r.parallelToolCalls }),
-        ...(r.responseFormat !== undefined && { responseFormat: r.responseFormat }),
-      };
-      for await (const event of chat.provider.stream(request, opts.signal)) {
-        if (event.type === 'delta') {
-          if (event.content.length === 0) continue;
-          produced += event.content;
-          yield event;
-          delivered += event.content;
-        } else if (event.type === 'tool_call') {
-          let call = producedCalls.get(event.index);
-          if (!call) {
-            // Calls are numbered 0, 1, … in the order they begin, whatever the upstream's indexes.
-            call = { index: producedCalls.size, id: event.id || `call_${randomBase62(24)}`, name: event.name ?? '', arguments: '' };
-            producedCalls.set(event.index, call);
-            yield { type: 'tool_call_start', index: call.index, id: call.id, name: call.name };
-            deliveredCalls.push({ id: call.id, name: call.name, arguments: '' });
+    const r = chat.request;
+    const request = {
+      messages: r.messages,
+      maxTokens: chat.maxTokens,
+      options: r.options,
+      ...(r.tools && r.tools.length > 0 && { tools: r.tools }),
+      ...(r.toolChoice !== undefined && { toolChoice: r.toolChoice }),
+      ...(r.parallelToolCalls !== undefined && { parallelToolCalls: r.parallelToolCalls }),
+      ...(r.responseFormat !== undefined && { responseFormat: r.responseFormat }),
+    };
+    let answered = false;
+    let lastFailure: unknown;
+    for (const [i, route] of chat.routes.entries()) {
+      const admitted = await deps.routeBreakers.admit(route.key);
+      if (!admitted) continue;
+      serving = route;
+      pass = { pass: admitted, startedAt: performance.now() };
+      reported = {};
+      finishReason = 'stop';
+      try {
+        for await (const event of route.chat.stream({ model: route.model, ...request }, opts.signal)) {
+          if (event.type === 'delta') {
+            if (event.content.length === 0) continue;
+            produced += event.content;
+            yield event;
+            delivered += event.content;
+          } else if (event.type === 'tool_call') {
+            let call = producedCalls.get(event.index);
+            if (!call) {
+              // Calls are numbered 0, 1, … in the order they begin, whatever the upstream's indexes.
+              call = { index: producedCalls.size, id: event.id || `call_${randomBase62(24)}`, name: event.name ?? '', arguments: '' };
+              producedCalls.set(event.index, call);
+              yield { type: 'tool_call_start', index: call.index, id: call.id, name: call.name };
+              deliveredCalls.push({ id: call.id, name: call.name, arguments: '' });
+            }
+            if (event.arguments.length === 0) continue;
+            call.arguments += event.arguments;
+            yield { type: 'tool_call_arguments', index: call.index, arguments: event.arguments };
+            deliveredCalls[call.index]!.arguments += event.arguments;
+          } else if (event.type === 'finish') {
+            finishReason = event.reason;
+          } else {
+            reported = { promptTokens: event.promptTokens, completionTokens: event.completionTokens, costUsd: event.costUsd };
           }
-          if (event.arguments.length === 0) continue;
-          call.arguments += event.arguments;
-          yield { type: 'tool_call_arguments', index: call.index, arguments: event.arguments };
-          deliveredCalls[call.index]!.arguments += event.arguments;
-        } else if (event.type === 'finish') {
-          finishReason = event.reason;
-        } else {
-          reported = { promptTokens: event.promptTokens, completionTokens: event.completionTokens };
         }
+      } catch (err) {
+        if (opts.signal.aborted) {
+          // The client went away: nothing to say about the route.
+          endPass();
+          await charge(produced, producedSoFar(), false);
+          return;
+        }
+        const routeFailed = !(err instanceof ProviderError) || err.retryable;
+        const nothingOut = produced.length === 0 && producedCalls.size === 0;
+        const moveOn = err instanceof ProviderError && routeFailed && nothingOut;
+        if (routeFailed) endPass({ reason: failureReason(err), retryAfterMs: err instanceof ProviderError ? err.retryAfterMs : undefined, fallback: moveOn && i < chat.routes.length - 1 });
+        else endPass();
+        if (moveOn) {
+          lastFailure = err;
+          continue;
+        }
+        if (opts.streaming && (delivered.length > 0 || deliveredCalls.length > 0)) {
+          await charge(delivered, deliveredCalls, false);
+        } else {
+          ended = true;
+          await deps.holds.release(chat.holdId).catch(lostHold);
+        }
+        throw upstreamError(err, chat.model.id);
       }
-    } catch (err) {
-      if (opts.signal.aborted) {
-        await charge(produced, producedSoFar(), false);
-        return;
-      }
-      if (opts.streaming && (delivered.length > 0 || deliveredCalls.length > 0)) {
-        await charge(delivered, deliveredCalls, false);
-      } else {
-        ended = true;
-        await deps.holds.release(chat.holdId).catch(lostHold);
-      }
-      throw upstreamError(err, chat.model.id);
+      endPass();
+      answered = true;
+      break;
+    }
+    if (!answered) {
+      ended = true;
+      await deps.holds.release(chat.holdId).catch(lostHold);
+      throw lastFailure === undefined ? noRoute(chat.model.id) : upstreamError(lastFailure, chat.model.id);
     }
     if (opts.signal.aborted) {
       await charge(produced, producedSoFar(), false);
@@ -200,18 +252,25 @@ export async function* runChat(
     yield { type: 'done', finishReason, usage };
   } finally {
     // The consumer stopped iterating (the client went away): charge what the upstream produced.
+    endPass();
     if (!ended) await charge(produced, producedSoFar(), false);
   }
 }
 
 function upstreamError(err: unknown, modelId: string): CoreError {
   if (err instanceof ProviderError) {
+    if (err.kind === 'refused') return refusal(err, modelId);
     return err.kind === 'timeout'
       ? new CoreError('upstream_timeout', `The provider of '${modelId}' did not answer in time. Nothing was charged for the unanswered part.`)
       : new CoreError('upstream_failed', `The provider of '${modelId}' failed: ${err.message}`);
   }
   if (err instanceof CoreError) return err;
   return new CoreError('upstream_failed', `The provider of '${modelId}' failed.`);
+}
+
+/** Every route's breaker is open: none was called. */
+function noRoute(modelId: string): CoreError {
+  return new CoreError('upstream_failed', `Every provider of '${modelId}' has been failing and is paused for now. Nothing was charged; retry later.`, { reason: 'upstream_unavailable' });
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { CoreDeps } from '../context.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import type { HoldOutcome } from '../money/holds.ts';
-import { runChat, type ChatEvent, type PreparedChat } from './chat.ts';
+import { runChat, type ChatEvent, type PreparedChat, type ServedRoute } from './chat.ts';
 import type { CompletionKind } from './recorder.ts';
 import { countOutputTokens } from './tokens.ts';
 
@@ -16,7 +16,7 @@ import { countOutputTokens } from './tokens.ts';
  * with no finish reason, from the settle runChat made. The record never changes the charge.
  */
 export async function* runRecorded(
-  deps: Pick<CoreDeps, 'holds' | 'completions'>,
+  deps: Pick<CoreDeps, 'holds' | 'completions' | 'routeBreakers'>,
   principal: Principal,
   chat: PreparedChat,
   opts: { signal: AbortSignal; streaming: boolean; kind: CompletionKind; startedAt: number; /** The record's id when it is not the chat's (a response's `resp_…`). */ recordId?: string | undefined },
@@ -27,20 +27,23 @@ export async function* runRecorded(
     settle: async (holdId: string, actual: bigint) => (settled = await deps.holds.settle(holdId, actual)),
     release: (holdId: string) => deps.holds.release(holdId),
   };
+  // The route that served, set at the charge: for the operator only, never shown to the customer.
+  let served: ServedRoute | undefined;
+  const route = () => ({ provider: served?.provider ?? null, routeModel: served?.model ?? null, upstreamCost: served?.upstreamCost ?? null });
   const base = { id: opts.recordId ?? chat.id, kind: opts.kind, accountId: principal.accountId, keyId: principal.keyId, model: chat.model.id, createdAt: new Date(chat.created * 1000) };
   const durationMs = () => performance.now() - opts.startedAt;
   let produced = '';
   const calls: { name: string; arguments: string }[] = [];
   let done = false;
   try {
-    for await (const event of runChat({ holds }, chat, { signal: opts.signal, streaming: opts.streaming })) {
+    for await (const event of runChat({ holds, routeBreakers: deps.routeBreakers }, chat, { signal: opts.signal, streaming: opts.streaming, onCharged: (r) => (served = r) })) {
       if (event.type === 'delta') produced += event.content;
       else if (event.type === 'tool_call_start') calls.push({ name: event.name, arguments: '' });
       else if (event.type === 'tool_call_arguments') calls[event.index]!.arguments += event.arguments;
       else {
         done = true;
         const { promptTokens, completionTokens, cost } = event.usage;
-        await deps.completions.record({ ...base, promptTokens, completionTokens, cost, finishReason: event.finishReason, durationMs: durationMs() });
+        await deps.completions.record({ ...base, ...route(), promptTokens, completionTokens, cost, finishReason: event.finishReason, durationMs: durationMs() });
       }
       yield event;
     }
@@ -48,7 +51,7 @@ export async function* runRecorded(
     if (!done && settled?.status === 'settled') {
       // runChat charges such a run on its own count: the input as counted, the output produced (at most the limit).
       const completionTokens = Math.min(countOutputTokens(produced, calls), chat.maxTokens);
-      await deps.completions.record({ ...base, promptTokens: chat.inputTokens, completionTokens, cost: settled.captured, finishReason: null, durationMs: durationMs() });
+      await deps.completions.record({ ...base, ...route(), promptTokens: chat.inputTokens, completionTokens, cost: settled.captured, finishReason: null, durationMs: durationMs() });
     }
   }
 }

@@ -29,12 +29,19 @@ export interface CompletionRecord {
   /** When the request came in: the `created` of its answer. */
   createdAt: Date;
   durationMs: number;
+  /** The route that served (null: none was called), and what it cost upstream (null: unknown). For the operator, never the customer. */
+  provider: string | null;
+  routeModel: string | null;
+  upstreamCost: Micro | null;
 }
 
-const INSERT = `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms)
-  select id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms
+const INSERT = `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms,
+    provider, route_model, upstream_cost_micro)
+  select id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms,
+      provider, route_model, upstream_cost_micro
     from jsonb_to_recordset($1::jsonb) as r(id text, kind text, account_id text, key_id text, model text, prompt_tokens integer,
-      completion_tokens integer, cost_micro bigint, finish_reason text, created_at timestamptz, duration_ms integer)
+      completion_tokens integer, cost_micro bigint, finish_reason text, created_at timestamptz, duration_ms integer,
+      provider text, route_model text, upstream_cost_micro bigint)
   on conflict (id) do nothing`;
 
 /**
@@ -62,6 +69,9 @@ export class CompletionRecorder {
         finish_reason: r.finishReason,
         created_at: r.createdAt.toISOString(),
         duration_ms: Math.max(0, Math.round(r.durationMs)),
+        provider: r.provider,
+        route_model: r.routeModel,
+        upstream_cost_micro: r.upstreamCost === null ? null : r.upstreamCost.toString(),
       }));
       try {
         await execute(INSERT, [JSON.stringify(rows)]);

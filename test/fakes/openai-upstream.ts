@@ -16,6 +16,11 @@ import type { AddressInfo } from 'node:net';
  *   echo-body     answers with the JSON body it received
  *   usage:P:C     like ok, but reports usage {prompt P, completion C}
  *   tools         two tool calls streamed in pieces (finish "tool_calls"); after a tool result, text quoting it
+ *   rate-limited  HTTP 429 with Retry-After: 1
+ *   overloaded    an SSE stream whose first event is an `overloaded_error`
+ *   content-policy HTTP 400 with code content_policy_violation
+ *   usage-cost    like ok, with OpenRouter's `usage.cost` (USD) in the usage chunk
+ * `script` overrides the model name for the next requests, in turn (a queue of behaviours).
  */
 export interface FakeUpstream {
   url: string;
@@ -24,13 +29,15 @@ export interface FakeUpstream {
   aborted: number;
   /** TCP connections opened to the fake so far (keep-alive reuses them). */
   connections: number;
+  /** Behaviours for the next requests, taken in turn before the model name decides. */
+  script: string[];
   close(): Promise<void>;
 }
 
 const WORDS = ['Hello', ' from', ' upstream'];
 
 export async function startFakeUpstream(): Promise<FakeUpstream> {
-  const state = { requests: [] as Record<string, unknown>[], aborted: 0, connections: 0 };
+  const state = { requests: [] as Record<string, unknown>[], aborted: 0, connections: 0, script: [] as string[] };
   const sockets = new Set<import('node:net').Socket>();
   const server = http.createServer((req, res) => {
     let raw = '';
@@ -50,7 +57,7 @@ export async function startFakeUpstream(): Promise<FakeUpstream> {
         finished = true;
         res.end();
       };
-      void answer(String(body.model), body, res, done);
+      void answer(state.script.shift() ?? String(body.model), body, res, done);
     });
   });
   server.on('connection', (s) => {
@@ -71,6 +78,7 @@ export async function startFakeUpstream(): Promise<FakeUpstream> {
     get connections() {
       return state.connections;
     },
+    script: state.script,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();
@@ -98,6 +106,25 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
       return;
     case 'hang':
       return; // never answers; the client must time out
+    case 'rate-limited':
+      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '1' }).end(JSON.stringify({ error: { message: 'Rate limit reached for upstream-org-7 on tokens', type: 'requests', code: 'rate_limit_exceeded' } }));
+      return done();
+    case 'overloaded':
+      sse();
+      res.write(`data: ${JSON.stringify({ error: { message: 'Overloaded', type: 'overloaded_error' } })}\n\n`);
+      return done();
+    case 'content-policy':
+      res
+        .writeHead(400, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: { message: 'Your request was rejected by safety system sk-upstream-internal-42', type: 'invalid_request_error', code: 'content_policy_violation' } }));
+      return done();
+    case 'usage-cost':
+      sse();
+      WORDS.forEach((w, i) => res.write(chunk(i === 0 ? { role: 'assistant', content: w } : { content: w })));
+      res.write(chunk({}, 'stop'));
+      res.write(`data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 11, completion_tokens: 5, total_tokens: 16, cost: 0.000042 } })}\n\n`);
+      res.write('data: [DONE]\n\n');
+      return done();
     case 'echo-body': {
       const text = JSON.stringify(body);
       if (!stream) {

@@ -116,7 +116,9 @@ describe('billing edge cases: nothing left open, the ledger always sums', () => 
     const res = await post({ model: 'test/error', messages });
     expect(res.status).toBe(502);
     expect(res.body.error).toMatchObject({ type: 'upstream_error', code: 'upstream_error' });
-    expect(res.body.error.message).toContain('the upstream exploded');
+    // In our words: the upstream's own message goes to the operator's log, not to the customer.
+    expect(res.body.error.message).toBe("The provider of 'test/error' failed: it answered with an error (500)");
+    expect(res.body.error.message).not.toContain('the upstream exploded');
     const state = await expectSettledWallet(orm, account.id);
     expect(state.balance.purchased).toBe(parseCoins('10'));
   });

@@ -7,6 +7,7 @@ import { prepareChat, runChat, type ChatEvent, type ChatRun } from '../../core/c
 import { chatRequestSchema } from '../../core/chat/schema.ts';
 import { countChatTokens, countTextTokens, minChatTokens } from '../../core/chat/tokens.ts';
 import type { CoreDeps } from '../../core/context.ts';
+import { createRouteBreakers } from '../../adapters/providers/breakers.ts';
 import { CoreError, notFound } from '../../core/errors.ts';
 import type { BatchedReserve } from '../../core/money/hold-batcher.ts';
 import { ProviderError, type ChatProvider, type ProviderEvent } from '../../core/ports.ts';
@@ -153,24 +154,28 @@ describe('prepareChat: the reservation', () => {
 
 /** A chat ready to run, with a provider that yields these events (then throws `fail`, when given). */
 function chatWith(events: ProviderEvent[], opts: { fail?: unknown; onEvent?: (i: number) => void } = {}): ChatRun {
-  return {
-    provider: {
-      async *stream() {
-        for (const [i, e] of events.entries()) {
-          opts.onEvent?.(i);
-          yield e;
-        }
-        if (opts.fail !== undefined) throw opts.fail;
-      },
+  const chat: ChatProvider = {
+    async *stream() {
+      for (const [i, e] of events.entries()) {
+        opts.onEvent?.(i);
+        yield e;
+      }
+      if (opts.fail !== undefined) throw opts.fail;
     },
+  };
+  return {
+    routes: [{ key: 'fake/upstream-model', provider: 'fake', model: 'upstream-model', chat }],
     prices: { inputPerMillion: 1_000_000n, outputPerMillion: 2_000_000n },
     inputTokens: 7,
     maxTokens: 10,
     holdId: 'hold_x',
-    model: { id: 'test/chat', provider: { model: 'upstream-model' } },
+    model: { id: 'test/chat' },
     request: { messages: [], options: {} },
   };
 }
+
+/** A fresh breaker per run (the real in-process one): one call's failure never skips another test's route. */
+const breakers = () => createRouteBreakers({ failures: 5, windowMs: 60_000, coolDownMs: 30_000 });
 
 /** Fake holds recording every ending. */
 function fakeHolds(settleError?: unknown) {
@@ -211,7 +216,7 @@ const cost = (input: number, output: number) => BigInt(input) + 2n * BigInt(outp
 describe('runChat: what each ending charges', () => {
   it('a completed answer: the reported usage, clamped, charged once; `stop` when the upstream names no finish reason; empty deltas are not passed on', async () => {
     const { holds, calls } = fakeHolds();
-    const run = runChat({ holds }, chatWith([{ type: 'delta', content: '' }, { type: 'delta', content: 'Hello' }, { type: 'usage', promptTokens: 5, completionTokens: 30 }]), { signal: open(), streaming: false });
+    const run = runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: '' }, { type: 'delta', content: 'Hello' }, { type: 'usage', promptTokens: 5, completionTokens: 30 }]), { signal: open(), streaming: false });
     const { events, error } = await collect(run);
     expect(error).toBeUndefined();
     expect(events).toEqual([
@@ -223,13 +228,13 @@ describe('runChat: what each ending charges', () => {
 
   it('the finish reason the upstream gives is the one reported', async () => {
     const { holds } = fakeHolds();
-    const { events } = await collect(runChat({ holds }, chatWith([{ type: 'delta', content: 'x' }, { type: 'finish', reason: 'length' }]), { signal: open(), streaming: true }));
+    const { events } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'x' }, { type: 'finish', reason: 'length' }]), { signal: open(), streaming: true }));
     expect(events.at(-1)).toMatchObject({ type: 'done', finishReason: 'length' });
   });
 
   it('the client stops reading: what the upstream produced is charged on our count, once', async () => {
     const { holds, calls } = fakeHolds();
-    const { events } = await collect(runChat({ holds }, chatWith([{ type: 'delta', content: 'one two' }, { type: 'delta', content: ' three' }]), { signal: open(), streaming: true }), 1);
+    const { events } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'one two' }, { type: 'delta', content: ' three' }]), { signal: open(), streaming: true }), 1);
     expect(events).toEqual([{ type: 'delta', content: 'one two' }]);
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('one two'))}`]);
   });
@@ -238,7 +243,7 @@ describe('runChat: what each ending charges', () => {
     const { holds, calls } = fakeHolds();
     const ac = new AbortController();
     const chat = chatWith([{ type: 'delta', content: 'abc def' }, { type: 'usage', promptTokens: 1, completionTokens: 1 }], { fail: new Error('aborted'), onEvent: (i) => i === 1 && ac.abort() });
-    const { events, error } = await collect(runChat({ holds }, chat, { signal: ac.signal, streaming: true }));
+    const { events, error } = await collect(runChat({ holds, routeBreakers: breakers() }, chat, { signal: ac.signal, streaming: true }));
     expect(error).toBeUndefined();
     expect(events).toEqual([{ type: 'delta', content: 'abc def' }]);
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('abc def'))}`]);
@@ -248,7 +253,7 @@ describe('runChat: what each ending charges', () => {
     const { holds, calls } = fakeHolds();
     const ac = new AbortController();
     const chat = chatWith([{ type: 'delta', content: 'abc def' }, { type: 'usage', promptTokens: 1, completionTokens: 1 }], { onEvent: (i) => i === 1 && ac.abort() });
-    const { events, error } = await collect(runChat({ holds }, chat, { signal: ac.signal, streaming: false }));
+    const { events, error } = await collect(runChat({ holds, routeBreakers: breakers() }, chat, { signal: ac.signal, streaming: false }));
     expect(error).toBeUndefined();
     expect(events).toEqual([{ type: 'delta', content: 'abc def' }]);
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('abc def'))}`]);
@@ -256,7 +261,7 @@ describe('runChat: what each ending charges', () => {
 
   it('the upstream fails after streaming began: only what was delivered is charged', async () => {
     const { holds, calls } = fakeHolds();
-    const { events, error } = await collect(runChat({ holds }, chatWith([{ type: 'delta', content: 'partial answer' }], { fail: new ProviderError('failed', 'reset') }), { signal: open(), streaming: true }));
+    const { events, error } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'partial answer' }], { fail: new ProviderError('failed', 'reset') }), { signal: open(), streaming: true }));
     expect(events).toEqual([{ type: 'delta', content: 'partial answer' }]);
     expect(error).toMatchObject({ code: 'upstream_failed' });
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('partial answer'))}`]);
@@ -265,7 +270,7 @@ describe('runChat: what each ending charges', () => {
   it('the upstream fails after reporting usage: what was delivered is charged on our count, not what it reported', async () => {
     const { holds, calls } = fakeHolds();
     const chat = chatWith([{ type: 'delta', content: 'partial answer' }, { type: 'usage', promptTokens: 1, completionTokens: 1 }], { fail: new ProviderError('failed', 'reset') });
-    const { error } = await collect(runChat({ holds }, chat, { signal: open(), streaming: true }));
+    const { error } = await collect(runChat({ holds, routeBreakers: breakers() }, chat, { signal: open(), streaming: true }));
     expect(error).toMatchObject({ code: 'upstream_failed' });
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('partial answer'))}`]);
   });
@@ -273,25 +278,25 @@ describe('runChat: what each ending charges', () => {
   it('the client stops reading after the upstream reported usage: charged on our count of what it produced', async () => {
     const { holds, calls } = fakeHolds();
     const chat = chatWith([{ type: 'usage', promptTokens: 1, completionTokens: 1 }, { type: 'delta', content: 'one two' }, { type: 'delta', content: ' three' }]);
-    await collect(runChat({ holds }, chat, { signal: open(), streaming: true }), 1);
+    await collect(runChat({ holds, routeBreakers: breakers() }, chat, { signal: open(), streaming: true }), 1);
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('one two'))}`]);
   });
 
   it('the upstream fails on a request not streamed: nothing is charged, the hold is released', async () => {
     const { holds, calls } = fakeHolds();
-    const { error } = await collect(runChat({ holds }, chatWith([{ type: 'delta', content: 'partial' }], { fail: new ProviderError('timeout', 'slow') }), { signal: open(), streaming: false }));
+    const { error } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'partial' }], { fail: new ProviderError('timeout', 'slow') }), { signal: open(), streaming: false }));
     expect(error).toMatchObject({ code: 'upstream_timeout' });
     expect(calls).toEqual(['release hold_x']);
   });
 
   it("an upstream's own error text is not passed on for an unexpected failure; a core error passes unchanged", async () => {
     const plain = fakeHolds();
-    const { error } = await collect(runChat({ holds: plain.holds }, chatWith([], { fail: new Error('secret internals at 10.0.0.7') }), { signal: open(), streaming: false }));
+    const { error } = await collect(runChat({ holds: plain.holds, routeBreakers: breakers() }, chatWith([], { fail: new Error('secret internals at 10.0.0.7') }), { signal: open(), streaming: false }));
     expect(error).toMatchObject({ code: 'upstream_failed' });
     expect((error as Error).message).not.toContain('secret internals');
     const core = fakeHolds();
     const refused = new CoreError('invalid_request', 'The upstream refused the request.', { reason: 'upstream_refused' });
-    const second = await collect(runChat({ holds: core.holds }, chatWith([], { fail: refused }), { signal: open(), streaming: false }));
+    const second = await collect(runChat({ holds: core.holds, routeBreakers: breakers() }, chatWith([], { fail: refused }), { signal: open(), streaming: false }));
     expect(second.error).toBe(refused);
     expect(core.calls).toEqual(['release hold_x']);
   });
@@ -299,11 +304,11 @@ describe('runChat: what each ending charges', () => {
   it('a settle that fails for another reason than a lost hold fails with that error', async () => {
     const other = notFound('account_not_found', 'No account.');
     const { holds } = fakeHolds(other);
-    const { error } = await collect(runChat({ holds }, chatWith([{ type: 'delta', content: 'x' }]), { signal: open(), streaming: false }));
+    const { error } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'x' }]), { signal: open(), streaming: false }));
     expect(error).toBe(other);
     const range = new RangeError('cannot capture');
     const second = fakeHolds(range);
-    expect((await collect(runChat({ holds: second.holds }, chatWith([{ type: 'delta', content: 'x' }]), { signal: open(), streaming: false }))).error).toBe(range);
+    expect((await collect(runChat({ holds: second.holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'x' }]), { signal: open(), streaming: false }))).error).toBe(range);
   });
 });
 
@@ -313,7 +318,7 @@ describe('runChat: tool calls', () => {
   it('numbers calls 0, 1, … in the order they begin, passes the first piece as a start and each non-empty piece as arguments', async () => {
     const { holds, calls } = fakeHolds();
     const chat = chatWith([call(5, '', 'call_a', 'f'), call(5, '{"x"'), call(9, '{}', 'call_b', 'g'), call(5, ':1}'), call(9, ''), { type: 'finish', reason: 'tool_calls' }, { type: 'usage', promptTokens: 3, completionTokens: 4 }]);
-    const { events, error } = await collect(runChat({ holds }, chat, { signal: open(), streaming: true }));
+    const { events, error } = await collect(runChat({ holds, routeBreakers: breakers() }, chat, { signal: open(), streaming: true }));
     expect(error).toBeUndefined();
     expect(events).toEqual([
       { type: 'tool_call_start', index: 0, id: 'call_a', name: 'f' },
@@ -328,13 +333,13 @@ describe('runChat: tool calls', () => {
 
   it('a call without an id gets one; without a name, an empty one', async () => {
     const { holds } = fakeHolds();
-    const { events } = await collect(runChat({ holds }, chatWith([call(0, '{}')]), { signal: open(), streaming: false }));
+    const { events } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([call(0, '{}')]), { signal: open(), streaming: false }));
     expect(events[0]).toMatchObject({ type: 'tool_call_start', index: 0, id: expect.stringMatching(/^call_[A-Za-z0-9]{24}$/), name: '' });
   });
 
   it('no usage reported: the calls are charged on our count of their names and arguments, with the text', async () => {
     const { holds, calls } = fakeHolds();
-    await collect(runChat({ holds }, chatWith([{ type: 'delta', content: 'ok' }, call(0, '', 'c', 'lookup'), call(0, '{"q":1}')]), { signal: open(), streaming: false }));
+    await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'ok' }, call(0, '', 'c', 'lookup'), call(0, '{"q":1}')]), { signal: open(), streaming: false }));
     const output = countTextTokens('ok') + countTextTokens('lookup') + countTextTokens('{"q":1}');
     expect(output).toBeLessThanOrEqual(10);
     expect(calls).toEqual([`settle hold_x ${cost(7, output)}`]);
@@ -343,14 +348,14 @@ describe('runChat: tool calls', () => {
   it('the upstream fails after a call began streaming: the delivered call is charged', async () => {
     const { holds, calls } = fakeHolds();
     const chat = chatWith([call(0, '', 'c', 'lookup'), call(0, '{"q"')], { fail: new ProviderError('failed', 'reset') });
-    const { error } = await collect(runChat({ holds }, chat, { signal: open(), streaming: true }));
+    const { error } = await collect(runChat({ holds, routeBreakers: breakers() }, chat, { signal: open(), streaming: true }));
     expect(error).toMatchObject({ code: 'upstream_failed' });
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('lookup') + countTextTokens('{"q"'))}`]);
   });
 
   it('the client stops reading in the middle of a call: what the upstream produced of it is charged', async () => {
     const { holds, calls } = fakeHolds();
-    await collect(runChat({ holds }, chatWith([call(0, '', 'c', 'lookup'), call(0, '{"q":'), call(0, '2}')]), { signal: open(), streaming: true }), 2);
+    await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([call(0, '', 'c', 'lookup'), call(0, '{"q":'), call(0, '2}')]), { signal: open(), streaming: true }), 2);
     expect(calls).toEqual([`settle hold_x ${cost(7, countTextTokens('lookup') + countTextTokens('{"q":'))}`]);
   });
 
@@ -365,8 +370,8 @@ describe('runChat: tool calls', () => {
     const tools = [{ name: 'f', parameters: { type: 'object' } }];
     const base = chatWith([]);
     const { holds } = fakeHolds();
-    await collect(runChat({ holds }, { ...base, provider: recording([]), request: { messages: [], options: {}, tools, toolChoice: 'required', parallelToolCalls: false, responseFormat: { type: 'json_object' } } }, { signal: open(), streaming: false }));
-    await collect(runChat({ holds }, { ...base, provider: recording([]), request: { messages: [], options: {}, tools: [] } }, { signal: open(), streaming: false }));
+    await collect(runChat({ holds, routeBreakers: breakers() }, { ...base, routes: [{ ...base.routes[0]!, chat: recording([]) }], request: { messages: [], options: {}, tools, toolChoice: 'required', parallelToolCalls: false, responseFormat: { type: 'json_object' } } }, { signal: open(), streaming: false }));
+    await collect(runChat({ holds, routeBreakers: breakers() }, { ...base, routes: [{ ...base.routes[0]!, chat: recording([]) }], request: { messages: [], options: {}, tools: [] } }, { signal: open(), streaming: false }));
     expect(seen[0]).toEqual({ model: 'upstream-model', messages: [], maxTokens: 10, options: {}, tools, toolChoice: 'required', parallelToolCalls: false, responseFormat: { type: 'json_object' } });
     expect(seen[1]).toEqual({ model: 'upstream-model', messages: [], maxTokens: 10, options: {} });
   });

@@ -2,11 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { runChat, type ChatRun } from '../../core/chat/chat.ts';
 import type { ChatProvider } from '../../core/ports.ts';
 import { notFound } from '../../core/errors.ts';
+import { createRouteBreakers } from '../../adapters/providers/breakers.ts';
 
 const baseChat = {
   id: 'chatcmpl-x',
   created: 0,
-  model: { id: 'm', provider: { model: 'm' } },
+  model: { id: 'm' },
   prices: { inputPerMillion: 1_000_000n, outputPerMillion: 1_000_000n },
   inputTokens: 3,
   maxTokens: 10,
@@ -27,8 +28,8 @@ describe('a chat whose reservation is gone when it ends', () => {
       settle: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
       release: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
     };
-    const chat: ChatRun = { ...baseChat, provider };
-    const events = runChat({ holds }, chat, { signal: new AbortController().signal, streaming: false });
+    const chat: ChatRun = { ...baseChat, routes: [{ key: 'p/m', provider: 'p', model: 'm', chat: provider }] };
+    const events = runChat({ holds, routeBreakers: createRouteBreakers({ failures: 5, windowMs: 60_000, coolDownMs: 30_000 }) }, chat, { signal: new AbortController().signal, streaming: false });
     const seen: unknown[] = [];
     const err = await (async () => {
       for await (const e of events) seen.push(e);
@@ -48,9 +49,9 @@ describe('a chat whose reservation is gone when it ends', () => {
       settle: () => Promise.reject(new Error('a failed upstream with nothing delivered is released, not settled')),
       release: () => Promise.reject(notFound('hold_not_found', 'No hold hold_x.')),
     };
-    const chat: ChatRun = { ...baseChat, provider };
+    const chat: ChatRun = { ...baseChat, routes: [{ key: 'p/m', provider: 'p', model: 'm', chat: provider }] };
     const err = await (async () => {
-      for await (const _ of runChat({ holds }, chat, { signal: new AbortController().signal, streaming: false })) void _;
+      for await (const _ of runChat({ holds, routeBreakers: createRouteBreakers({ failures: 5, windowMs: 60_000, coolDownMs: 30_000 }) }, chat, { signal: new AbortController().signal, streaming: false })) void _;
     })().catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'unavailable', reason: 'database_unreachable' });
   });

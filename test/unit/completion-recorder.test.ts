@@ -16,6 +16,9 @@ const record = (id: string): CompletionRecord => ({
   finishReason: 'stop',
   createdAt: new Date(0),
   durationMs: 12.4,
+  provider: 'fake',
+  routeModel: 'upstream-model',
+  upstreamCost: 7n,
 });
 
 describe('CompletionRecorder', () => {
@@ -24,7 +27,7 @@ describe('CompletionRecorder', () => {
     const execute = (async (_sql: string, params: unknown[]) => {
       const rows = JSON.parse(String(params[0])) as { id: string; cost_micro: string; duration_ms: number }[];
       statements.push(rows.map((r) => r.id));
-      expect(rows[0]).toMatchObject({ cost_micro: '23', duration_ms: 12 });
+      expect(rows[0]).toMatchObject({ cost_micro: '23', duration_ms: 12, provider: 'fake', route_model: 'upstream-model', upstream_cost_micro: '7' });
       if (rows.some((r) => r.id === 'chatcmpl-bad')) throw new Error('refused');
       return [];
     }) as Execute;
