@@ -183,9 +183,9 @@ describe('a model routed to Anthropic, through the openai SDK', () => {
   });
 
   it('an upstream refusal or rate limit: an error in our words, never Anthropic’s body, nothing charged', async () => {
-    // An invalid request is `refused`: 502 until core maps it to the customer's 400 (issue 33's
-    // chat routes); a rate limit is `failed`, an upstream failure. Never a 500.
-    const statuses = { 'anthropic-e2e/invalid': [400, 502], 'anthropic-e2e/busy': [429, 502, 503] };
+    // An invalid request is `refused`: the customer's 400; a rate limit is `failed`, and with no
+    // other route to fall back to, an upstream failure (502). Never a 500.
+    const statuses = { 'anthropic-e2e/invalid': [400], 'anthropic-e2e/busy': [502] };
     for (const [id, allowed] of Object.entries(statuses)) {
       const error = (await client.chat.completions.create({ model: id, messages }).catch((err: unknown) => err)) as InstanceType<typeof OpenAI.APIError>;
       expect(error).toBeInstanceOf(OpenAI.APIError);
