@@ -46,7 +46,10 @@ const MICRO_PER_USD = 1_000_000_000;
  * rounded up to a micro-coin; null when neither says.
  */
 export function upstreamCost(route: Pick<ChatRoute, 'cost'>, reported: UpstreamUsage, counted: { promptTokens: number; completionTokens: number }): Micro | null {
-  if (reported.costUsd !== undefined) return BigInt(Math.round(reported.costUsd * MICRO_PER_USD));
+  // An upstream's figure is taken only when it is a sane amount (a finite, non-negative number
+  // of micro-coins a bigint can hold exactly); anything else falls back to the catalog's price.
+  const micro = reported.costUsd === undefined ? NaN : Math.round(reported.costUsd * MICRO_PER_USD);
+  if (Number.isSafeInteger(micro) && micro >= 0) return BigInt(micro);
   if (!route.cost) return null;
   const prices = { inputPerMillion: route.cost.input_per_million, outputPerMillion: route.cost.output_per_million };
   return textCost(prices, reported.promptTokens ?? counted.promptTokens, reported.completionTokens ?? counted.completionTokens);

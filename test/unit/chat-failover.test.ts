@@ -230,6 +230,13 @@ describe('the upstream cost of the route that served', () => {
     expect(upstreamCost({ cost: priced }, { completionTokens: 1 }, { promptTokens: 1000, completionTokens: 50 })).toBe(151n);
   });
 
+  it('an upstream figure that is no sane amount (too large for exact micro-coins, negative) falls back to the catalog', () => {
+    expect(upstreamCost({ cost: priced }, { promptTokens: 1000, completionTokens: 10, costUsd: 1e300 }, { promptTokens: 1, completionTokens: 1 })).toBe(156n);
+    expect(upstreamCost({ cost: priced }, { promptTokens: 1000, completionTokens: 10, costUsd: -1 }, { promptTokens: 1, completionTokens: 1 })).toBe(156n);
+    expect(upstreamCost({}, { costUsd: Number.POSITIVE_INFINITY }, { promptTokens: 1, completionTokens: 1 })).toBeNull();
+    expect(upstreamCost({}, { costUsd: 0 }, { promptTokens: 1, completionTokens: 1 })).toBe(0n);
+  });
+
   it('else unknown', () => {
     expect(upstreamCost({}, { promptTokens: 1000, completionTokens: 10 }, { promptTokens: 1, completionTokens: 1 })).toBeNull();
   });
