@@ -29,6 +29,7 @@ import { Migration20261130010000_payment_reversals } from './Migration2026113001
 import { Migration20261201000000_auto_top_up } from './Migration20261201000000_auto_top_up.ts';
 import { Migration20261201010000_completion_records } from './Migration20261201010000_completion_records.ts';
 import { Migration20261202000000_routes } from './Migration20261202000000_routes.ts';
+import { Migration20261202010000_upstream_cancel } from './Migration20261202010000_upstream_cancel.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -63,4 +64,5 @@ export const migrations = [
   { name: 'Migration20261201000000_auto_top_up', class: Migration20261201000000_auto_top_up },
   { name: 'Migration20261201010000_completion_records', class: Migration20261201010000_completion_records },
   { name: 'Migration20261202000000_routes', class: Migration20261202000000_routes },
+  { name: 'Migration20261202010000_upstream_cancel', class: Migration20261202010000_upstream_cancel },
 ];
