@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { Client } from '@temporalio/client';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
+import { createContext } from '../../core/context.ts';
+import { createCaller } from '../../core/router.ts';
 import { randomBase62 } from '../../core/ids.ts';
 import { startFakeFal, type FakeFal } from '../fakes/fal-upstream.ts';
 import { makeAccount, makeKey } from '../support/db.ts';
@@ -128,6 +130,13 @@ async function routeSteps(id: string): Promise<string[]> {
   return steps;
 }
 
+async function adminQuery(query: string): Promise<{ data?: any; errors?: { message: string }[] }> {
+  const internal = createCaller(createContext(h.deps, { kind: 'internal' }));
+  const { token } = await internal.admins.createToken({ name: `routes ${randomBase62(4)}`, role: 'viewer' });
+  const res = await fetch(`${base}/admin/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify({ query }) });
+  return (await res.json()) as { data?: any; errors?: { message: string }[] };
+}
+
 describe('media routes', () => {
   it('the first route refuses the connection, the second serves: charged once at the model price, the route recorded, both routes in the history', async () => {
     const { account, key, id, price } = await run('failover', { num_images: 2 });
@@ -146,6 +155,11 @@ describe('media routes', () => {
     const stored = await row(id);
     expect(stored).toMatchObject({ provider: 'fal-fake', route_model: `fal-ai/fake-image-${tag}/image`, upstream_cost_micro: '2000000' });
     expect(JSON.parse(stored.upstream_handle!)).toMatchObject({ request_id: served.id });
+
+    // The admin API shows the route and its cost; nothing shows the upstream's handle.
+    const admin = await adminQuery(`{ generation(id: "${id}") { provider routeModel upstreamCostCoins costCoins } }`);
+    expect(admin.data.generation).toEqual({ provider: 'fal-fake', routeModel: `fal-ai/fake-image-${tag}/image`, upstreamCostCoins: 2, costCoins: 5 });
+    expect((await adminQuery(`{ generation(id: "${id}") { upstreamHandle } }`)).errors?.[0]?.message).toMatch(/upstreamHandle/);
 
     const steps = await routeSteps(id);
     expect(steps.filter((s) => s.startsWith('submit on route 1 of 2: fal-down/fal-ai/fake-image'))).toHaveLength(1);
