@@ -79,7 +79,7 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
       // Canceled, or failed with work possibly still going upstream (the deadline passed, a
       // poll kept failing): ask the provider to stop, from the handle on the job's row. Once per
       // handle, whoever asks first (the API's cancel may have); never fails.
-      await CancellationScope.nonCancellable(() => steps.cancelJobAtProviderOnce(jobId)).catch(() => undefined);
+      if (!upstreamEnded(err)) await CancellationScope.nonCancellable(() => steps.cancelJobAtProviderOnce(jobId)).catch(() => undefined);
     } else if (isCancellation(err)) {
       // Canceled through the API: the job is already canceled and refunded; stop the upstream too.
       const submitted = upstream.submitted;
@@ -123,7 +123,7 @@ async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline):
     } catch (err) {
       if (!fallback || !fallsBack(err)) throw err;
       // The next route starts afresh: stop whatever this one may still be doing (and billing).
-      await steps.cancelJobAtProviderOnce(jobId).catch(() => undefined);
+      if (!upstreamEnded(err)) await steps.cancelJobAtProviderOnce(jobId).catch(() => undefined);
     }
   }
 }
@@ -148,7 +148,7 @@ async function waitForProvider(
     const state = await poll(provider, handle);
     if (state.status === 'succeeded') return;
     if (state.status === 'failed') {
-      const details: RouteFailure[] = [{ onMerits: 'onMerits' in state && state.onMerits === true }];
+      const details: RouteFailure[] = [{ onMerits: 'onMerits' in state && state.onMerits === true, upstreamEnded: true }];
       throw ApplicationFailure.create({ message: state.message, type: state.code ?? 'provider_failed', nonRetryable: true, details });
     }
     if (Date.now() + wait > deadline.at) throw deadlineExceeded(deadline);
@@ -159,6 +159,9 @@ async function waitForProvider(
 
 const deadlineExceeded = (deadline: Deadline) =>
   ApplicationFailure.nonRetryable(`The job did not finish within the model's deadline of ${deadline.seconds} s.`, 'deadline_exceeded');
+
+/** The upstream said the job failed there (a poll's answer): nothing to stop. */
+const upstreamEnded = (err: unknown): boolean => err instanceof ApplicationFailure && (err.details?.[0] as RouteFailure | undefined)?.upstreamEnded === true;
 
 /** Whether a route's failure lets the next route try: not a cancel, the deadline, or a refusal on the request's merits. */
 function fallsBack(err: unknown): boolean {

@@ -36,4 +36,6 @@ export const SEARCH_ATTRIBUTES = {
  */
 export interface RouteFailure {
   onMerits: boolean;
+  /** The upstream itself said the job failed: nothing runs there any more, nothing to stop. */
+  upstreamEnded?: boolean;
 }

@@ -51,6 +51,15 @@ beforeAll(async () => {
           deadline_seconds: 300,
         },
         {
+          id: `${FAL}-short`,
+          name: 'fal, never finishing, 2 s deadline',
+          type: 'image',
+          generation_types: ['text-to-image'],
+          provider: { name: 'fal-fake', model: `fal-ai/fake-slow-${tag}/slow` },
+          pricing: { base: 6 },
+          deadline_seconds: 2,
+        },
+        {
           id: VIDEO,
           name: 'Sora 2 (mock)',
           type: 'video',
@@ -88,7 +97,7 @@ const upstreams = {
   },
 } as const;
 
-async function started(upstream: (typeof upstreams)[keyof typeof upstreams]) {
+async function started(upstream: Pick<(typeof upstreams)[keyof typeof upstreams], 'model' | 'prompt' | 'running'>) {
   const account = await makeAccount(orm, { coins: '20' });
   const { key } = await makeKey(orm, account.id);
   const prompt = upstream.prompt();
@@ -174,5 +183,16 @@ describe('a submit that lands after the cancel', () => {
     await recordUpstreamHandle(h.deps, em, id, route, late);
     expect(upstreams.fal.cancels(lateId)).toBe(1);
     expect(fal.requests.get(lateId)!.state).toBe('CANCELED');
+  });
+});
+
+describe('a job past its deadline', () => {
+  it('fails deadline_exceeded, refunded once, and its upstream request is canceled once', async () => {
+    const { account, key, id, upstreamId } = await started({ ...upstreams.fal, model: `${FAL}-short` });
+    expect(await closed(id)).toBe('FAILED');
+    const job = (await getJson(`${base}/api/v1/generations/${id}`, { headers: bearer(key) })).body;
+    expect(job).toMatchObject({ status: 'failed', error: { code: 'deadline_exceeded' } });
+    expect(upstreams.fal.cancels(upstreamId)).toBe(1);
+    await refundedOnce(account.id, id);
   });
 });
