@@ -7,7 +7,7 @@ import { routeOrder } from '../catalog/routes.ts';
 import { routeKey, type MediaRoute } from '../catalog/schema.ts';
 import { MediaProviderError } from '../ports.ts';
 import type { Clock, GenerationStarter, InputReader, MediaJobSpec, MediaPollResult, MediaProviderRegistry, ResultStorage, RouteBreakers, UrlGuard, UrlSigner } from '../ports.ts';
-import { recordUpstreamHandle, refusedOnMerits } from './upstream.ts';
+import { recordUpstreamHandle, throughBreaker } from './upstream.ts';
 import { endingOf } from './end-job.ts';
 import { deleteResult } from './retention.ts';
 import { jobWorkflowStart, loadJob, recordRunId, type JobRow, type StoredOutput } from './job-row.ts';
@@ -83,31 +83,9 @@ export async function submitJob(deps: SubmitDeps, em: EntityManager, id: string,
   const provider = attempt ? deps.media.get(route.provider) : providerOf(deps.media, route.provider);
   if (!provider) throw new MediaProviderError('refused', 'route_unavailable', ROUTE_UNAVAILABLE);
   const submit = () => provider.submit(spec, inputReader(deps, em));
-  const handle = attempt ? await throughBreaker(deps.routeBreakers, attempt, submit) : await submit();
+  const handle = attempt ? await throughBreaker(deps.routeBreakers, attempt, submit, ROUTE_UNAVAILABLE) : await submit();
   await recordUpstreamHandle(deps, em, id, route, handle);
   return { provider: route.provider, handle };
-}
-
-/**
- * A submit as one call of the route's breaker. Only submits count: a poll or a result fetch of
- * a job the route already took says little of whether the route takes new work, and polls
- * would swamp the count. A refusal on the request's merits is the route answering: a success.
- */
-async function throughBreaker<T>(breakers: RouteBreakers, attempt: RouteTry, call: () => Promise<T>): Promise<T> {
-  const pass = await breakers.admit(attempt.route);
-  if (!pass && attempt.fallback) throw new MediaProviderError('refused', 'route_unavailable', ROUTE_UNAVAILABLE);
-  if (!pass) return call();
-  const started = performance.now();
-  try {
-    const result = await call();
-    pass.done({ ok: true, latencyMs: performance.now() - started });
-    return result;
-  } catch (err) {
-    const latencyMs = performance.now() - started;
-    if (err instanceof MediaProviderError && refusedOnMerits(err.code)) pass.done({ ok: true, latencyMs });
-    else pass.done({ ok: false, latencyMs, retryAfterMs: err instanceof MediaProviderError ? err.retryAfterMs : undefined });
-    throw err;
-  }
 }
 
 /** Reads a job's inputs: an uploaded file from storage, a URL through the URL guard. */

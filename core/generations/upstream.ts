@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { ModelCatalog } from '../catalog/catalog.ts';
 import { mediaPrice } from '../catalog/pricing.ts';
 import type { MediaModel, MediaRoute } from '../catalog/schema.ts';
-import type { MediaProviderRegistry } from '../ports.ts';
+import { MediaProviderError, type MediaProviderRegistry, type RouteBreakers } from '../ports.ts';
 
 /**
  * The job's upstream (docs/providers.md, "Media routes" and "Cancel reaches the upstream"):
@@ -18,6 +18,28 @@ import type { MediaProviderRegistry } from '../ports.ts';
  */
 const ON_MERITS = new Set(['content_policy', 'invalid_input', 'result_too_large']);
 export const refusedOnMerits = (code: string | undefined): boolean => code !== undefined && ON_MERITS.has(code);
+
+/**
+ * A submit as one call of the route's breaker. Only submits count: a poll or a result fetch of
+ * a job the route already took says little of whether the route takes new work, and polls
+ * would swamp the count. A refusal on the request's merits is the route answering: a success.
+ */
+export async function throughBreaker<T>(breakers: RouteBreakers, attempt: { route: string; fallback: boolean }, call: () => Promise<T>, unavailable: string): Promise<T> {
+  const pass = await breakers.admit(attempt.route);
+  if (!pass && attempt.fallback) throw new MediaProviderError('refused', 'route_unavailable', unavailable);
+  if (!pass) return call();
+  const started = performance.now();
+  try {
+    const result = await call();
+    pass.done({ ok: true, latencyMs: performance.now() - started });
+    return result;
+  } catch (err) {
+    const latencyMs = performance.now() - started;
+    if (err instanceof MediaProviderError && refusedOnMerits(err.code)) pass.done({ ok: true, latencyMs });
+    else pass.done({ ok: false, latencyMs, retryAfterMs: err instanceof MediaProviderError ? err.retryAfterMs : undefined });
+    throw err;
+  }
+}
 
 type UpstreamDeps = { media: MediaProviderRegistry; logger: Logger };
 
