@@ -213,7 +213,8 @@ describe('media routes', () => {
       const { key, id } = await run('breaker');
       expect((await ended(key, id)).status).toBe('succeeded');
       expect(broken()).toBe(expected);
-      expect(await row(id)).toMatchObject({ provider: 'fal-fake', route_model: `fal-ai/fake-second-${tag}/image` });
+      // This route names no cost in the catalog: the upstream cost is unknown, not 0.
+      expect(await row(id)).toMatchObject({ provider: 'fal-fake', route_model: `fal-ai/fake-second-${tag}/image`, upstream_cost_micro: null });
     }
     const health = await h.deps.routeBreakers.health();
     expect(health.find((r) => r.route === `fal-fake/fal-ai/fake-broken-${tag}/broken`)).toMatchObject({ state: 'open', recentFailures: 5 });

@@ -145,6 +145,16 @@ describe.each(Object.entries(upstreams))('cancel reaches %s', (_name, upstream) 
     await refundedOnce(account.id, id);
   });
 
+  it('a cancel request from Temporal (the UI\'s Request Cancellation; the admin API\'s cancel goes this way): the workflow calls the upstream cancel once', async () => {
+    const { account, key, id, upstreamId } = await started(upstream);
+    await client.workflow.getHandle(id).cancel();
+    expect(await closed(id)).toBe('CANCELLED');
+    expect(upstream.cancels(upstreamId)).toBe(1);
+    const job = (await getJson(`${base}/api/v1/generations/${id}`, { headers: bearer(key) })).body;
+    expect(job).toMatchObject({ status: 'canceled', cost_coins: 0 });
+    await refundedOnce(account.id, id);
+  });
+
   it('a Terminate in Temporal, then the orphan sweep: the upstream cancel is called exactly once, refunded once', async () => {
     const { account, key, id, upstreamId } = await started(upstream);
     await client.workflow.getHandle(id).terminate('stuck, says the operator');
