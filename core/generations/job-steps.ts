@@ -38,9 +38,13 @@ async function jobSpec(deps: { catalog: ModelCatalog }, em: EntityManager, id: s
   const chosen = route === undefined ? model.routes[0] : model.routes.find((r) => routeKey(r) === route);
   // The catalog changed since the job began: the route is gone, the workflow moves on to the next.
   if (!chosen) throw new MediaProviderError('refused', 'route_unavailable', ROUTE_UNAVAILABLE);
+  // The provider's idempotency key: one per job and route, so that a retry of a route's
+  // submit is the same upstream request, while the next route (perhaps at the same provider,
+  // another model) is a new one, not a reuse of the key with other parameters.
+  const jobId = route === undefined ? id : `${id}:${route}`;
   return {
     route: chosen,
-    spec: { jobId: id, model: chosen.model, type: model.type, prompt: job.prompt, settings: job.settings, inputs: job.inputs },
+    spec: { jobId, model: chosen.model, type: model.type, prompt: job.prompt, settings: job.settings, inputs: job.inputs },
   };
 }
 

@@ -113,7 +113,7 @@ async function started(upstream: Pick<(typeof upstreams)[keyof typeof upstreams]
   // The handle is on the job's row before the workflow polls it.
   const [row] = await orm.em.fork().execute<{ upstream_handle: string | null }[]>('select upstream_handle from generations where id = ?', [id]);
   expect(row!.upstream_handle).toContain(upstreamId);
-  return { account, key, id, upstreamId };
+  return { account, key, id, upstreamId, prompt };
 }
 
 /** Refunded once: each reservation entry released, nothing captured, the wallet whole. */
@@ -204,5 +204,15 @@ describe('a job past its deadline', () => {
     expect(job).toMatchObject({ status: 'failed', error: { code: 'deadline_exceeded' } });
     expect(upstreams.fal.cancels(upstreamId)).toBe(1);
     await refundedOnce(account.id, id);
+  });
+});
+
+describe('the upstream idempotency key', () => {
+  it('is one per job and route: a retried submit is the same request, another route a new one', async () => {
+    const { key, id, prompt } = await started(upstreams['OpenAI video']);
+    const create = openai.requests.find((r) => r.method === 'POST' && r.path === '/v1/videos' && r.form?.prompt === prompt)!;
+    expect(create.headers['idempotency-key']).toBe(`${id}:openai-fake/sora-2`);
+    await getJson(`${base}/api/v1/generations/${id}/cancel`, { method: 'POST', headers: bearer(key) });
+    expect(await closed(id)).toBe('CANCELLED');
   });
 });
