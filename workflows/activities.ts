@@ -2,8 +2,11 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { createContext, type CoreDeps } from '../core/context.ts';
 import type { JobError, StoredOutput } from '../core/generations/job-row.ts';
+import type { RouteTry } from '../core/generations/job-steps.ts';
+import { refusedOnMerits } from '../core/generations/upstream.ts';
 import { createInternalCaller } from '../core/internal/router.ts';
 import { MediaProviderError } from '../core/ports.ts';
+import type { RouteFailure } from './shared.ts';
 
 /**
  * Activities call core's internal steps through its internal router, as the internal caller.
@@ -34,7 +37,8 @@ export function createActivities(deps: CoreDeps) {
     chargeSavedCardForAutoTopUp: (accountId: string, chargeId: string): Promise<string> => core().payments.autoTopUp({ account: accountId, charge: chargeId }),
     // A job's workflow, in order.
     markJobRunning: (id: string) => core().jobs.begin({ id }),
-    submitJobToProvider: (id: string) => providerStep(core().jobs.submit({ id })),
+    // With a route (`provider/model`), one route's try: the history shows which route each submit went to.
+    submitJobToProvider: (id: string, route?: RouteTry) => providerStep(core().jobs.submit({ id, ...(route ? { route } : {}) })),
     askProviderForJobState: (provider: string, handle: string) => providerStep(core().jobs.poll({ provider, handle })),
     copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> =>
       providerStep(heartbeating(() => core().jobs.store({ id, provider, handle }))),
@@ -42,6 +46,8 @@ export function createActivities(deps: CoreDeps) {
     refundAndFailJob: (id: string, error: JobError) => core().jobs.fail({ id, error }),
     refundAndCancelJob: (id: string) => core().jobs.cancel({ id }),
     cancelJobAtProvider: (provider: string, handle: string) => core().jobs.cancelUpstream({ provider, handle }),
+    // From the handle on the job's row, once per handle (the API or the sweep may have asked already); never throws.
+    cancelJobAtProviderOnce: (id: string): Promise<boolean> => core().jobs.cancelUpstreamOf({ id }),
     deliverJobWebhook: (id: string) => core().jobs.deliverWebhook({ id }),
   };
   return {
@@ -66,7 +72,8 @@ export type Activities = ReturnType<typeof createActivities>;
  * A provider's failure as Temporal should treat it (core/ports.ts, MediaProviderError): a
  * refusal fails the step at once, not retried; anything else is retried, after the upstream's
  * Retry-After when it named one. Either way its type is our snake_case code and its message our
- * words, which the workflow makes the job's error once the step has failed for good.
+ * words, which the workflow makes the job's error once the step has failed for good. Its details
+ * say whether it was a refusal on the request's merits, which no other route would change.
  */
 async function providerStep<T>(step: Promise<T>): Promise<T> {
   try {
@@ -79,6 +86,8 @@ async function providerStep<T>(step: Promise<T>): Promise<T> {
       message: cause.message,
       type: cause.code,
       nonRetryable: cause.kind === 'refused',
+      // Whether the model's next route may take the job (workflows/shared.ts, RouteFailure).
+      details: [{ onMerits: refusedOnMerits(cause.code) } satisfies RouteFailure],
       ...(cause.retryAfterMs !== undefined ? { nextRetryDelay: cause.retryAfterMs } : {}),
     });
   }

@@ -15,7 +15,7 @@ import type { JobEnding } from '../core/generations/end-job.ts';
 import type { JobError } from '../core/generations/job-row.ts';
 import type { Activities } from './activities.ts';
 import { generationWorkflowV1, type GenerationWorkflowOptions } from './generation-v1.workflow.ts';
-import { SEARCH_ATTRIBUTES } from './shared.ts';
+import { SEARCH_ATTRIBUTES, type RouteFailure } from './shared.ts';
 import { webhookDeliveryWorkflow } from './webhook.workflow.ts';
 
 // Short start-to-close timeouts: when a worker dies mid-step, Temporal retries the step on
@@ -36,7 +36,8 @@ const ledger = proxyLocalActivities<Activities>({
  * (workflows/activities.ts), so a worker that dies mid-copy is noticed within the heartbeat
  * timeout and the copy retried elsewhere, rather than after the 5 minutes a copy may take.
  */
-const transfer = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry });
+const transferOptions = { startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry } as const;
+const transfer = proxyActivities<Activities>(transferOptions);
 
 /**
  * One media job, its workflow id the job id. The job's reservation was made when it was
@@ -53,6 +54,8 @@ const transfer = proxyActivities<Activities>({ startToCloseTimeout: '5 minutes',
 export async function generationWorkflow(jobId: string, options: GenerationWorkflowOptions = {}): Promise<string> {
   // Runs started before version 2 replay and finish in their own shape.
   if (!patched('closes-with-job')) return generationWorkflowV1(jobId, options);
+  // Runs started before routes replay on the model's one provider, as they were recorded.
+  const routed = patched('routes');
 
   let begun: Awaited<ReturnType<Activities['markJobRunning']>>;
   try {
@@ -65,30 +68,22 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
   if (begun.ended) return closeAs(begun);
   jobStatus('running');
   let ending: JobEnding;
-  let submitted: { provider: string; handle: string } | undefined;
+  const upstream: Upstream = {};
   try {
     if (begun.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
-    const deadline = Date.now() + begun.deadlineSeconds * 1000;
-    submitted = await steps.submitJobToProvider(jobId);
-    const { provider, handle } = submitted;
-    let wait = 250;
-    for (;;) {
-      const state = await steps.askProviderForJobState(provider, handle);
-      if (state.status === 'succeeded') break;
-      if (state.status === 'failed') throw ApplicationFailure.nonRetryable(state.message, state.code ?? 'provider_failed');
-      if (Date.now() + wait > deadline) {
-        throw ApplicationFailure.nonRetryable(`The job did not finish within the model's deadline of ${begun.deadlineSeconds} s.`, 'deadline_exceeded');
-      }
-      await sleep(wait);
-      wait = Math.min(wait * 2, 10_000);
-    }
-    const output = await transfer.copyResultToStorage(jobId, provider, handle);
+    const deadline = { at: Date.now() + begun.deadlineSeconds * 1000, seconds: begun.deadlineSeconds };
+    const output = routed ? await runOnRoutes(jobId, begun.routes, deadline) : await runOnProvider(jobId, deadline, upstream);
     ending = await ledger.chargeAndCompleteJob(jobId, output);
   } catch (err) {
-    if (isCancellation(err)) {
+    if (routed) {
+      // Canceled, or failed with work possibly still going upstream (the deadline passed, a
+      // poll kept failing): ask the provider to stop, from the handle on the job's row. Once per
+      // handle, whoever asks first (the API's cancel may have); never fails.
+      if (!upstreamEnded(err)) await CancellationScope.nonCancellable(() => steps.cancelJobAtProviderOnce(jobId)).catch(() => undefined);
+    } else if (isCancellation(err)) {
       // Canceled through the API: the job is already canceled and refunded; stop the upstream too.
-      const upstream = submitted;
-      if (upstream) await CancellationScope.nonCancellable(() => steps.cancelJobAtProvider(upstream.provider, upstream.handle)).catch(() => undefined);
+      const submitted = upstream.submitted;
+      if (submitted) await CancellationScope.nonCancellable(() => steps.cancelJobAtProvider(submitted.provider, submitted.handle)).catch(() => undefined);
     }
     // A cancel request ends the job canceled and refunded: already done when it came through the
     // API, done here when an operator sent it from the Temporal UI. Each is a no-op on a job
@@ -98,6 +93,83 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
   }
   if (begun.webhook) await startWebhookDelivery(jobId);
   return closeAs(ending);
+}
+
+type Upstream = { submitted?: { provider: string; handle: string } };
+type Deadline = { at: number; seconds: number };
+type StoredOutput = Awaited<ReturnType<Activities['copyResultToStorage']>>;
+
+/**
+ * The job on each of the model's routes in turn (docs/providers.md, "Media routes"), in the
+ * order its first step drew: each route's submit, polls and copy are activities of their own,
+ * their summary naming the route, so the history shows every fallback. A route that fails for
+ * a reason of its own (unreachable, time-out, 5xx, 429, its breaker open, the provider failing
+ * the job) hands the job to the next, after its upstream work is stopped; a refusal on the
+ * request's merits, or the deadline (which covers every route), fails the job at once. Routes
+ * with a next one get 3 attempts per step, the last route the full 8.
+ */
+async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline): Promise<StoredOutput> {
+  if (routes.length === 0) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
+  for (let i = 0; ; i++) {
+    const route = routes[i]!;
+    const fallback = i < routes.length - 1;
+    const on = (step: string) => `${step} on route ${i + 1} of ${routes.length}: ${route}`;
+    const short = { startToCloseTimeout: '30 seconds', retry: fallback ? { ...retry, maximumAttempts: 3 } : retry } as const;
+    if (i > 0 && Date.now() >= deadline.at) throw deadlineExceeded(deadline);
+    try {
+      const { provider, handle } = await steps.submitJobToProvider.executeWithOptions({ ...short, summary: on('submit') }, [jobId, { route, fallback }]);
+      await waitForProvider(provider, handle, deadline, (p, h) => steps.askProviderForJobState.executeWithOptions({ ...short, summary: on('poll') }, [p, h]));
+      return await transfer.copyResultToStorage.executeWithOptions({ ...transferOptions, retry: short.retry, summary: on('copy the result') }, [jobId, provider, handle]);
+    } catch (err) {
+      if (!fallback || !fallsBack(err)) throw err;
+      // The next route starts afresh: stop whatever this one may still be doing (and billing).
+      if (!upstreamEnded(err)) await steps.cancelJobAtProviderOnce(jobId).catch(() => undefined);
+    }
+  }
+}
+
+/** The job on the model's one provider, as workflows started before routes ran it (their histories replay on it). */
+async function runOnProvider(jobId: string, deadline: Deadline, upstream: Upstream): Promise<StoredOutput> {
+  upstream.submitted = await steps.submitJobToProvider(jobId);
+  const { provider, handle } = upstream.submitted;
+  await waitForProvider(provider, handle, deadline, (p, h) => steps.askProviderForJobState(p, h));
+  return transfer.copyResultToStorage(jobId, provider, handle);
+}
+
+/** Polls the upstream, on durable timers from 250 ms doubling to 10 s, until the job is done there, failed, or past the deadline. */
+async function waitForProvider(
+  provider: string,
+  handle: string,
+  deadline: Deadline,
+  poll: (provider: string, handle: string) => ReturnType<Activities['askProviderForJobState']>,
+): Promise<void> {
+  let wait = 250;
+  for (;;) {
+    const state = await poll(provider, handle);
+    if (state.status === 'succeeded') return;
+    if (state.status === 'failed') {
+      const details: RouteFailure[] = [{ onMerits: 'onMerits' in state && state.onMerits === true, upstreamEnded: true }];
+      throw ApplicationFailure.create({ message: state.message, type: state.code ?? 'provider_failed', nonRetryable: true, details });
+    }
+    if (Date.now() + wait > deadline.at) throw deadlineExceeded(deadline);
+    await sleep(wait);
+    wait = Math.min(wait * 2, 10_000);
+  }
+}
+
+const deadlineExceeded = (deadline: Deadline) =>
+  ApplicationFailure.nonRetryable(`The job did not finish within the model's deadline of ${deadline.seconds} s.`, 'deadline_exceeded');
+
+/** The upstream said the job failed there (a poll's answer): nothing to stop. */
+const upstreamEnded = (err: unknown): boolean => err instanceof ApplicationFailure && (err.details?.[0] as RouteFailure | undefined)?.upstreamEnded === true;
+
+/** Whether a route's failure lets the next route try: not a cancel, the deadline, or a refusal on the request's merits. */
+function fallsBack(err: unknown): boolean {
+  if (isCancellation(err)) return false;
+  const failure = err instanceof ActivityFailure ? err.cause : err;
+  if (!(failure instanceof ApplicationFailure)) return true;
+  if (failure.type === 'deadline_exceeded') return false;
+  return (failure.details?.[0] as RouteFailure | undefined)?.onMerits !== true;
 }
 
 /** The job ended: its status on the workflow, then the workflow closes the way the job ended. */

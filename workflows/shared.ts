@@ -28,3 +28,14 @@ export const SEARCH_ATTRIBUTES = {
   /** The job's status as the API shows it: queued, running, succeeded, failed or canceled. */
   jobStatus: keyword('MasJobStatus'),
 } as const;
+
+/**
+ * What a provider step's failure says beside its code (workflows/activities.ts, providerStep):
+ * `onMerits` when the upstream refused the request itself (content policy, invalid input), which
+ * every route would refuse too, so the job fails at once instead of trying the model's next route.
+ */
+export interface RouteFailure {
+  onMerits: boolean;
+  /** The upstream itself said the job failed: nothing runs there any more, nothing to stop. */
+  upstreamEnded?: boolean;
+}

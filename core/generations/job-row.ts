@@ -24,6 +24,13 @@ export interface JobRow {
   webhook_url: string | null;
   /** The Temporal run id of its workflow, once started. */
   workflow_run_id?: string | null;
+  /** The route that took the job (its provider and the model's name there), once submitted. */
+  provider?: string | null;
+  route_model?: string | null;
+  /** The upstream's id of the job: for the operator and the upstream cancel, never the customer. */
+  upstream_handle?: string | null;
+  /** What the job cost upstream, in micro-coins, once it succeeded (null when unknown). */
+  upstream_cost_micro?: string | null;
 }
 
 export interface StoredOutput {
@@ -42,7 +49,7 @@ export interface JobError {
 export const isEnded = (status: string) => status !== 'queued' && status !== 'running';
 
 export async function loadJob(em: EntityManager, id: string): Promise<JobRow> {
-  const [row] = await em.execute<JobRow[]>('select *, price_micro::text, cost_micro::text from generations where id = ?', [id]);
+  const [row] = await em.execute<JobRow[]>('select *, price_micro::text, cost_micro::text, upstream_cost_micro::text from generations where id = ?', [id]);
   if (!row) throw notFound('generation_not_found', `No generation ${id}.`);
   return row;
 }

@@ -2,7 +2,12 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import type { ModelCatalog } from '../catalog/catalog.ts';
 import { CoreError } from '../errors.ts';
 import { readFileBytes } from '../files/read-file.ts';
-import type { Clock, GenerationStarter, InputReader, MediaJobSpec, MediaPollResult, MediaProviderRegistry, ResultStorage, UrlGuard, UrlSigner } from '../ports.ts';
+import type { Logger } from 'pino';
+import { routeOrder } from '../catalog/routes.ts';
+import { routeKey, type MediaRoute } from '../catalog/schema.ts';
+import { MediaProviderError } from '../ports.ts';
+import type { Clock, GenerationStarter, InputReader, MediaJobSpec, MediaPollResult, MediaProviderRegistry, ResultStorage, RouteBreakers, UrlGuard, UrlSigner } from '../ports.ts';
+import { recordUpstreamHandle, throughBreaker } from './upstream.ts';
 import { endingOf } from './end-job.ts';
 import { deleteResult } from './retention.ts';
 import { jobWorkflowStart, loadJob, recordRunId, type JobRow, type StoredOutput } from './job-row.ts';
@@ -20,19 +25,31 @@ export async function beginJob(deps: { catalog: ModelCatalog }, em: EntityManage
   // A model disabled since the job was accepted still runs it.
   const model = await deps.catalog.get(em, job.model_id, { includeDisabled: true }).catch(() => undefined);
   const webhook = job.webhook_url !== null;
-  if (!model || model.type === 'text') return { ended: false as const, missingModel: true as const, deadlineSeconds: 0, webhook };
-  return { ended: false as const, missingModel: false as const, deadlineSeconds: model.deadline_seconds, webhook };
+  if (!model || model.type === 'text') return { ended: false as const, missingModel: true as const, deadlineSeconds: 0, webhook, routes: [] };
+  // The order the workflow tries the routes in, drawn once here (weighted models draw at random): its history keeps it.
+  return { ended: false as const, missingModel: false as const, deadlineSeconds: model.deadline_seconds, webhook, routes: routeOrder(model).map(routeKey) };
 }
 
-async function jobSpec(deps: { catalog: ModelCatalog }, em: EntityManager, id: string): Promise<{ spec: MediaJobSpec; provider: string }> {
+/** The job as its route's provider takes it: the route named (`provider/model`), or the model's first (workflows started before routes). */
+async function jobSpec(deps: { catalog: ModelCatalog }, em: EntityManager, id: string, route?: string): Promise<{ spec: MediaJobSpec; route: MediaRoute }> {
   const job = await loadJob(em, id);
   const model = await deps.catalog.get(em, job.model_id, { includeDisabled: true });
   if (model.type === 'text') throw new CoreError('invalid_request', `The model '${model.id}' is not a media model.`, { reason: 'wrong_model_type' });
+  const chosen = route === undefined ? model.routes[0] : model.routes.find((r) => routeKey(r) === route);
+  // The catalog changed since the job began: the route is gone, the workflow moves on to the next.
+  if (!chosen) throw new MediaProviderError('refused', 'route_unavailable', ROUTE_UNAVAILABLE);
+  // The provider's idempotency key: one per job and route, so that a retry of a route's
+  // submit is the same upstream request, while the next route (perhaps at the same provider,
+  // another model) is a new one, not a reuse of the key with other parameters.
+  const jobId = route === undefined ? id : `${id}:${route}`;
   return {
-    provider: model.provider.name,
-    spec: { jobId: id, model: model.provider.model, type: model.type, prompt: job.prompt, settings: job.settings, inputs: job.inputs },
+    route: chosen,
+    spec: { jobId, model: chosen.model, type: model.type, prompt: job.prompt, settings: job.settings, inputs: job.inputs },
   };
 }
+
+/** What a job says when its last route could not take it (its breaker open, or it left the catalog). */
+const ROUTE_UNAVAILABLE = "None of the model's providers could take the job right now. Nothing was charged.";
 
 function providerOf(media: MediaProviderRegistry, name: string) {
   const provider = media.get(name);
@@ -42,15 +59,41 @@ function providerOf(media: MediaProviderRegistry, name: string) {
 
 export const isFileId = (value: string) => /^file_[0-9A-Za-z]{1,64}$/.test(value);
 
-type SubmitDeps = { catalog: ModelCatalog; media: MediaProviderRegistry; storage: ResultStorage; urlGuard: UrlGuard; signer: UrlSigner; clock: Clock };
+type SubmitDeps = {
+  catalog: ModelCatalog;
+  media: MediaProviderRegistry;
+  routeBreakers: RouteBreakers;
+  logger: Logger;
+  storage: ResultStorage;
+  urlGuard: UrlGuard;
+  signer: UrlSigner;
+  clock: Clock;
+};
 
-export async function submitJob(deps: SubmitDeps, em: EntityManager, id: string): Promise<{ provider: string; handle: string }> {
-  const { spec, provider } = await jobSpec(deps, em, id);
-  return { provider, handle: await providerOf(deps.media, provider).submit(spec, inputReader(deps, em)) };
+/** One route's try of a job: `route` is its `provider/model`; `fallback`, whether another route follows it. */
+export interface RouteTry {
+  route: string;
+  fallback: boolean;
+}
+
+/**
+ * Hands the job to a provider and keeps the handle on the job's row (upstream.ts). With a route
+ * (workflows since routes), the call goes through the route's breaker: an open breaker skips
+ * the route at once when another follows (`route_unavailable`, not retried); the last route is
+ * tried whatever its breaker says, so that the job fails on the provider's own answer.
+ */
+export async function submitJob(deps: SubmitDeps, em: EntityManager, id: string, attempt?: RouteTry): Promise<{ provider: string; handle: string }> {
+  const { spec, route } = await jobSpec(deps, em, id, attempt?.route);
+  const provider = attempt ? deps.media.get(route.provider) : providerOf(deps.media, route.provider);
+  if (!provider) throw new MediaProviderError('refused', 'route_unavailable', ROUTE_UNAVAILABLE);
+  const submit = () => provider.submit(spec, inputReader(deps, em));
+  const handle = attempt ? await throughBreaker(deps.routeBreakers, attempt, submit, ROUTE_UNAVAILABLE) : await submit();
+  await recordUpstreamHandle(deps, em, id, route, handle);
+  return { provider: route.provider, handle };
 }
 
 /** Reads a job's inputs: an uploaded file from storage, a URL through the URL guard. */
-function inputReader(deps: Omit<SubmitDeps, 'catalog' | 'media'>, em: EntityManager): InputReader {
+function inputReader(deps: Omit<SubmitDeps, 'catalog' | 'media' | 'routeBreakers' | 'logger'>, em: EntityManager): InputReader {
   return {
     read: (value) => (isFileId(value) ? readFileBytes(deps, em, value) : deps.urlGuard.fetch(value)),
     url: (value) => (isFileId(value) ? deps.signer.sign(value, new Date(deps.clock().getTime() + 6 * 3_600_000), 'file') : value),
@@ -67,7 +110,7 @@ export async function cancelUpstream(deps: { media: MediaProviderRegistry }, pro
 
 /** Copies the provider's result into our storage; returns where it is. */
 export async function storeJobResult(
-  deps: Omit<SubmitDeps, 'catalog'>,
+  deps: Omit<SubmitDeps, 'catalog' | 'routeBreakers' | 'logger'>,
   em: EntityManager,
   id: string,
   provider: string,

@@ -1,7 +1,9 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { GenerationStarter, JobWorkflowState } from '../ports.ts';
+import type { Logger } from 'pino';
+import type { GenerationStarter, JobWorkflowState, MediaProviderRegistry } from '../ports.ts';
 import { failJob } from './end-job.ts';
 import type { JobError } from './job-row.ts';
+import { cancelJobUpstream } from './upstream.ts';
 
 /** What the job's error says when its workflow closed without ending it, by how it closed. */
 const CAUSES: Record<string, JobError> = {
@@ -28,10 +30,11 @@ export function orphanCause(status: string, workflow: JobWorkflowState): JobErro
  * ends its job before it closes, so a closed workflow with an unfinished job is an orphan; a
  * job that ends meanwhile by itself keeps its own ending (failJob is a no-op then). A job with a
  * webhook gets it delivered, as its workflow would have (once: the delivery has the job's id).
+ * The provider is asked to stop the job's upstream work where it can (upstream.ts).
  * Run by the hold-sweep Temporal Schedule; asks the engine about each unfinished job, a few at
  * a time, in batches ordered by age.
  */
-export async function endOrphanedJobs(deps: { generations: GenerationStarter }, em: EntityManager, batch = 200, parallel = 8): Promise<{ ended: number }> {
+export async function endOrphanedJobs(deps: { generations: GenerationStarter; media: MediaProviderRegistry; logger: Logger }, em: EntityManager, batch = 200, parallel = 8): Promise<{ ended: number }> {
   let ended = 0;
   let after: { created_at: string; id: string } | undefined;
   for (;;) {
@@ -49,6 +52,9 @@ export async function endOrphanedJobs(deps: { generations: GenerationStarter }, 
           const ending = await failJob(em.fork(), row.id, cause);
           if (ending.error?.code !== cause.code) return;
           ended++;
+          // Nothing of the closed workflow will stop the upstream work: ask the provider here
+          // (from the handle on the row, once, best effort: it never holds up the refund above).
+          await cancelJobUpstream(deps, em.fork(), row.id);
           // The workflow that would have sent the job's webhook is gone: its owner still hears of the end.
           if (row.webhook) await deps.generations.deliverWebhook(row.id);
         }),

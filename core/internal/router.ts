@@ -3,6 +3,7 @@ import { refreshAnalytics } from '../admin/analytics/refresh.ts';
 import { cancelJob, completeJob, failJob } from '../generations/end-job.ts';
 import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, storeJobResult, submitJob } from '../generations/job-steps.ts';
 import { endOrphanedJobs } from '../generations/orphans.ts';
+import { cancelJobUpstream, recordUpstreamCost, refusedOnMerits } from '../generations/upstream.ts';
 import { deleteExpiredResults } from '../generations/retention.ts';
 import { sweep } from '../money/sweep.ts';
 import { runAutoTopUp, startAutoTopUpIfLow } from '../payments/auto-top-up.ts';
@@ -22,11 +23,19 @@ const storedOutput = z.object({ key: z.string(), mime_type: z.string(), bytes: z
 export const internalRouter = router({
   jobs: router({
     begin: internalProcedure.input(jobId).mutation(({ ctx, input }) => beginJob(ctx.deps, ctx.em, input.id)),
-    submit: internalProcedure.input(jobId).mutation(({ ctx, input }) => submitJob(ctx.deps, ctx.em, input.id)),
-    poll: internalProcedure.input(upstream).query(({ ctx, input }) => pollJob(ctx.deps, input.provider, input.handle)),
+    /** Hands the job to a route's provider (the model's first when no route is named: workflows from before routes). */
+    submit: internalProcedure
+      .input(jobId.extend({ route: z.object({ route: z.string(), fallback: z.boolean() }).optional() }))
+      .mutation(({ ctx, input }) => submitJob(ctx.deps, ctx.em, input.id, input.route)),
+    /** The upstream's state; a failure says whether it was a refusal on the request's merits (no other route is tried then). */
+    poll: internalProcedure.input(upstream).query(async ({ ctx, input }) => {
+      const state = await pollJob(ctx.deps, input.provider, input.handle);
+      return state.status === 'failed' ? { ...state, onMerits: refusedOnMerits(state.code) } : state;
+    }),
     store: internalProcedure.input(upstream.extend(jobId.shape)).mutation(({ ctx, input }) => storeJobResult(ctx.deps, ctx.em, input.id, input.provider, input.handle)),
     complete: internalProcedure.input(jobId.extend({ output: storedOutput })).mutation(async ({ ctx, input }) => {
       const ending = await completeJob(ctx.deps, ctx.em, input.id, input.output);
+      if (ending.status === 'succeeded') await recordUpstreamCost(ctx.deps, ctx.em, input.id);
       // A settle that leaves the purchased coins under the auto top-up threshold starts one.
       if (ending.status === 'succeeded') {
         const [job] = await ctx.em.execute<{ account_id: string }[]>('select account_id from generations where id = ?', [input.id]);
@@ -40,6 +49,8 @@ export const internalRouter = router({
     /** Cancels and refunds the job: its workflow was asked to cancel (the API did it already, or an operator in the Temporal UI). */
     cancel: internalProcedure.input(jobId).mutation(async ({ ctx, input }) => (await cancelJob(ctx.em, input.id)).ending),
     cancelUpstream: internalProcedure.input(upstream).mutation(({ ctx, input }) => cancelUpstream(ctx.deps, input.provider, input.handle)),
+    /** Asks the provider to stop the job's upstream work, from the handle on its row; once per handle, best effort. */
+    cancelUpstreamOf: internalProcedure.input(jobId).mutation(({ ctx, input }) => cancelJobUpstream(ctx.deps, ctx.em, input.id)),
     deliverWebhook: internalProcedure.input(jobId).mutation(({ ctx, input }) => deliverJobWebhook(ctx.deps, ctx.em, input.id)),
     deleteResult: internalProcedure.input(jobId).mutation(({ ctx, input }) => deleteJobResult(ctx.deps, ctx.em, input.id)),
     /** Starts the workflow of jobs left queued (a crash between accepting a job and starting it). */

@@ -63,6 +63,13 @@ export const Generation = builder.loadableObject('Generation', {
     inputs: t.expose('inputs', { type: 'JSON' }),
     priceCoins: t.expose('price_coins', { type: 'Coins', description: 'Reserved when the job was accepted.' }),
     costCoins: t.expose('cost_coins', { type: 'Coins', nullable: true, description: 'The final charge (captured), once the job has ended.' }),
+    provider: t.exposeString('provider', { nullable: true, description: "The provider of the route that took the job (the catalog's provider name); null before it was submitted." }),
+    routeModel: t.exposeString('route_model', { nullable: true, description: "The model's name at that provider." }),
+    upstreamCostCoins: t.expose('upstream_cost_coins', {
+      type: 'Coins',
+      nullable: true,
+      description: "What the job cost upstream, from the route's cost in the catalog; null until it succeeded, or when the route names no cost.",
+    }),
     error: t.field({ type: GenerationError, nullable: true, resolve: (g) => g.error }),
     output: t.field({ type: GenerationOutput, nullable: true, resolve: (g) => g.output }),
     webhookUrl: t.exposeString('webhook_url', { nullable: true }),

@@ -2,6 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import type { JobRow } from '../../generations/job-row.ts';
 import { generationView } from '../../generations/views.ts';
+import { coinsToJson } from '../../money/coins.ts';
 import type { UrlSigner } from '../../ports.ts';
 import { accountId } from './accounts.ts';
 import { keyId } from './keys.ts';
@@ -26,11 +27,22 @@ export const generationIdsInput = idsInput(generationId);
  * Temporal's UI opens the latest run of a workflow id.
  */
 function view(job: JobRow, signer: UrlSigner) {
-  return { ...generationView(job, signer), account: job.account_id, key: job.key_id, hold_id: job.hold_id, workflow_id: job.id, run_id: job.workflow_run_id ?? null };
+  return {
+    ...generationView(job, signer),
+    account: job.account_id,
+    key: job.key_id,
+    hold_id: job.hold_id,
+    workflow_id: job.id,
+    run_id: job.workflow_run_id ?? null,
+    // The route that took the job and its upstream cost (the upstream's handle stays in the database).
+    provider: job.provider ?? null,
+    route_model: job.route_model ?? null,
+    upstream_cost_coins: job.upstream_cost_micro != null ? coinsToJson(BigInt(job.upstream_cost_micro)) : null,
+  };
 }
 export type AdminGenerationView = ReturnType<typeof view>;
 
-const SELECT = 'select g.*, g.price_micro::text, g.cost_micro::text from generations g';
+const SELECT = 'select g.*, g.price_micro::text, g.cost_micro::text, g.upstream_cost_micro::text from generations g';
 
 /** Jobs of every account (or one), newest first, filtered. */
 export async function listAdminGenerations(deps: { signer: UrlSigner }, em: EntityManager, input: z.output<typeof generationListInput>) {

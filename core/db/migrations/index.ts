@@ -30,6 +30,7 @@ import { Migration20261201000000_auto_top_up } from './Migration20261201000000_a
 import { Migration20261201010000_completion_records } from './Migration20261201010000_completion_records.ts';
 import { Migration20261202000000_routes } from './Migration20261202000000_routes.ts';
 import { Migration20261202010000_route_margin } from './Migration20261202010000_route_margin.ts';
+import { Migration20261202020000_upstream_cancel } from './Migration20261202020000_upstream_cancel.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -65,4 +66,5 @@ export const migrations = [
   { name: 'Migration20261201010000_completion_records', class: Migration20261201010000_completion_records },
   { name: 'Migration20261202000000_routes', class: Migration20261202000000_routes },
   { name: 'Migration20261202010000_route_margin', class: Migration20261202010000_route_margin },
+  { name: 'Migration20261202020000_upstream_cancel', class: Migration20261202020000_upstream_cancel },
 ];
