@@ -29,7 +29,7 @@ export function createActivities(deps: CoreDeps) {
     refreshAnalytics: (): Promise<number> =>
       heartbeating(async () => {
         const done = await core().analytics.refresh();
-        return done.usage_days + done.job_days;
+        return done.usage_days + done.job_days + done.route_days;
       }),
     // The payments-reconcile schedule.
     creditPaymentsTheWebhookMissed: (): Promise<number> => heartbeating(async () => (await core().payments.reconcile()).credited.length),
