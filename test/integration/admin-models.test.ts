@@ -108,6 +108,12 @@ describe('admin.models', () => {
       param: 'model.provider.name',
       reason: 'unknown_provider',
     });
+    // Every route's provider is checked, and named by its place in the list.
+    const { provider: _one, ...routed } = textEntry(`${textId}-bad`);
+    expect(await refusal(internal().admin.models.create({ model: { ...routed, routes: [{ provider: 'local', model: 'echo' }, { provider: 'nowhere', model: 'x' }] } }))).toMatchObject({
+      param: 'model.routes.1.provider',
+      reason: 'unknown_provider',
+    });
     expect(await refusal(internal().admin.models.create({ model: { ...textEntry(`${textId}-bad`), pricing: { input_per_million: '0.000001', output_per_million: 1 } } }))).toMatchObject({
       param: 'model.pricing.input_per_million',
     });

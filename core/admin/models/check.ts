@@ -27,16 +27,22 @@ export function checkEntry(entry: unknown, param: string, apiPricePercent: bigin
 }
 
 /**
- * Providers are the catalog file's, wired at start: a model created at run time names one of
- * them, of the kind its type needs (a chat provider for text, a media provider otherwise).
+ * Providers are the catalog file's, wired at start: a model created at run time names, in each
+ * of its routes, one of them, of the kind its type needs (a chat provider for text, a media
+ * provider otherwise). `entry` is the model as written: a route given as `provider:` is refused
+ * under `provider.name`, one of a `routes` list under its index.
  */
-export function requireProvider(deps: { providers: ProviderRegistry; media: MediaProviderRegistry }, model: ModelDefinition, param: string): void {
-  const found = model.type === 'text' ? deps.providers.get(model.provider.name) : deps.media.get(model.provider.name);
-  if (!found) {
+export function requireProvider(deps: { providers: ProviderRegistry; media: MediaProviderRegistry }, model: ModelDefinition, param: string, entry?: unknown): void {
+  const listed = typeof entry === 'object' && entry !== null && Array.isArray((entry as { routes?: unknown }).routes);
+  const routes: readonly { provider: string }[] = model.routes;
+  routes.forEach((route, i) => {
+    const found = model.type === 'text' ? deps.providers.get(route.provider) : deps.media.get(route.provider);
+    if (found) return;
+    const at = listed ? `${param}.routes.${i}.provider` : `${param}.provider.name`;
     throw invalid(
-      `${param}.provider.name`,
-      `Invalid value for '${param}.provider.name': no ${model.type === 'text' ? 'chat' : 'media'} provider '${model.provider.name}' is configured on this server (the catalog file's providers).`,
+      at,
+      `Invalid value for '${at}': no ${model.type === 'text' ? 'chat' : 'media'} provider '${route.provider}' is configured on this server (the catalog file's providers).`,
       'unknown_provider',
     );
-  }
+  });
 }

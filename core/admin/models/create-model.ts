@@ -19,7 +19,7 @@ export interface ModelCtx {
  */
 export async function createModel(deps: ModelDeps & { providers: ProviderRegistry; media: MediaProviderRegistry }, c: ModelCtx, input: CreateModelInput) {
   const model = checkEntry(input.model, 'model', deps.config.apiPricePercent);
-  requireProvider(deps, model, 'model');
+  requireProvider(deps, model, 'model', input.model);
   const created = await c.em.transactional(async (tx) => {
     const rows = await tx.execute<{ id: string }[]>(
       'insert into models (id, type, definition, disabled_at) values (?, ?, ?::jsonb, ?) on conflict (id) do nothing returning id',

@@ -24,7 +24,7 @@ export async function updateModel(deps: ModelDeps & { providers: ProviderRegistr
       else next[key] = value;
     }
     const model = checkEntry(next, 'changes', deps.config.apiPricePercent);
-    if (!isDeepStrictEqual(row.definition.provider, next.provider)) requireProvider(deps, model, 'changes');
+    if (!isDeepStrictEqual(row.definition.provider, next.provider) || !isDeepStrictEqual(row.definition.routes, next.routes)) requireProvider(deps, model, 'changes', next);
     const problem = scheduleProblem(next, (await liveSchedules(tx, deps.clock(), row.id)).get(row.id) ?? [], deps.config.apiPricePercent);
     if (problem) {
       throw invalid(
