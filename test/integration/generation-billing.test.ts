@@ -277,12 +277,13 @@ describe("the workflow's steps", () => {
 
   it('beginJob: a queued job starts running with its deadline; a job of a disabled model still runs; an ended job is ended', async () => {
     const { id } = await acceptedJob(IMAGE, { webhook_url: 'http://127.0.0.1:9/hook' });
-    expect(await beginJob(base, orm.em.fork(), id)).toEqual({ ended: false, missingModel: false, deadlineSeconds: 120, webhook: true });
+    // The routes in the order the workflow tries them: the model's one provider here.
+    expect(await beginJob(base, orm.em.fork(), id)).toEqual({ ended: false, missingModel: false, deadlineSeconds: 120, webhook: true, routes: ['local/image'] });
     expect((await loadJob(orm.em.fork(), id)).status).toBe('running');
 
     const { id: other } = await acceptedJob();
     await orm.em.fork().execute('update generations set model_id = ? where id = ?', [DISABLED, other]);
-    expect(await beginJob(base, orm.em.fork(), other)).toEqual({ ended: false, missingModel: false, deadlineSeconds: 120, webhook: false });
+    expect(await beginJob(base, orm.em.fork(), other)).toEqual({ ended: false, missingModel: false, deadlineSeconds: 120, webhook: false, routes: ['local/image'] });
 
     await cancelJob(orm.em.fork(), other);
     expect(await beginJob(base, orm.em.fork(), other)).toEqual({ ended: true, status: 'canceled', error: null });
@@ -291,7 +292,7 @@ describe("the workflow's steps", () => {
   it('beginJob: a job whose model is gone, or is a text model, runs as missing its model', async () => {
     const { id } = await acceptedJob();
     await orm.em.fork().execute('update generations set model_id = ? where id = ?', ['test/ok', id]);
-    expect(await beginJob(base, orm.em.fork(), id)).toEqual({ ended: false, missingModel: true, deadlineSeconds: 0, webhook: false });
+    expect(await beginJob(base, orm.em.fork(), id)).toEqual({ ended: false, missingModel: true, deadlineSeconds: 0, webhook: false, routes: [] });
     const { id: gone } = await acceptedJob();
     await orm.em.fork().execute('update generations set model_id = ? where id = ?', ['test/no-such-model', gone]);
     expect(await beginJob(base, orm.em.fork(), gone)).toMatchObject({ ended: false, missingModel: true });
