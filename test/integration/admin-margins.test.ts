@@ -29,9 +29,9 @@ import { refusal } from '../support/refusal.ts';
  * job through Temporal with the local provider, then the route rollup, the core query, the
  * GraphQL `margins` query, LedgerEntry.route and the Margin page, each with exact figures.
  *
- * The route and upstream-cost columns are written by the chat and job paths of other work of
- * issue 33 (core/chat, workflows): here they are set on the written rows with SQL, as those
- * paths will write them, so that these reads are tested whatever those paths do today.
+ * The chat and job paths write the route and upstream-cost columns themselves (checked once
+ * below); the rows are then set with SQL to the mix these reads must handle: a known cost, an
+ * unknown one, a second route, and a row from before routes existed (no route).
  */
 let db: { url: string; drop: () => Promise<void> };
 let orm: MikroORM;
@@ -68,7 +68,7 @@ async function recorded(id: string) {
   await vi.waitFor(async () => expect(await orm.em.fork().execute('select 1 from completion_records where id = ?', [id])).toHaveLength(1), { timeout: 5000, interval: 20 });
 }
 
-/** What the other helpers' paths will write (see the file's comment). */
+/** Sets a row's route and upstream cost (see the file's comment). */
 async function served_by(table: 'completion_records' | 'generations', id: string, provider: string | null, model: string | null, upstreamMicro: bigint | null) {
   await orm.em.fork().execute(`update ${table} set provider = ?, route_model = ?, upstream_cost_micro = ?::bigint where id = ?`, [provider, model, upstreamMicro === null ? null : upstreamMicro.toString(), id]);
 }
@@ -113,6 +113,11 @@ beforeAll(async () => {
   // cost known, and one moved to a past day, served by a second route.
   for (const name of ['routed', 'preRoutes', 'unknownCost', 'past'] as const) ids[name] = await chat(client);
   for (const name of ['routed', 'preRoutes', 'unknownCost', 'past'] as const) await recorded(ids[name]);
+  // The chat path itself records the route that served (the test catalog's one provider, no catalog cost).
+  const [written] = await orm.em.fork().execute('select provider, route_model, upstream_cost_micro from completion_records where id = ?', [ids.routed]);
+  expect(written).toEqual({ provider: 'fake', route_model: 'ok', upstream_cost_micro: null });
+  // A record from before routes existed has no route.
+  await served_by('completion_records', ids.preRoutes, null, null, null);
   await served_by('completion_records', ids.routed, 'fake', 'ok', CHAT_UPSTREAM);
   await served_by('completion_records', ids.unknownCost, 'fake', 'ok', null);
   await served_by('completion_records', ids.past, 'backup', 'ok-too', PAST_UPSTREAM);
