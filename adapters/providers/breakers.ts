@@ -225,8 +225,9 @@ export function createSharedRouteBreakers(options: SharedBreakerOptions): InProc
   const now = options.now ?? Date.now;
   const local = createRouteBreakers(options);
   // ioredis is loaded only when there is a Redis to talk to (as adapters/limits/rate-limiter.ts does).
-  const redis = new (require('ioredis') as typeof import('ioredis')).Redis(options.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
-  redis.on('error', () => undefined); // unreachable: the in-process breakers answer meanwhile
+  const redis = new (require('ioredis') as typeof import('ioredis')).Redis(options.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: 500 });
+  // Unreachable, or slower than half a second (a command times out): the in-process breakers answer meanwhile.
+  redis.on('error', () => undefined);
   const keys = (name: string) => {
     const k = (part: string) => `mas:breaker:{${name}}:${part}`;
     return { failures: k('failures'), open: k('open'), tripped: k('tripped'), probe: k('probe'), wait: k('wait') };
