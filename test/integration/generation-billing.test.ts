@@ -30,6 +30,7 @@ const tag = randomBase62(8);
 const IMAGE = `test/billing-image-${tag}`;
 const DISABLED = `test/billing-disabled-${tag}`;
 const WITH_INPUT = `test/billing-input-${tag}`;
+const ROUTED = `test/billing-routed-${tag}`;
 
 beforeAll(async () => {
   orm = await openTestOrm();
@@ -47,7 +48,7 @@ beforeAll(async () => {
   });
   await seedModels(
     orm.em.fork(),
-    validateCatalog({ providers: TEST_CATALOG.providers, models: [...TEST_CATALOG.models, image(IMAGE), image(DISABLED), image(WITH_INPUT, { inputs: { image: { accepts: ['image'] } } })] }, 50n),
+    validateCatalog({ providers: TEST_CATALOG.providers, models: [...TEST_CATALOG.models, image(IMAGE), image(DISABLED), image(WITH_INPUT, { inputs: { image: { accepts: ['image'] } } }), image(ROUTED, { provider: undefined, routes: [{ provider: 'local', model: 'image' }, { provider: 'local', model: 'image-hd' }] })] }, 50n),
   );
   await orm.em.fork().execute('update models set disabled_at = now() where id = ?', [DISABLED]);
 });
@@ -309,6 +310,27 @@ describe("the workflow's steps", () => {
     const link = new URL(seen.inputs!.url('file_abc123'));
     const signed = new URL(base.signer.sign('file_abc123', new Date(now.getTime() + 6 * 3_600_000), 'file'));
     expect(link.href).toBe(signed.href);
+  });
+
+  it("submitJob on a route: the route's model, an idempotency key per job and route; a route gone from the catalog or a provider not configured is route_unavailable", async () => {
+    const { media, seen } = fakeMedia();
+    const { id } = await acceptedJob(ROUTED);
+    expect(await submitJob({ ...base, media }, orm.em.fork(), id, { route: 'local/image-hd', fallback: false })).toEqual({ provider: 'local', handle: 'handle-1' });
+    expect(seen.spec).toMatchObject({ jobId: `${id}:local/image-hd`, model: 'image-hd' });
+    expect(await orm.em.fork().execute('select provider, route_model, upstream_handle from generations where id = ?', [id])).toEqual([
+      { provider: 'local', route_model: 'image-hd', upstream_handle: 'handle-1' },
+    ]);
+    expect(await submitJob({ ...base, media }, orm.em.fork(), id, { route: 'local/image', fallback: true })).toEqual({ provider: 'local', handle: 'handle-1' });
+    expect(seen.spec).toMatchObject({ jobId: `${id}:local/image`, model: 'image' });
+    // Without a route (a workflow started before routes): the first route, keyed by the job alone.
+    await submitJob({ ...base, media }, orm.em.fork(), id);
+    expect(seen.spec).toMatchObject({ jobId: id, model: 'image' });
+    for (const [deps, route] of [
+      [{ ...base, media }, 'local/gone'],
+      [{ ...base, media: { get: () => undefined } }, 'local/image'],
+    ] as const) {
+      await expect(submitJob(deps, orm.em.fork(), id, { route, fallback: true })).rejects.toMatchObject({ kind: 'refused', code: 'route_unavailable' });
+    }
   });
 
   it('submitJob: a job of a text model is refused; a provider not configured is unavailable', async () => {

