@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { ProviderError } from '../../core/ports.ts';
+import { retryAfterMs } from './media/upstream-limits.ts';
 
 /**
  * Anthropic's errors (`{type: 'error', error: {type, message}}`, docs/providers.md,
@@ -20,7 +21,7 @@ export function anthropicHttpError(status: number, headers: IncomingHttpHeaders,
     return new ProviderError('refused', why, status, { code: 'invalid_input' });
   }
   if (status === 429) {
-    return new ProviderError('failed', 'Anthropic is rate limiting our requests', status, { retryAfterMs: retryAfterMs(header(headers, 'retry-after')) });
+    return new ProviderError('failed', 'Anthropic is rate limiting our requests', status, { retryAfterMs: retryAfterMs(webHeaders(headers)) });
   }
   if (status === 529 || type === 'overloaded_error') return new ProviderError('failed', 'Anthropic is overloaded', status);
   if (status === 401 || status === 403) return new ProviderError('failed', 'Anthropic did not accept our key', status);
@@ -58,11 +59,9 @@ function header(headers: IncomingHttpHeaders, name: string): string | undefined 
   return Array.isArray(value) ? value[0] : value;
 }
 
-/** `retry-after` in seconds, or an HTTP date. */
-export function retryAfterMs(value: string | undefined): number | undefined {
-  if (value === undefined || value.trim() === '') return undefined;
-  const seconds = Number(value);
-  if (Number.isFinite(seconds)) return seconds >= 0 ? Math.round(seconds * 1000) : undefined;
-  const at = Date.parse(value);
-  return Number.isNaN(at) ? undefined : Math.max(0, at - Date.now());
+/** Node's header object as the web `Headers` the shared Retry-After reader takes (`retry-after`, `retry-after-ms`, capped at 10 minutes). */
+function webHeaders(raw: IncomingHttpHeaders): Headers {
+  const headers = new Headers();
+  for (const [k, v] of Object.entries(raw)) if (typeof v === 'string') headers.set(k, v);
+  return headers;
 }
