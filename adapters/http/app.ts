@@ -83,11 +83,14 @@ export function createHttpApp(opts: HttpAppOptions): Express {
     if (isDraining()) res.setHeader('Connection', 'close');
     next();
   });
-  // Security headers, with a CSP that allows no inline script; pages may not be framed.
+  // Security headers, with a CSP that allows no inline script and no inline style (every style is
+  // in /assets/app.css or Swagger UI's own file), no style from other sites, and pages that may not
+  // be framed: frame-ancestors 'none', and X-Frame-Options DENY, its equal, for older browsers.
   const https = opts.publicBaseUrl.startsWith('https:');
   app.use(
     helmet({
-      contentSecurityPolicy: { directives: { 'frame-ancestors': ["'none'"], 'upgrade-insecure-requests': https ? [] : null } },
+      contentSecurityPolicy: { directives: { 'frame-ancestors': ["'none'"], 'style-src': ["'self'"], 'upgrade-insecure-requests': https ? [] : null } },
+      xFrameOptions: { action: 'deny' },
       strictTransportSecurity: https,
       // same-origin: no referrer leaves the site; with no-referrer, browsers send 'Origin: null' on our own forms.
       referrerPolicy: { policy: 'same-origin' },

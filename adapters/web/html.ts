@@ -71,7 +71,7 @@ export function page(opts: PageOptions, body: Html): string {
       ? html`<nav>${nav.map(([href, label]) => html`<a href="${href}"${opts.nav!.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
     <form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
       <input type="hidden" name="_csrf" value="${opts.nav.csrf}">
-      <span>${opts.nav.email}</span> <button type="submit">Sign out</button>
+      <span title="${opts.nav.email}">${opts.nav.email}</span> <button type="submit">Sign out</button>
     </form>`
       : ''}
   </header>

@@ -44,6 +44,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   };
   type Me = Awaited<ReturnType<ReturnType<typeof core>['accounts']['me']>>;
   const signedIn = (fn: (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me) => Promise<void>): RequestHandler => async (req, res) => {
+    // A signed-in page is private: never stored, so Back after signing out cannot show it.
+    res.setHeader('Cache-Control', 'no-store');
     try {
       const me = await core(req).accounts.me();
       await fn(req, res, { email: me.email, csrf: kit.csrfToken(req, res) }, me);

@@ -1,0 +1,142 @@
+import { randomBytes } from 'node:crypto';
+import AxeBuilder from '@axe-core/playwright';
+import type { MikroORM } from '@mikro-orm/postgresql';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createContext, type CoreDeps } from '../../core/context.ts';
+import { createCaller } from '../../core/router.ts';
+import { makeAppConnection } from '../support/apps.ts';
+import { artifactPath, launchChromium } from '../support/browser.ts';
+import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { createTestApp, serve } from '../support/http.ts';
+
+/**
+ * Every account, admin and public page in a real Chromium, at a phone's width (390×844) and a
+ * laptop's (1280×800), with a realistic amount of data (ten keys, long error texts, long ids):
+ *   - the page is no wider than the window (document.documentElement.scrollWidth);
+ *   - axe-core finds no serious or critical accessibility violation (WCAG 2 A and AA rules);
+ * and a screenshot of each goes to test/artifacts/walk/.
+ */
+let orm: MikroORM;
+let deps: CoreDeps;
+let served: Awaited<ReturnType<typeof serve>>;
+let browser: Browser;
+const internal = () => createCaller(createContext(deps, { kind: 'internal' }));
+
+const VIEWPORTS = [
+  { name: '390', width: 390, height: 844 },
+  { name: '1280', width: 1280, height: 800 },
+] as const;
+
+let accountId = '';
+let keyId = '';
+let adminToken = '';
+beforeAll(async () => {
+  orm = await openTestOrm();
+  deps = testDeps(orm);
+  served = await serve(createTestApp({ deps }));
+  browser = await launchChromium();
+
+  // A person with a long e-mail, money, nine keys and an app's key, history and failed jobs with long errors.
+  const account = await makeAccount(orm, { coins: '1234.5' });
+  accountId = account.id;
+  await orm.em.fork().execute('update accounts set email = ? where id = ?', [`a.rather.long.name.for.testing.${randomBytes(3).toString('hex')}@example-company-domain.test`, accountId]);
+  for (let i = 0; i < 8; i++) await makeKey(orm, accountId, `key number ${i} for a service with a long name`);
+  keyId = (await makeKey(orm, accountId, 'laptop')).id;
+  await makeAppConnection(orm, accountId, { name: 'A research agent with a long name', capMicro: 50_000_000n });
+  for (let i = 0; i < 3; i++) await makeFailedJob(accountId, keyId);
+  const admin = await internal().admin.users.create({ email: uniqueEmail('walk-admin'), role: 'operator' });
+  adminToken = admin.login_token;
+});
+afterAll(async () => {
+  await browser?.close();
+  await served?.close();
+  await orm?.close();
+});
+
+async function makeFailedJob(owner: string, key: string) {
+  const id = `gen_${randomBytes(12).toString('hex')}`;
+  const hold = `hold_${randomBytes(12).toString('hex')}`;
+  const em = orm.em.fork();
+  await em.execute(
+    `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
+     values (?, ?, 2000000, 0, 2000000, 'released', 0, ?, now() + interval '1 hour', now())`,
+    [hold, owner, id],
+  );
+  const message = `The provider failed: upstream answered 503 Service Unavailable with a long body that goes on ${'and on '.repeat(30)}until the end.`;
+  await em.execute(
+    `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, cost_micro, hold_id, error, completed_at)
+     values (?, ?, ?, 'mas/image-demo', 'failed', 'a lighthouse', '{}', '{}', 2000000, 0, ?, ?::jsonb, now())`,
+    [id, owner, key, hold, JSON.stringify({ message, code: 'upstream_error' })],
+  );
+  return id;
+}
+
+interface Finding {
+  page: string;
+  viewport: string;
+  scrollWidth: number;
+  width: number;
+  violations: string[];
+}
+
+/** Opens each path in a fresh page of `context` at each viewport, and measures it. */
+async function walk(context: BrowserContext, area: string, paths: string[]): Promise<Finding[]> {
+  const findings: Finding[] = [];
+  for (const viewport of VIEWPORTS) {
+    const page: Page = await context.newPage();
+    await page.setViewportSize({ width: viewport.width, height: viewport.height });
+    for (const path of paths) {
+      const res = await page.goto(`${served.base}${path}`);
+      expect(res?.status(), `${path} answers`).toBeLessThan(500);
+      const { scrollWidth, width } = await page.evaluate(() => ({ scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth }));
+      const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']).analyze();
+      const violations = axe.violations
+        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+        .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
+      const name = `${area}${path.replace(/\b(acct|key|gen)_\w+/g, '$1').replace(/[^\w]+/g, '-').replace(/-+$/, '')}-${viewport.name}.png`;
+      await page.screenshot({ path: await artifactPath(`walk/${name}`), fullPage: true });
+      findings.push({ page: path, viewport: viewport.name, scrollWidth, width, violations });
+    }
+    await page.close();
+  }
+  return findings;
+}
+
+const tooWide = (f: Finding[]) => f.filter((x) => x.scrollWidth > x.width).map((x) => `${x.page} at ${x.viewport}: ${x.scrollWidth} px`);
+const inaccessible = (f: Finding[]) => f.filter((x) => x.violations.length > 0).map((x) => `${x.page} at ${x.viewport}: ${x.violations.join('; ')}`);
+
+describe('every page fits a phone and a laptop, and passes axe', () => {
+  it('signed-out pages', async () => {
+    const context = await browser.newContext();
+    const findings = await walk(context, 'public', ['/login', '/signup', '/login/link?token=x', '/admin/login', '/no-such-page']);
+    await context.close();
+    expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
+  });
+
+  it('account pages', async () => {
+    const context = await browser.newContext();
+    const link = await internal().accounts.loginLink({ account: accountId });
+    const page = await context.newPage();
+    await page.goto(`${served.base}/login/link?token=${encodeURIComponent(link.token)}`);
+    await page.getByRole('button', { name: /Sign in|Continue/ }).click();
+    await page.waitForURL(/\/account$/);
+    await page.close();
+    const findings = await walk(context, 'account', ['/account', '/account/keys', `/account/keys/${keyId}/revoke`, '/account/apps', '/account/usage']);
+    await context.close();
+    expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
+  });
+
+  it('admin pages', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await page.goto(`${served.base}/admin/login/link?token=${encodeURIComponent(adminToken)}`);
+    await page.getByLabel(/Choose a password/).fill('a long admin passphrase 2026');
+    await page.getByRole('button', { name: 'Continue' }).click();
+    await page.waitForURL(/\/admin$/);
+    await page.close();
+    const findings = await walk(context, 'admin', ['/admin', '/admin/accounts', `/admin/accounts/${accountId}`, '/admin/jobs', '/admin/audit', '/admin/margin']);
+    await context.close();
+    expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
+  });
+});
