@@ -89,7 +89,7 @@ async function walk(context: BrowserContext, area: string, paths: string[]): Pro
     for (const path of paths) {
       const res = await page.goto(`${served.base}${path}`);
       expect(res?.status(), `${path} answers`).toBeLessThan(500);
-      const { scrollWidth, width } = await page.evaluate(() => ({ scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth }));
+      const { scrollWidth, width } = (await page.evaluate('({ scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth })')) as { scrollWidth: number; width: number };
       const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']).analyze();
       const violations = axe.violations
         .filter((v) => v.impact === 'serious' || v.impact === 'critical')
