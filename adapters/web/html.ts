@@ -52,6 +52,31 @@ const ADMIN_NAV = [
   ['/admin/audit', 'Audit log'],
 ] as const;
 
+/**
+ * Every table of a page in a box of its own that scrolls sideways when the table is wider than
+ * the window, so that a page never does (a phone is 390 px wide). The box can take focus, to be
+ * scrolled by keyboard, and is a region named after the section's heading. A table the page
+ * already put in such a box is left as it is. Values are escaped before they get here, so `<table`
+ * is always markup.
+ */
+export function wrapTables(body: string, fallbackLabel: string): string {
+  let out = '';
+  let last = 0;
+  let heading = fallbackLabel;
+  const tags = /<h[1-3][^>]*>([\s\S]*?)<\/h[1-3]>|<table\b[\s\S]*?<\/table>/g;
+  for (let m = tags.exec(body); m; m = tags.exec(body)) {
+    if (m[1] !== undefined) {
+      heading = m[1].replace(/<[^>]+>/g, '').trim() || fallbackLabel;
+      continue;
+    }
+    const before = body.slice(last, m.index);
+    out += before;
+    out += /<div class="table-wrap"[^>]*>\s*$/.test(before) ? m[0] : `<div class="table-wrap" role="region" tabindex="0" aria-label="${heading}">${m[0]}</div>`;
+    last = m.index + m[0].length;
+  }
+  return out + body.slice(last);
+}
+
 export function page(opts: PageOptions, body: Html): string {
   const admin = opts.area === 'admin';
   const nav = admin ? ADMIN_NAV : NAV;
@@ -77,7 +102,7 @@ export function page(opts: PageOptions, body: Html): string {
   </header>
   <main>
     <h1>${opts.title}</h1>
-    ${body}
+    ${new Html(wrapTables(body.value, escape(opts.title)))}
   </main>
   <script src="/assets/copy.js"></script>
 </body>
