@@ -73,8 +73,8 @@ export default tseslint.config(
     ...tseslint.configs.disableTypeChecked,
   },
   {
-    // The pages' one script runs in the browser.
+    // The pages' scripts run in the browser.
     files: ['adapters/web/assets/*.js'],
-    languageOptions: { globals: { document: 'readonly', navigator: 'readonly' } },
+    languageOptions: { globals: { document: 'readonly', navigator: 'readonly', fetch: 'readonly', location: 'readonly', DOMParser: 'readonly', setTimeout: 'readonly' } },
   },
 );

@@ -33,8 +33,12 @@ export interface PageOptions {
   nav?: { email: string; csrf: string; current: string } | undefined;
   /** Which site's navigation: the account pages' (default) or the admin pages'. */
   area?: 'account' | 'admin';
-  /** Reload the page every so many seconds, with no script (a page waiting for something to land). */
-  refreshSeconds?: number | undefined;
+  /**
+   * A page waiting for something to land: /assets/wait.js asks for it again every so many seconds
+   * and shows the answer in place once it no longer waits. Not a meta refresh, which reloads the
+   * page under a screen reader's feet (WCAG 2.2.1; axe's meta-refresh rule).
+   */
+  pollSeconds?: number | undefined;
 }
 
 const NAV = [
@@ -85,7 +89,6 @@ export function page(opts: PageOptions, body: Html): string {
 <head>
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
-  ${opts.refreshSeconds ? html`<meta http-equiv="refresh" content="${opts.refreshSeconds}">` : ''}
   <title>${opts.title} · Model Access Service${admin ? ' admin' : ''}</title>
   <link rel="stylesheet" href="/assets/app.css">
 </head>
@@ -100,11 +103,12 @@ export function page(opts: PageOptions, body: Html): string {
     </form>`
       : ''}
   </header>
-  <main>
+  <main${opts.pollSeconds ? html` data-poll-seconds="${opts.pollSeconds}"` : ''}>
     <h1>${opts.title}</h1>
     ${new Html(wrapTables(body.value, escape(opts.title)))}
   </main>
   <script src="/assets/copy.js"></script>
+  ${opts.pollSeconds ? html`<script src="/assets/wait.js"></script>` : ''}
 </body>
 </html>`.value;
 }

@@ -2,7 +2,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
-import { artifactPath, launchChromium } from '../support/browser.ts';
+import { launchChromium, shotAndInspect } from '../support/browser.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { makeAccount, makeKey, uniqueEmail } from '../support/db.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
@@ -28,7 +28,7 @@ const email = uniqueEmail('pages');
 let password = 'correct horse battery staple 42';
 const newPassword = 'another long passphrase 2027';
 const api = (path: string, key: string) => fetch(`${h.base}/api/v1${path}`, { headers: { authorization: `Bearer ${key}` } });
-const shot = async (name: string) => page.screenshot({ path: await artifactPath(name), fullPage: true });
+const shot = (name: string) => shotAndInspect(page, name);
 
 describe('the account pages', () => {
   let key = '';

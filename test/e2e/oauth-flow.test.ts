@@ -13,7 +13,7 @@ import { loadCatalogFile } from '../../config/catalog.ts';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
-import { artifactPath, launchChromium } from '../support/browser.ts';
+import { launchChromium, shotAndInspect } from '../support/browser.ts';
 import { TEST_CATALOG } from '../support/catalog.ts';
 import { makeAccount, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp } from '../support/http.ts';
@@ -103,7 +103,7 @@ const connect = async (provider: OAuthClientProvider) => {
   return { client, transport };
 };
 const textOf = (r: CallToolResult) => r.content.flatMap((c) => (c.type === 'text' ? [c.text] : [])).join('\n');
-const shot = async (name: string) => page.screenshot({ path: await artifactPath(name), fullPage: true });
+const shot = (name: string) => shotAndInspect(page, name);
 
 describe('an MCP client connects with OAuth: sign in, Allow, no key copied', () => {
   const email = uniqueEmail('oauth');

@@ -1,12 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import AxeBuilder from '@axe-core/playwright';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { makeAppConnection } from '../support/apps.ts';
-import { artifactPath, launchChromium } from '../support/browser.ts';
+import { artifactPath, inspectPage, launchChromium } from '../support/browser.ts';
 import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp, serve } from '../support/http.ts';
 
@@ -89,11 +88,7 @@ async function walk(context: BrowserContext, area: string, paths: string[]): Pro
     for (const path of paths) {
       const res = await page.goto(`${served.base}${path}`);
       expect(res?.status(), `${path} answers`).toBeLessThan(500);
-      const { scrollWidth, width } = (await page.evaluate('({ scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth })')) as { scrollWidth: number; width: number };
-      const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']).analyze();
-      const violations = axe.violations
-        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-        .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
+      const { scrollWidth, width, violations } = await inspectPage(page);
       const name = `${area}${path.replace(/\b(acct|key|gen)_\w+/g, '$1').replace(/[^\w]+/g, '-').replace(/-+$/, '')}-${viewport.name}.png`;
       await page.screenshot({ path: await artifactPath(`walk/${name}`), fullPage: true });
       findings.push({ page: path, viewport: viewport.name, scrollWidth, width, violations });

@@ -9,7 +9,7 @@ import type { RunningStripeMock } from '../../adapters/embedded/stripe-mock.ts';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import type { CheckoutLink, TopUpCheckoutRequest } from '../../core/ports.ts';
-import { artifactPath, launchChromium } from '../support/browser.ts';
+import { launchChromium, shotAndInspect } from '../support/browser.ts';
 import { TEST_CATALOG } from '../support/catalog.ts';
 import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp } from '../support/http.ts';
@@ -78,7 +78,7 @@ afterAll(async () => {
   await orm?.close();
 });
 
-const shot = async (page: Page, name: string) => page.screenshot({ path: await artifactPath(name), fullPage: true });
+const shot = (page: Page, name: string) => shotAndInspect(page, name);
 
 async function signUp(context: BrowserContext, base: string): Promise<Page> {
   const page = await context.newPage();
@@ -180,15 +180,16 @@ describe('Add credits, with payments on', () => {
     // Stripe would send the person back here; nothing is credited until the webhook.
     await page.goto(`${on.base}/account/credits/success?session_id=${link.id}`);
     await expect(page.getByRole('status').textContent()).resolves.toMatch(/^Payment received, crediting…/);
-    await expect(page.locator('meta[http-equiv="refresh"]').getAttribute('content')).resolves.toBe('2');
+    await expect(page.locator('main').getAttribute('data-poll-seconds')).resolves.toBe('2');
+    await expect(page.locator('meta[http-equiv="refresh"]').count()).resolves.toBe(0);
     await shot(page, 'payments-success-waiting-1280.png');
     await page.reload();
     await expect(page.getByRole('status').textContent()).resolves.toMatch(/^Payment received, crediting…/);
 
     await deliverCompleted(on.base, link, request.accountId, 1234);
-    // The page refreshes itself (every 2 s, no script) until the credit shows.
+    // The page asks again every 2 s (wait.js) and shows the credit in place; with no script, its link does.
     await page.getByText('12,340 coins were added to your account for 12.34 USD.').waitFor({ timeout: 15_000 });
-    await expect(page.locator('meta[http-equiv="refresh"]').count()).resolves.toBe(0);
+    await expect(page.locator('main').getAttribute('data-poll-seconds')).resolves.toBe(null);
     await shot(page, 'payments-success-credited-1280.png');
 
     await page.goto(`${on.base}/account`);

@@ -1,7 +1,9 @@
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { chromium, type Browser } from 'playwright-core';
+import AxeBuilder from '@axe-core/playwright';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { expect } from 'vitest';
 import { ROOT } from './process.ts';
 
 /**
@@ -24,4 +26,32 @@ export async function artifactPath(name: string): Promise<string> {
   const dir = path.join(ROOT, 'test', 'artifacts');
   await fs.mkdir(dir, { recursive: true });
   return path.join(dir, name);
+}
+
+/** What a look at one page found: its width against the window's, and axe-core's serious or critical violations. */
+export interface PageFindings {
+  scrollWidth: number;
+  width: number;
+  violations: string[];
+}
+
+/**
+ * Measures the page now shown (issue 34): `document.documentElement.scrollWidth` against the
+ * window's width, and axe-core's WCAG 2.1 A and AA rules, keeping the serious and critical
+ * violations (each with up to three of its elements).
+ */
+export async function inspectPage(page: Page): Promise<PageFindings> {
+  const { scrollWidth, width } = (await page.evaluate('({ scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth })')) as { scrollWidth: number; width: number };
+  const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']).analyze();
+  const violations = axe.violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
+  return { scrollWidth, width, violations };
+}
+
+/** A screenshot to test/artifacts/`name`, and the page fits its window and passes axe (for the browser tests' screenshots). */
+export async function shotAndInspect(page: Page, name: string): Promise<void> {
+  await page.screenshot({ path: await artifactPath(name), fullPage: true });
+  const found = await inspectPage(page);
+  expect({ page: name, tooWide: found.scrollWidth > found.width ? `${found.scrollWidth} px in ${found.width}` : null, violations: found.violations }).toEqual({ page: name, tooWide: null, violations: [] });
 }

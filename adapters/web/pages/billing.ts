@@ -144,8 +144,8 @@ ${a.enabled
 export function topUpSuccessPage(nav: Nav, status: z.infer<typeof topUpStatusSchema>): string {
   if (!status.credited) {
     return page(
-      { title: 'Payment received', nav: { ...nav, current: '/account' }, refreshSeconds: 2 },
-      html`<p class="info" role="status">Payment received, crediting… This page refreshes by itself until Stripe confirms the payment, usually within seconds.</p>
+      { title: 'Payment received', nav: { ...nav, current: '/account' }, pollSeconds: 2 },
+      html`<p class="info" role="status">Payment received, crediting… This page updates by itself when Stripe confirms the payment, usually within seconds.</p>
 <p><a href="/account/credits/success?session_id=${status.session_id}">Refresh now</a> · <a href="/account">Back to your account</a></p>`,
     );
   }
