@@ -51,6 +51,7 @@ const ADMIN_NAV = [
   ['/admin/models', 'Models'],
   ['/admin/margin', 'Margin'],
   ['/admin/audit', 'Audit log'],
+  ['/admin/admins', 'Admins'],
 ] as const;
 
 export function page(opts: PageOptions, body: Html): string {

@@ -319,6 +319,31 @@ describe('the models pages', () => {
   });
 });
 
+describe('the admins page', () => {
+  it('creates an admin with a reason and a confirmation, shows their one-time link once, and audits it', async () => {
+    const email = uniqueEmail('newadmin');
+    await page.goto(`${served.base}/admin`);
+    await page.getByRole('link', { name: 'Admins' }).click();
+    const form = page.locator('#create-admin');
+    await form.getByLabel('Email').fill(email);
+    await form.getByRole('combobox', { name: 'Role' }).selectOption('viewer');
+    await confirm(form, reasonOf('new support colleague'), 'Create admin');
+    const link = await page.locator('#admin-link').textContent();
+    expect(link).toMatch(/^\/admin\/login\/link\?token=mas_/);
+    expect(await page.locator('#admins tr', { hasText: email }).textContent()).toMatch(/viewer.*link not used yet/);
+    // Shown once: the page again has no link.
+    await page.goto(`${served.base}/admin/admins`);
+    expect(await page.locator('#admin-link').count()).toBe(0);
+    // The link signs the new admin in (another browser).
+    const other = new CookieBrowser(served.base);
+    const linkPage = await (await other.fetch(link!)).text();
+    const token = new URL(link!, served.base).searchParams.get('token')!;
+    expect((await other.post('/admin/login/link', { _csrf: csrfOf(linkPage)!, token, new_password: 'a long new admin passphrase' })).status).toBe(303);
+    const rows = await auditRows();
+    expect(rows.some((r) => r.includes('admin_user.create') && r.includes(reasonOf('new support colleague')))).toBe(true);
+  });
+});
+
 describe('the job search', () => {
   it('finds an account’s failed jobs by e-mail, 25 a page, and pages on with the cursor', async () => {
     await page.goto(`${served.base}/admin/jobs`);
@@ -381,13 +406,13 @@ describe('a viewer', () => {
   });
 
   it('sees no action form and no action link on any page, and is told why', async () => {
-    for (const path of [`/admin/accounts/${accountId}`, `/admin/jobs/${succeededJob}`, `/admin/jobs/${runningJob}`, `/admin/models/${encodeURIComponent(MODEL)}`, '/admin/models']) {
+    for (const path of [`/admin/accounts/${accountId}`, `/admin/jobs/${succeededJob}`, `/admin/jobs/${runningJob}`, `/admin/models/${encodeURIComponent(MODEL)}`, '/admin/models', '/admin/admins']) {
       const res = await viewer.fetch(path);
       expect(res.status, path).toBe(200);
       const body = await res.text();
       const forms = [...body.matchAll(/<form method="post" action="([^"]+)"/g)].map((m) => m[1]);
       expect(forms, path).toEqual(['/admin/logout']);
-      expect(body, path).not.toMatch(/Revoke key|Disable the account|Adjust balance|Cancel job|Refund job|Save model/);
+      expect(body, path).not.toMatch(/Revoke key|Disable the account|Adjust balance|Cancel job|Refund job|Save model|Create admin/);
       expect(body, path).toContain(VIEWER_REFUSAL);
     }
   });
@@ -402,6 +427,7 @@ describe('a viewer', () => {
       [`/admin/accounts/${accountId}/disable`, {}],
       [`/admin/jobs/${failedJob}/refund`, {}],
       [`/admin/models/${encodeURIComponent(MODEL)}/disable`, {}],
+      ['/admin/admins', { email: uniqueEmail('byviewer'), role: 'operator' }],
     ] as const) {
       const res = await viewer.post(path, { _csrf: csrfOf(html)!, reason: 'should not happen', confirm: 'yes', ...fields });
       expect(res.status, path).toBe(403);
@@ -425,6 +451,7 @@ describe('no admin page is wider than the screen', () => {
     ['margin', '/admin/margin'],
     ['models', '/admin/models'],
     ['model', `/admin/models/${encodeURIComponent(MODEL)}`],
+    ['admins', '/admin/admins'],
   ];
   for (const [width, height] of [
     [390, 844],
