@@ -158,7 +158,7 @@ ${keys.map(
     k.revokedAt
       ? html`revoked ${when(k.revokedAt)}`
       : act
-        ? html`active · <a href="/admin/accounts/${encodeURIComponent(accountId)}/keys/${encodeURIComponent(k.id)}/revoke">Revoke key ${k.name}</a>`
+        ? html`active · <a href="/admin/accounts/${encodeURIComponent(accountId)}/keys/${encodeURIComponent(k.id)}/revoke">Revoke key ${k.name} <span class="hint">(${k.prefix}…)</span></a>`
         : 'active'
   }</td></tr>`,
 )}
@@ -174,7 +174,7 @@ ${apps.map(
     a.revokedAt
       ? html`revoked ${when(a.revokedAt)}`
       : act
-        ? html`active · <a href="/admin/accounts/${encodeURIComponent(accountId)}/apps/${encodeURIComponent(a.id)}/revoke">Revoke app ${a.name}</a>`
+        ? html`active · <a href="/admin/accounts/${encodeURIComponent(accountId)}/apps/${encodeURIComponent(a.id)}/revoke">Revoke app ${a.name} <span class="hint">(${a.redirectHost})</span></a>`
         : 'active'
   }</td></tr>`,
 )}
