@@ -138,10 +138,20 @@ const envSchema = z
     DATA_DIR: path.resolve(env.DATA_DIR),
     CATALOG_FILE: path.resolve(env.CATALOG_FILE),
     PLANS_FILE: path.resolve(env.PLANS_FILE),
-    PUBLIC_BASE_URL: (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, ''),
+    PUBLIC_BASE_URL: publicBaseUrl(env),
   }));
 
 export type Env = z.output<typeof envSchema>;
+
+/**
+ * Where the pages and the API are reached from outside: PUBLIC_BASE_URL, else
+ * http://localhost:$PORT. The one resolution of it: the server's links (the demo account's,
+ * the API's) and the CLI's (`mas account login-link`, `mas admin create`) both come from here,
+ * through loadEnv, so the CLI run with the server's environment prints the server's address.
+ */
+export function publicBaseUrl(env: { PUBLIC_BASE_URL?: string | undefined; PORT: number }): string {
+  return (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, '');
+}
 
 export class ConfigError extends Error {}
 

@@ -99,7 +99,7 @@ export async function startService(
       oauthAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, windowLimiter: (w) => deps.limiters.window(w) }),
       lazyAdapter('/admin/graphql', async () => (await import('../adapters/graphql/graphql.ts')).graphqlAdapter(deps, { logger, uiUrl: temporal.uiUrl, namespace: temporal.namespace })),
       // The admin pages (/admin), after the admin API's /admin/graphql and before the account pages.
-      lazyAdapter('/admin', async () => (await import('../adapters/web/admin/admin.ts')).adminPagesAdapter(deps, { kit, logger, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } })),
+      lazyAdapter('/admin', async () => (await import('../adapters/web/admin/admin.ts')).adminPagesAdapter(deps, { kit, logger, publicBaseUrl: env.PUBLIC_BASE_URL, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } })),
       // The account pages at the root, last: they answer every path no other adapter has.
       webAdapter(deps, { kit, logger }),
     ],

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { revokeAnyKey, revokeKeyInput } from './admin/actions/actions.ts';
-import { audited } from './admin/audit.ts';
+import { audited, reasonSchema } from './admin/audit.ts';
 import { adminRouter } from './admin/router.ts';
 import { appConnectionIdInput, listAppConnections, revokeAppConnection } from './apps/connections.ts';
 import { accountOverview } from './accounts/account-overview.ts';
@@ -44,6 +44,8 @@ import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, 
 import { webhookSecret } from './webhooks/webhooks.ts';
 
 const forAccount = z.object({ account: accountRef });
+/** An operator's credit, with why (for the audit log; the admin pages always send one). */
+const operatorCreditInput = creditCoinsInput.extend({ reason: reasonSchema.optional() });
 const signedLink = z.object({ id: z.string().max(100), expires: z.unknown(), signature: z.unknown() });
 const spooledUpload = z.custom<SpooledUpload>((v) => typeof v === 'object' && v !== null && 'path' in v);
 
@@ -103,11 +105,11 @@ export const appRouter = router({
     balance: spendingProcedure.query(async ({ ctx }) => balanceView(await getBalance(ctx.em, ctx.principal.accountId))),
     history: spendingProcedure.input(historyInput).query(({ ctx, input }) => listHistory(ctx.em, ctx.principal.accountId, input)),
     balanceOf: adminProcedure.input(forAccount).query(({ ctx, input }) => balanceOfAccount(ctx.em, input.account)),
-    topUp: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) =>
-      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => creditCoins(tx, 'topup', input), (r) => r.applied ? { action: 'wallet.top_up', targetType: 'wallet', targetId: r.account, after: { coins: r.coins, entry_id: r.entry_id } } : null),
+    topUp: operatorProcedure.input(operatorCreditInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => creditCoins(tx, 'topup', input), (r) => r.applied ? { action: 'wallet.top_up', targetType: 'wallet', targetId: r.account, reason: input.reason, after: { coins: r.coins, entry_id: r.entry_id } } : null),
     ),
-    grantSubscription: operatorProcedure.input(creditCoinsInput).mutation(({ ctx, input }) =>
-      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => creditCoins(tx, 'subscription_grant', input), (r) => r.applied ? { action: 'wallet.grant_subscription', targetType: 'wallet', targetId: r.account, after: { coins: r.coins, entry_id: r.entry_id } } : null),
+    grantSubscription: operatorProcedure.input(operatorCreditInput).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => creditCoins(tx, 'subscription_grant', input), (r) => r.applied ? { action: 'wallet.grant_subscription', targetType: 'wallet', targetId: r.account, reason: input.reason, after: { coins: r.coins, entry_id: r.entry_id } } : null),
     ),
   }),
 

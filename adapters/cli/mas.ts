@@ -17,7 +17,7 @@ export interface CliConnection {
   core: Caller;
   /** The catalog file named by CATALOG_FILE, parsed (for `catalog sync`). */
   readCatalogFile(): Promise<unknown>;
-  /** PUBLIC_BASE_URL, where the account pages are served (for `account login-link`). */
+  /** Where the pages are served, as the server resolves it (config/env.ts publicBaseUrl: PUBLIC_BASE_URL, else http://localhost:$PORT), for the links it prints. */
   publicBaseUrl: string;
   close(): Promise<void>;
 }

@@ -51,9 +51,11 @@ const NAV = [
 const ADMIN_NAV = [
   ['/admin', 'Dashboard'],
   ['/admin/accounts', 'Accounts'],
+  ['/admin/jobs', 'Jobs'],
+  ['/admin/models', 'Models'],
   ['/admin/margin', 'Margin'],
-  ['/admin/jobs', 'Failed jobs'],
   ['/admin/audit', 'Audit log'],
+  ['/admin/admins', 'Admins'],
 ] as const;
 
 /**

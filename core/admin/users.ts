@@ -8,7 +8,7 @@ import { CoreError, unauthorized } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { Clock, RateLimiter } from '../ports.ts';
 import { isoTimeSchema } from '../views.ts';
-import { recordAudit, type Operator } from './audit.ts';
+import { reasonSchema, recordAudit, type Operator } from './audit.ts';
 
 /**
  * Admin users (docs/admin.md, "Access"): people who operate the service, apart from accounts
@@ -30,6 +30,8 @@ const roleSchema = z.enum(['viewer', 'operator']);
 export const createAdminUserInput = z.object({
   email: z.email('must be an email address').max(254).transform((e) => e.trim()),
   role: roleSchema,
+  /** Why, for the audit log (the admin pages always send one). */
+  reason: reasonSchema.optional(),
 });
 export const adminUserRefInput = z.object({ id: z.string().trim().regex(/^adu_[0-9A-Za-z]{1,64}$/, 'must be an admin user id such as adu_…') });
 export const adminSignInInput = z.object({ email: z.string().trim().min(1).max(254), password: passwordInput });
@@ -88,7 +90,7 @@ export async function createAdminUser(deps: Pick<Deps, 'clock'>, em: EntityManag
     if (taken) throw new CoreError('conflict', `An admin user with the email ${input.email} already exists.`, { param: 'email', reason: 'admin_user_exists' });
     const id = newId('adu');
     const [row] = await tx.execute<UserRow[]>('insert into admin_users (id, email, role, created_at) values (?, ?, ?, ?) returning *', [id, input.email, input.role, now]);
-    await recordAudit(tx, operator, { action: 'admin_user.create', targetType: 'admin_user', targetId: id, after: { email: input.email, role: input.role } }, requestId);
+    await recordAudit(tx, operator, { action: 'admin_user.create', targetType: 'admin_user', targetId: id, reason: input.reason, after: { email: input.email, role: input.role } }, requestId);
     return { ...view(row!), ...(await newLink(tx, id, now)) };
   });
 }

@@ -73,9 +73,13 @@ describe('the admin pages', () => {
     expect(await page.getByRole('heading', { name: /Spend per day/ }).isVisible()).toBe(true);
     expect(await page.locator('svg.chart rect').count()).toBe(30);
     expect(await page.getByRole('heading', { name: 'Newest failed jobs' }).isVisible()).toBe(true);
-    const link = page.locator('tr', { hasText: job }).getByRole('link', { name: 'Temporal UI' });
-    expect(await link.getAttribute('href')).toMatch(/^http:\/\/temporal-ui\.test\/namespaces\/default\/workflows\//);
     await page.screenshot({ path: await artifactPath('admin-dashboard.png'), fullPage: true });
+    // A failed job's page links to its workflow in the Temporal UI.
+    await page.locator('tr', { hasText: job }).getByRole('link', { name: job }).click();
+    await page.waitForURL(new RegExp(`/admin/jobs/${job}$`));
+    const link = page.getByRole('link', { name: 'This job in the Temporal UI' });
+    expect(await link.getAttribute('href')).toBe(`http://temporal-ui.test/namespaces/default/workflows/${job}`);
+    await page.goto(`${served.base}/admin`);
     // The cookie is the admin session's, only for /admin.
     const cookie = (await context.cookies()).find((c) => c.name === 'mas_admin_session');
     expect(cookie).toMatchObject({ httpOnly: true, sameSite: 'Strict', path: '/admin' });
@@ -93,10 +97,11 @@ describe('the admin pages', () => {
     expect(await page.getByRole('link', { name: "This account's jobs in the Temporal UI" }).getAttribute('href')).toBe(
       `http://temporal-ui.test/namespaces/default/workflows?query=${encodeURIComponent(`MasAccountId = "${accountId}"`)}`,
     );
-    await page.getByLabel(/Coins/).fill('+5');
-    await page.getByLabel('Reason').fill('goodwill after outage');
+    await page.getByLabel(/^Coins/).fill('+5');
+    await page.getByLabel(/^Reason/).fill('goodwill after outage');
+    await page.getByLabel(/I understand/).check();
     await page.getByRole('button', { name: 'Adjust balance' }).click();
-    await page.waitForURL(/adjusted=1$/);
+    await page.waitForURL(/done=adjusted$/);
     expect(await page.getByRole('status').textContent()).toMatch(/adjusted/);
     expect(await page.locator('#balance').textContent()).toMatch(/^25(\.0+)? coins$/);
 
@@ -105,12 +110,12 @@ describe('the admin pages', () => {
     const row = page.locator('tr', { hasText: accountId }).filter({ hasText: 'goodwill after outage' });
     expect(await row.count()).toBeGreaterThan(0);
 
-    await page.getByRole('link', { name: 'Failed jobs' }).click();
-    expect(await page.getByRole('heading', { name: 'Failed jobs' }).isVisible()).toBe(true);
-    expect(await page.getByRole('link', { name: 'Temporal UI' }).count()).toBeGreaterThan(0);
+    await page.getByRole('link', { name: 'Jobs', exact: true }).click();
+    expect(await page.getByRole('heading', { name: 'Jobs' }).isVisible()).toBe(true);
+    expect(await page.locator('table.jobs tbody tr').count()).toBeGreaterThan(0);
   });
 
-  it('a viewer sees the FORBIDDEN message instead of an adjustment', async () => {
+  it('a viewer sees no adjustment form, and a direct POST is refused in the pages\' words', async () => {
     const viewer = await internal().admin.users.create({ email: uniqueEmail('viewer'), role: 'viewer' });
     const session = await createCaller(createContext(deps, { kind: 'admin', token: null })).admin.session.redeemLink({ token: viewer.login_token, new_password: 'a long viewer passphrase 2026' });
     const admin = `mas_admin_session=${session.token}`;
@@ -118,15 +123,21 @@ describe('the admin pages', () => {
     expect(got.status).toBe(200);
     const cookies = [admin, ...got.headers.getSetCookie().map((c) => c.split(';')[0])].join('; ');
     const form = await got.text();
+    // The only form a viewer gets is the sign-out form; no adjustment, no refusal about tokens.
+    expect([...form.matchAll(/<form method="post" action="([^"]+)"/g)].map((m) => m[1])).toEqual(['/admin/logout']);
+    expect(form).not.toContain('Adjust balance');
+    expect(form).toContain('Your admin role (viewer) can read but not change anything. Ask an operator.');
     const field = (name: string) => new RegExp(`name="${name}" value="([^"]+)"`).exec(form)![1]!;
     const res = await fetch(`${served.base}/admin/accounts/${accountId}/adjust`, {
       method: 'POST',
       redirect: 'manual',
       headers: { cookie: cookies, origin: served.base, 'content-type': 'application/x-www-form-urlencoded' },
-      body: new URLSearchParams({ _csrf: field('_csrf'), idempotency_key: field('idempotency_key'), coins: '+1', reason: 'should not happen' }),
+      body: new URLSearchParams({ _csrf: field('_csrf'), idempotency_key: 'viewer-try', coins: '+1', reason: 'should not happen', confirm: 'yes' }),
     });
     expect(res.status).toBe(403);
-    expect(await res.text()).toMatch(/role="alert">[^<]*operator/i);
+    const refusal = await res.text();
+    expect(refusal).toContain('role="alert">Your admin role (viewer) can read but not change anything. Ask an operator.</p>');
+    expect(refusal).not.toMatch(/admin token/);
   });
 
   it('signs out; an account session or no cookie cannot open /admin', async () => {

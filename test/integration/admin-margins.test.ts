@@ -6,6 +6,7 @@ import { Client, Connection } from '@temporalio/client';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { readableDay } from '../../adapters/web/admin/shared.ts';
 import { temporalGenerationStarter } from '../../config/temporal.ts';
 import { addDays } from '../../core/admin/analytics/days.ts';
 import { marginsSchema, percent } from '../../core/admin/analytics/margins.ts';
@@ -308,7 +309,7 @@ describe('the Margin page', () => {
     const todayCosted = chatCharge + IMAGE_CHARGE;
     const todayUpstream = CHAT_UPSTREAM + IMAGE_UPSTREAM;
     expect(page).toContain(
-      `<tr><td>${today}</td><td>4</td><td>${formatCoins(3n * chatCharge + IMAGE_CHARGE)}</td><td>2 (50.0%)</td><td>${formatCoins(todayUpstream)}</td><td>${formatCoins(todayCosted - todayUpstream)}</td><td>${percent(todayCosted - todayUpstream, todayCosted)}%</td></tr>`,
+      `<tr><td><time datetime="${today}">${readableDay(today)}</time></td><td>4</td><td>${formatCoins(3n * chatCharge + IMAGE_CHARGE)}</td><td>2 (50.0%)</td><td>${formatCoins(todayUpstream)}</td><td>${formatCoins(todayCosted - todayUpstream)}</td><td>${percent(todayCosted - todayUpstream, todayCosted)}%</td></tr>`,
     );
     // The requests from before routes: no cost, so no margin, rather than a margin of 100 %.
     expect(page).toMatch(/<tr><td>test\/ok<\/td><td><em>the model provider of the time \(before routes were recorded\)<\/em><\/td><td>1<\/td><td>[\d.]+<\/td><td>0 \(0\.0%\)<\/td><td>—<\/td><td>—<\/td><td>—<\/td><\/tr>/);

@@ -27,6 +27,7 @@ const CreateAdminUserInput = builder.inputType('CreateAdminUserInput', {
   fields: (t) => ({
     email: t.string({ required: true }),
     role: t.field({ type: AdminRole, required: true }),
+    reason: t.string({ description: 'Why, for the audit log.' }),
   }),
 });
 
@@ -39,6 +40,6 @@ builder.mutationField('createAdminUser', (t) =>
     type: CreatedAdminUser,
     description: 'A new admin user and their one-time sign-in token.',
     args: { input: t.arg({ type: CreateAdminUserInput, required: true }) },
-    resolve: (_root, { input }, ctx) => ctx.core.admin.users.create(input),
+    resolve: (_root, { input }, ctx) => ctx.core.admin.users.create({ email: input.email, role: input.role, ...(input.reason ? { reason: input.reason } : {}) }),
   }),
 );

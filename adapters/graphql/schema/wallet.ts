@@ -58,11 +58,12 @@ const CreditInput = builder.inputType('CreditInput', {
     coins: t.field({ type: 'Coins', required: true }),
     idempotencyKey: t.string({ description: 'Makes a retried credit count once.' }),
     reference: t.string({ description: 'The payment or grant this credit is for.' }),
+    reason: t.string({ description: 'Why, for the audit log.' }),
   }),
 });
 
-const credit = (input: { account: string; coins: string; idempotencyKey?: string | null; reference?: string | null }) =>
-  present({ account: input.account, coins: input.coins, idempotency_key: input.idempotencyKey, reference: input.reference });
+const credit = (input: { account: string; coins: string; idempotencyKey?: string | null; reference?: string | null; reason?: string | null }) =>
+  present({ account: input.account, coins: input.coins, idempotency_key: input.idempotencyKey, reference: input.reference, reason: input.reason });
 
 const AdjustBalanceInput = builder.inputType('AdjustBalanceInput', {
   fields: (t) => ({

@@ -1,4 +1,5 @@
 import { html, type Html } from '../html.ts';
+import { onDay, readableDay, when } from './shared.ts';
 
 /**
  * The Margin page's query and tables (docs/admin.md, "Margin"): revenue, upstream cost and
@@ -42,13 +43,13 @@ export function marginSections(range: { from: string; to: string }, data: Margin
   <label>To <input type="date" name="to" value="${range.to}" required></label>
   <button type="submit">Show</button>
 </form>
-<section><h2>Totals, ${range.from} to ${range.to}</h2>
+<section><h2>Totals, ${readableDay(range.from)} to ${readableDay(range.to)}</h2>
 <p id="margin-totals">Revenue ${t.revenueCoins} coins over ${t.requests} requests. Upstream cost is known for ${t.costedRequests} of them (${t.costKnownPercent ?? '—'}%):
 they were charged ${t.costedRevenueCoins} coins and cost ${t.upstreamCostCoins} upstream, a margin of ${t.marginCoins} coins (${t.marginPercent === null ? '—' : `${t.marginPercent}%`}).</p>
-<p>Amounts in coins (1 USD = 1000 coins). The margin counts only the requests whose upstream cost is known; the rollups are as of ${data.perDay.asOf ?? 'never (no refresh yet)'}.</p></section>
+<p>Amounts in coins (1 USD = 1000 coins). The margin counts only the requests whose upstream cost is known; the rollups are as of ${when(data.perDay.asOf, 'never (no refresh yet)')}.</p></section>
 <section><h2>Per day</h2>
 ${data.perDay.data.length === 0 ? html`<p>Nothing served in this range.</p>` : html`<table id="margin-days"><thead><tr><th>Day</th>${HEAD}</tr></thead><tbody>
-${data.perDay.data.map((d) => html`<tr><td>${d.day}</td>${cells(d.measures)}</tr>`)}
+${data.perDay.data.map((d) => html`<tr><td>${onDay(d.day)}</td>${cells(d.measures)}</tr>`)}
 </tbody></table>`}</section>
 <section><h2>Per model and route</h2>
 ${data.perRoute.data.length === 0 ? html`<p>Nothing served in this range.</p>` : html`<table id="margin-routes"><thead><tr><th>Model</th><th>Route</th>${HEAD}</tr></thead><tbody>
