@@ -1,3 +1,4 @@
+import type { Page } from 'playwright-core';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import type { SignedIn } from '../../core/accounts/sign-in.ts';
@@ -15,4 +16,17 @@ export async function signUpVerified(deps: CoreDeps, input: { email: string; pas
   const anonymous = () => createCaller(createContext(deps, { kind: 'none' }, ctx));
   await anonymous().accounts.signUp(input);
   return anonymous().accounts.verifyEmail({ token: mailboxOf(deps).tokenFor(input.email, 'verify') });
+}
+
+/**
+ * In a real browser that just submitted the sign-up form: waits for "Check your e-mail", opens
+ * the link mailed to `email` (from the test mailbox) and presses its button; the page is then
+ * the account's overview, signed in.
+ */
+export async function confirmInBrowser(page: Page, base: string, email: string): Promise<void> {
+  await page.waitForURL(/\/signup\/sent$/);
+  const link = new URL((await testMailbox.next(email)).link!);
+  await page.goto(`${base}${link.pathname}${link.search}`);
+  await page.getByRole('button', { name: 'Confirm and sign in' }).click();
+  await page.waitForURL(/\/account\?verified=1$/);
 }
