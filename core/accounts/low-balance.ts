@@ -17,13 +17,15 @@ export const MAX_NOTICE_COINS = 1_000_000_000;
 export const lowBalanceNoticeInput = z.object({
   /** Empty or absent: off. */
   threshold_coins: z
-    .union([
-      z.literal('').transform(() => null),
-      z.null(),
-      z.number(),
-      z.string().trim().regex(/^\d{1,10}$/, 'must be a whole number of coins, such as 100, or empty to turn the notice off').transform(Number),
-    ])
-    .pipe(z.number().int('must be a whole number of coins').min(1, 'must be at least 1 coin').max(MAX_NOTICE_COINS, `must be at most ${MAX_NOTICE_COINS} coins`).nullable())
+    .preprocess(
+      (v) => (v === '' ? null : typeof v === 'string' && /^\s*\d{1,10}\s*$/.test(v) ? Number(v) : v),
+      z
+        .number({ error: 'must be a whole number of coins, such as 100, or empty to turn the notice off' })
+        .int('must be a whole number of coins')
+        .min(1, 'must be at least 1 coin')
+        .max(MAX_NOTICE_COINS, `must be at most ${MAX_NOTICE_COINS} coins`)
+        .nullable(),
+    )
     .optional()
     .describe('mail the account when its balance falls below this many coins; empty turns the notice off'),
 });

@@ -50,8 +50,8 @@ export function testDeps(
     env?: Record<string, string>;
     /** The subscription plans (PLANS_FILE's). */
     plans?: Plan[];
-    /** Where mail goes: the test process's mailbox (test/support/mail.ts) unless given. */
-    mailer?: Mailer;
+    /** Where mail goes: the test process's mailbox (test/support/mail.ts) unless given; 'env': the real adapter, as SMTP_URL (env) sets it. */
+    mailer?: Mailer | 'env';
   } = {},
 ): CoreDeps {
   const env = loadEnv({
@@ -78,7 +78,7 @@ export function testDeps(
     autoTopUps: opts.autoTopUps,
     catalogTtlMs: opts.catalogTtlMs ?? 0,
     plans: opts.plans,
-    mailer: opts.mailer ?? testMailbox,
+    mailer: opts.mailer === 'env' ? undefined : (opts.mailer ?? testMailbox),
   });
 }
 
