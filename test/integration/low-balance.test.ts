@@ -1,19 +1,25 @@
+import { randomBytes } from 'node:crypto';
+import { Client, Connection } from '@temporalio/client';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { ensureLowBalanceSchedule } from '../../config/temporal.ts';
+import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createInternalCaller } from '../../core/internal/router.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { release, reserve } from '../../core/money/holds.ts';
 import { credit } from '../../core/money/wallet.ts';
 import { createCaller } from '../../core/router.ts';
-import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { openTestOrm, silentLogger, testDeps, uniqueEmail } from '../support/db.ts';
 import { refusal } from '../support/refusal.ts';
 import { mailboxOf, signUpVerified } from '../support/sign-up.ts';
 
 /**
  * The low-balance notice (docs/accounts.md): the schedule's step (`notices.lowBalance`, what the
  * mas-low-balance Schedule's activity calls) against real PostgreSQL: one mail per crossing of the
- * threshold, even with runs at once, and the next crossing mails again.
+ * threshold, even with runs at once, and the next crossing mails again; then the Schedule itself
+ * on the real Temporal dev server with two workers. One file, so that no other file's runs claim
+ * these accounts (every run scans every account).
  */
 let orm: MikroORM;
 let deps: CoreDeps;
@@ -88,5 +94,44 @@ describe('low-balance notice', () => {
     expect(p.notices()).toHaveLength(0);
     await run();
     expect(p.notices()).toHaveLength(1);
+  });
+});
+
+describe('the low-balance schedule', () => {
+  let connection: Connection;
+  let client: Client;
+  let workers: RunningWorker[] = [];
+  const taskQueue = `test-low-balance-${randomBytes(4).toString('hex')}`;
+  const scheduleId = `test-low-balance-${randomBytes(4).toString('hex')}`;
+  beforeAll(async () => {
+    connection = await Connection.connect({ address: inject('temporalAddress') });
+    client = new Client({ connection });
+    const start = () => startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+    workers = [await start(), await start()];
+  });
+  afterAll(async () => {
+    await client?.schedule.getHandle(scheduleId).delete().catch(() => undefined);
+    for (const w of workers) await w.shutdown();
+    await connection?.close();
+  });
+
+  it('mails an account below its threshold once, however many runs follow, with two workers', async () => {
+    const email = uniqueEmail('low-schedule');
+    const signedIn = await signUpVerified(deps, { email, password: 'a sound password for tests' });
+    await credit(orm.em.fork(), { accountId: signedIn.account.id, kind: 'topup', amount: parseCoins('3'), reference: 'fixture', idempotencyKey: `low-schedule:${signedIn.account.id}`, description: 'Top-up' });
+    await createCaller(createContext(deps, { kind: 'session', token: signedIn.token })).account.setLowBalanceNotice({ threshold_coins: 10 });
+    const notices = () => mailboxOf(deps).to(email).filter((m) => m.subject === 'Your balance is below 10 coins');
+    await ensureLowBalanceSchedule(client, 1, { scheduleId, taskQueue });
+    await vi.waitFor(() => expect(notices()).toHaveLength(1), { timeout: 30_000, interval: 250 });
+    // Later runs: wait until two more have completed (a positive signal), then still one mail.
+    const handle = client.schedule.getHandle(scheduleId);
+    const runs = async () => (await handle.describe()).info.numActionsTaken;
+    const seen = await runs();
+    await vi.waitFor(async () => expect(await runs()).toBeGreaterThanOrEqual(seen + 2), { timeout: 30_000, interval: 250 });
+    await handle.pause('test done');
+    for (const action of (await handle.describe()).info.recentActions.slice(-2)) {
+      await client.workflow.getHandle(action.action.workflow.workflowId, action.action.workflow.firstExecutionRunId).result();
+    }
+    expect(notices()).toHaveLength(1);
   });
 });
