@@ -17,6 +17,8 @@ export const MUTATION_TESTS = [
   'test/unit/chat-failover.test.ts',
   'test/unit/key-secret.test.ts',
   'test/unit/auth-limits.test.ts',
+  // Sign-in limits (pair, address, e-mail) and device cookies.
+  'test/unit/sign-in-limits.test.ts',
   'test/integration/holds.test.ts',
   'test/integration/money-sql-rules.test.ts',
   'test/integration/money-edges.test.ts',
@@ -35,6 +37,7 @@ export const MUTATION_TESTS = [
   'test/integration/rate-limit.test.ts',
   'test/integration/rate-limit-redis.test.ts',
   'test/integration/sign-in-attempts.test.ts',
+  'test/integration/password-reset.test.ts',
   'test/integration/principals.test.ts',
   'test/integration/auth-edges.test.ts',
   'test/integration/account-session.test.ts',

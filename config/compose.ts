@@ -11,7 +11,10 @@ import { createMediaProviderRegistry, createProviderRegistry } from '../adapters
 import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
 import { stripeOnFirstUse } from '../adapters/payments/provider.ts';
 import { restLinks } from '../adapters/rest/links.ts';
-import { paymentReturnUrls } from '../adapters/web/links.ts';
+import { accountLinks, paymentReturnUrls } from '../adapters/web/links.ts';
+import { createMailer } from '../adapters/mail/mailer.ts';
+import { FAILURE_WINDOW_SECONDS } from '../core/accounts/attempts.ts';
+import { deviceCookies } from '../core/auth/device-cookies.ts';
 import { localDiskStorage } from '../adapters/storage/local-disk.ts';
 import { s3Storage } from '../adapters/storage/s3.ts';
 import type { ValidatedCatalog } from '../core/catalog/catalog.ts';
@@ -21,7 +24,7 @@ import { applyChange } from '../core/changes.ts';
 import { createCoreDeps, type CoreDeps } from '../core/context.ts';
 import { createUrlSigner } from '../core/links.ts';
 import type { Plan } from '../core/payments/plans.ts';
-import type { AutoTopUpStarter, Clock, GenerationStarter, PaymentProvider, ProviderRegistry, ResultStorage } from '../core/ports.ts';
+import type { AutoTopUpStarter, Clock, GenerationStarter, Mailer, PaymentProvider, ProviderRegistry, ResultStorage } from '../core/ports.ts';
 import { loadCatalogFile } from './catalog.ts';
 import { loadPlansFile } from './plans.ts';
 import { openDatabase, type MigrationPolicy } from './database.ts';
@@ -54,6 +57,8 @@ export interface WireParts {
   catalogTtlMs?: number | undefined;
   /** Tests only: a payment provider instead of the one STRIPE_SECRET_KEY configures. */
   payments?: PaymentProvider | undefined;
+  /** Tests only: a mailer instead of the one SMTP_URL configures. */
+  mailer?: Mailer | undefined;
 }
 
 export type WiredCore = CoreDeps & {
@@ -69,6 +74,12 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
   const attempts = {
     perEmail: limiters.window({ points: 10, durationSeconds: 900, prefix: 'mas:attempts:email' }),
     perIp: limiters.window({ points: 30, durationSeconds: 900, prefix: 'mas:attempts:ip' }),
+  };
+  // Sign-in failures (core/accounts/attempts.ts decides the blocks): a pair's failures are forgotten a day after the first of them (or at its next success).
+  const signInLimits = {
+    pair: limiters.failures({ prefix: 'mas:signin:pair', forgetSeconds: 24 * 3600 }),
+    perIp: limiters.failures({ prefix: 'mas:signin:ip', forgetSeconds: FAILURE_WINDOW_SECONDS }),
+    perEmail: limiters.failures({ prefix: 'mas:signin:email', forgetSeconds: FAILURE_WINDOW_SECONDS }),
   };
   const urlGuard = createUrlGuard({ allowlist: env.INPUT_URL_ALLOWLIST });
   const statements = statementPool(parts.orm, { logger: parts.logger });
@@ -100,6 +111,9 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     signer: createUrlSigner(parts.signingSecret, restLinks(env.PUBLIC_BASE_URL)),
     rateLimiter,
     attempts,
+    signInLimits,
+    devices: deviceCookies(createHmac('sha256', parts.signingSecret).update('device-cookies').digest('base64url')),
+    mailer: parts.mailer ?? createMailer({ smtpUrl: env.SMTP_URL, from: env.MAIL_FROM, dataDir: env.DATA_DIR, logger: parts.logger }),
     generations: parts.generations,
     autoTopUps: parts.autoTopUps,
     // Payments are on only with a secret key; env.ts requires the webhook secret with it.
@@ -126,6 +140,8 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
         returnUrls: paymentReturnUrls(env.PUBLIC_BASE_URL),
         autoTopUpMaxPerDay: env.AUTO_TOPUP_MAX_PER_DAY,
       },
+      // The links of the service's mails lead to the account pages.
+      links: accountLinks(env.PUBLIC_BASE_URL),
     },
   });
   return { ...deps, limiters, close: async () => void (await Promise.all([limiters.close(), statements.close(), routeBreakers.close()])) };

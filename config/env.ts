@@ -105,6 +105,9 @@ const envSchema = z
       .enum(['open', 'closed', ''])
       .default('open')
       .transform((v) => (v === 'closed' ? 'closed' : 'open')),
+    /** Mail (docs/accounts.md): unset, each message is written to DATA_DIR/mail/*.eml and its link logged (dev only). */
+    SMTP_URL: optional.pipe(z.string().regex(/^smtps?:\/\/\S+$/, 'must be an smtp:// or smtps:// URL, such as smtp://user:pass@host:587').optional()),
+    MAIL_FROM: z.string().trim().min(3).max(300).default('Model Access Service <no-reply@localhost>'),
     MCP_ALLOWED_HOSTS: z
       .string()
       .default('')
@@ -167,7 +170,7 @@ export function loadEnv(source: NodeJS.ProcessEnv = process.env): Env {
 
 function redact(name: string, value: string): string {
   if (/TOKEN|SECRET|PASSWORD|KEY/.test(name)) return '***';
-  if (name === 'DATABASE_URL' || name === 'REDIS_URL') return value.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@');
+  if (name === 'DATABASE_URL' || name === 'REDIS_URL' || name === 'SMTP_URL') return value.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@');
   return value;
 }
 

@@ -10,6 +10,7 @@ import {
   autoTopUpWorkflowId,
   GENERATION_WORKFLOW,
   HOLD_SWEEP_SCHEDULE_ID,
+  LOW_BALANCE_SCHEDULE_ID,
   PAYMENTS_RECONCILE_SCHEDULE_ID,
   RESULT_RETENTION_SCHEDULE_ID,
   SEARCH_ATTRIBUTES,
@@ -135,6 +136,12 @@ export async function ensurePaymentsReconcileSchedule(client: Client, everySecon
   await ensureSchedule(client, scheduleId, 'paymentsReconcileWorkflow', taskQueue, everySeconds, 'Credit the paid Checkout Sessions and invoices of the last 3 days that the Stripe webhook missed');
 }
 
+/** The low-balance notices (lowBalanceNoticeWorkflow): one mail per account per crossing of its threshold. */
+export async function ensureLowBalanceSchedule(client: Client, everySeconds: number, opts: ScheduleOpts = {}): Promise<void> {
+  const { taskQueue, scheduleId } = scheduleIdOf(opts, LOW_BALANCE_SCHEDULE_ID, 'low-balance');
+  await ensureSchedule(client, scheduleId, 'lowBalanceNoticeWorkflow', taskQueue, everySeconds, 'Mail the accounts whose balance fell below their notice threshold');
+}
+
 /**
  * The schedules, as the environment sets them: `npm start` and every worker ensure them
  * at start (one schedule per cluster, however many processes ensure it).
@@ -150,6 +157,8 @@ export async function ensureSchedules(client: Client, env: Pick<Env, 'HOLD_SWEEP
   await ensureAnalyticsRefreshSchedule(client, 60, opts);
   // Credits payments the Stripe webhook missed (hourly; a run with payments off lists nothing).
   await ensurePaymentsReconcileSchedule(client, 3600, opts);
+  // Mails the accounts whose balance fell below the threshold they set (once per crossing).
+  await ensureLowBalanceSchedule(client, 60, opts);
 }
 
 /** What an operator reads in the UI's list: model, price and the prompt's head (never the whole prompt). */

@@ -1,6 +1,9 @@
 import type { MikroORM, EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
+import type { SignInLimits } from './accounts/attempts.ts';
+import type { AccountLinks } from './accounts/mails.ts';
 import { KeyLookup, LastUsedRecorder } from './auth/api-keys.ts';
+import type { DeviceCookies } from './auth/device-cookies.ts';
 import { CompletionRecorder } from './chat/recorder.ts';
 import type { Credential } from './auth/principals.ts';
 import { ModelCatalog } from './catalog/catalog.ts';
@@ -16,6 +19,7 @@ import type {
   CheckoutReturn,
   Clock,
   GenerationStarter,
+  Mailer,
   MediaProviderRegistry,
   PaymentProvider,
   ProviderRegistry,
@@ -43,6 +47,8 @@ export interface CoreConfig {
   /** The OAuth authorization server for MCP clients: its issuer and the resource its tokens are for. */
   oauth: OAuthConfig;
   payments: PaymentsConfig;
+  /** Where the links of the service's mails lead (the account pages). */
+  links: AccountLinks;
 }
 
 /** What customers may pay and how (docs/payments.md); used only while payments are on (`CoreDeps.payments`). */
@@ -83,6 +89,12 @@ export interface CoreDeps {
   rateLimiter: RateLimiter;
   /** Sign-in, sign-up and login-link attempts, counted per email and per client address. */
   attempts: { perEmail: RateLimiter; perIp: RateLimiter };
+  /** Sign-in's failures, per (e-mail, address) pair, per address and per e-mail (core/accounts/attempts.ts). */
+  signInLimits: SignInLimits;
+  /** Signs and checks the device cookie a browser gets at each sign-in. */
+  devices: DeviceCookies;
+  /** Mail to people: sign-up confirmation, password reset, low-balance notice. */
+  mailer: Mailer;
   media: MediaProviderRegistry;
   /** One circuit breaker per route of the catalog's models (chat and media alike). */
   routeBreakers: RouteBreakers;
@@ -129,6 +141,9 @@ export function createCoreDeps(
     providers: args.providers,
     rateLimiter: args.rateLimiter,
     attempts: args.attempts,
+    signInLimits: args.signInLimits,
+    devices: args.devices,
+    mailer: args.mailer,
     media: args.media,
     routeBreakers: args.routeBreakers,
     storage: args.storage,
@@ -162,6 +177,8 @@ export interface CoreContext {
   requestId: string | undefined;
   /** The client's address as the transport saw it (behind a proxy, with TRUST_PROXY): attempt limits count by it. */
   clientIp: string | undefined;
+  /** The device cookie the browser sent, if any (sign-in: core/auth/device-cookies.ts). */
+  device: string | undefined;
   /** Aborted when the client goes away: long calls (chat) stop their upstream work. */
   signal: AbortSignal;
   meta: CallMeta;
@@ -170,7 +187,7 @@ export interface CoreContext {
 export function createContext(
   deps: CoreDeps,
   credential: Credential,
-  opts: { requestId?: string | undefined; clientIp?: string | undefined; signal?: AbortSignal | undefined; meta?: CallMeta | undefined } = {},
+  opts: { requestId?: string | undefined; clientIp?: string | undefined; device?: string | undefined; signal?: AbortSignal | undefined; meta?: CallMeta | undefined } = {},
 ): CoreContext {
   return {
     deps,
@@ -178,6 +195,7 @@ export function createContext(
     credential,
     requestId: opts.requestId,
     clientIp: opts.clientIp,
+    device: opts.device,
     signal: opts.signal ?? new AbortController().signal,
     meta: opts.meta ?? {},
   };

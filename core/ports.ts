@@ -348,6 +348,42 @@ export interface RateLimiter {
   consume(key: string): Promise<RateLimitState>;
 }
 
+/**
+ * Consecutive failures of one key (a sign-in's email and address, say), and blocks on it:
+ * core's policy (core/accounts/attempts.ts) decides when to block and for how long; the
+ * adapter counts (in memory, or shared through Redis).
+ */
+export interface FailureCounter {
+  /** Seconds left on the key's block; 0 when it is not blocked. */
+  blockedFor(key: string): Promise<number>;
+  /** Counts one failure; returns the failures counted since the last `reset` (forgotten after the counter's window). */
+  fail(key: string): Promise<number>;
+  /** Refuses the key for `seconds`. */
+  block(key: string, seconds: number): Promise<void>;
+  /** Forgets the key's failures and block (a success). */
+  reset(key: string): Promise<void>;
+}
+
+// ---------------------------------------------------------------- mail
+
+/** One e-mail to one person. Every mail the service sends is plain text (with an HTML part at most). */
+export interface MailMessage {
+  to: string;
+  subject: string;
+  text: string;
+  html?: string | undefined;
+  /**
+   * The message's one-time link, if it has one. A secret: the adapter may log it only where
+   * the mail goes nowhere else (no SMTP server set: the dev mode), never when it is sent.
+   */
+  link?: string | undefined;
+}
+
+/** Sends mail (adapters/mail/: SMTP through nodemailer, or .eml files under DATA_DIR/mail without SMTP_URL). */
+export interface Mailer {
+  send(message: MailMessage): Promise<void>;
+}
+
 // ---------------------------------------------------------------- workflows
 
 /** What a job's workflow is started with: its id, and what an operator filters and reads on. */

@@ -7,7 +7,26 @@ import { accountOverview } from './accounts/account-overview.ts';
 import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
 import { historyCsv } from './accounts/history-csv.ts';
 import { loginLinkFor, setPasswordInput, setPasswordFor } from './accounts/operator-access.ts';
-import { changePassword, changePasswordInput, callerOf, loginTokenInput, redeemLoginLink, signIn, signInInput, signOut, signUp, signUpInput } from './accounts/sign-in.ts';
+import { lowBalanceNoticeInput, setLowBalanceNotice } from './accounts/low-balance.ts';
+import {
+  callerOf,
+  changePassword,
+  changePasswordInput,
+  checkResetLink,
+  loginTokenInput,
+  redeemLoginLink,
+  requestPasswordReset,
+  resendVerification,
+  resetPassword,
+  resetPasswordInput,
+  resetRequestInput,
+  signIn,
+  signInInput,
+  signOut,
+  signUp,
+  signUpInput,
+  verifyEmail,
+} from './accounts/sign-in.ts';
 import { adminTokenIdInput, createAdminToken, createAdminTokenInput, revokeAdminToken } from './auth/admin-tokens.ts';
 import { syncCatalog } from './admin/models/sync-catalog.ts';
 import { modelIdInput, modelTypeFilter } from './catalog/catalog.ts';
@@ -40,7 +59,7 @@ import { receivePaymentWebhook, webhookInput } from './payments/receive-webhook.
 import { billingOverview, createPortalLink, createSubscriptionCheckout, subscriptionCheckoutInput, topUpStatus, topUpStatusInput } from './payments/billing.ts';
 import { fillReceipts, historyWithReceipts } from './payments/receipts.ts';
 import { autoTopUpInput, configureAutoTopUp, readAutoTopUp } from './payments/auto-top-up.ts';
-import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure } from './trpc.ts';
+import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure, verifiedPayerProcedure, verifiedSessionProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 
 const forAccount = z.object({ account: accountRef });
@@ -116,9 +135,9 @@ export const appRouter = router({
   /** Customers paying for themselves (docs/payments.md): coins enter only from a verified webhook. */
   payments: router({
     /** A payment page for a top-up; its coins come with the payment's webhook, never with the customer's return. */
-    checkout: payerProcedure.input(topUpCheckoutInput).mutation(({ ctx, input }) => createTopUpCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    checkout: verifiedPayerProcedure.input(topUpCheckoutInput).mutation(({ ctx, input }) => createTopUpCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
     /** A payment page for a plan (subscription mode); each paid invoice grants its coins. */
-    subscribe: payerProcedure.input(subscriptionCheckoutInput).mutation(({ ctx, input }) => createSubscriptionCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    subscribe: verifiedPayerProcedure.input(subscriptionCheckoutInput).mutation(({ ctx, input }) => createSubscriptionCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
     /** A link to the provider's customer portal: change the card, cancel the plan. */
     portal: payerProcedure.mutation(({ ctx }) => createPortalLink(ctx.deps, ctx.em, ctx.principal.accountId)),
     /** What the account may pay and has paid: bounds, plans, its subscription, recent top-ups. */
@@ -128,7 +147,7 @@ export const appRouter = router({
     /** The account's auto top-up: its threshold, amount, saved card and why it turned off, if it did. */
     autoTopUp: payerProcedure.query(({ ctx }) => readAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId)),
     /** Turns auto top-up on (a Checkout saves the card first when none is saved) or off. */
-    configureAutoTopUp: payerProcedure.input(autoTopUpInput).mutation(({ ctx, input }) => configureAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    configureAutoTopUp: verifiedPayerProcedure.input(autoTopUpInput).mutation(({ ctx, input }) => configureAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId, input)),
     /** A delivery of the payment provider's webhook: no key, its signature over the raw body is the credential. */
     webhook: publicProcedure.input(webhookInput).mutation(({ ctx, input }) => receivePaymentWebhook(ctx.deps, ctx.em, input)),
   }),
@@ -154,8 +173,18 @@ export const appRouter = router({
     me: sessionProcedure.query(({ ctx }) => accountOverview(ctx.em, ctx.principal.accountId)),
     /** Whether `signUp` is open (SIGNUP), for the pages to offer it or not. */
     signUpOpen: publicProcedure.query(({ ctx }) => ({ object: 'signup' as const, open: ctx.deps.config.signupOpen })),
-    /** A new account with its password, signed in (SIGNUP=open). */
+    /** A new, unconfirmed account with its password (SIGNUP=open); the mailed link confirms it. One answer whether the e-mail was new or taken. */
     signUp: publicProcedure.input(signUpInput).mutation(({ ctx, input }) => signUp(ctx.deps, ctx.em, input, callerOf(ctx))),
+    /** The sign-up mail's link: confirms the address and signs in. */
+    verifyEmail: publicProcedure.input(loginTokenInput).mutation(({ ctx, input }) => verifyEmail(ctx.deps, ctx.em, input.token, callerOf(ctx))),
+    /** Another confirmation mail for the signed-in, unconfirmed account. */
+    resendVerification: sessionProcedure.mutation(({ ctx }) => resendVerification(ctx.deps, ctx.em, ctx.principal, callerOf(ctx))),
+    /** "Forgot your password?": a reset link by mail when the e-mail has an account; one answer either way. */
+    requestPasswordReset: publicProcedure.input(resetRequestInput).mutation(({ ctx, input }) => requestPasswordReset(ctx.deps, ctx.em, input, callerOf(ctx))),
+    /** Whether a reset link still works, without using it. */
+    checkResetLink: publicProcedure.input(loginTokenInput).query(({ ctx, input }) => checkResetLink(ctx.deps, ctx.em, input.token, callerOf(ctx))),
+    /** A reset link and a new password: every session ends, this caller is signed in. */
+    resetPassword: publicProcedure.input(resetPasswordInput).mutation(({ ctx, input }) => resetPassword(ctx.deps, ctx.em, input, callerOf(ctx))),
     /** Email and password to a new session; an unknown email and a wrong password get one answer. */
     signIn: publicProcedure.input(signInInput).mutation(({ ctx, input }) => signIn(ctx.deps, ctx.em, input, callerOf(ctx))),
     signOut: sessionProcedure.mutation(({ ctx }) => signOut(ctx.em, ctx.principal)),
@@ -173,9 +202,11 @@ export const appRouter = router({
 
   /** The signed-in person's own things (the account pages): each use case takes the session's account, never an account from the input. */
   account: router({
+    /** "E-mail me when my balance falls below N coins" (empty: off). */
+    setLowBalanceNotice: sessionProcedure.input(lowBalanceNoticeInput).mutation(({ ctx, input }) => setLowBalanceNotice(ctx.em, ctx.principal.accountId, input)),
     keys: router({
       list: sessionProcedure.query(({ ctx }) => listKeys(ctx.em, ctx.principal.accountId)),
-      create: sessionProcedure.input(createKeyInput).mutation(({ ctx, input }) => createKey(ctx.em, ctx.principal.accountId, input)),
+      create: verifiedSessionProcedure.input(createKeyInput).mutation(({ ctx, input }) => createKey(ctx.em, ctx.principal.accountId, input)),
       revoke: sessionProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id, ctx.principal.accountId)),
     }),
     /** The history, each top-up with its receipt. */
@@ -205,7 +236,7 @@ export const appRouter = router({
     client: publicProcedure.input(z.object({ client_id: clientIdSchema })).query(({ ctx, input }) => resolveClient(ctx.deps, ctx.em, input.client_id)),
     /** An authorization request, checked: what the consent page shows, or the error to send back to the app. */
     authorization: publicProcedure.input(authorizationRequestInput).query(({ ctx, input }) => checkAuthorization(ctx.deps, ctx.em, input)),
-    approve: sessionProcedure.input(approveInput).mutation(({ ctx, input }) => approveAuthorization(ctx.deps, ctx.em, ctx.principal, input)),
+    approve: verifiedSessionProcedure.input(approveInput).mutation(({ ctx, input }) => approveAuthorization(ctx.deps, ctx.em, ctx.principal, input)),
     deny: sessionProcedure.input(authorizationRequestInput).mutation(({ ctx, input }) => denyAuthorization(ctx.deps, ctx.em, input)),
     exchangeCode: publicProcedure.input(exchangeCodeInput).mutation(({ ctx, input }) => exchangeCode(ctx.deps, ctx.em, input)),
     refresh: publicProcedure.input(refreshInput).mutation(({ ctx, input }) => refreshTokens(ctx.deps, ctx.em, input)),

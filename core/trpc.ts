@@ -8,6 +8,7 @@ import { authenticateAdmin } from './auth/admin-tokens.ts';
 import { authenticateAdminSession, isAdminSessionToken } from './admin/users.ts';
 import type { AdminPrincipal, InternalPrincipal, SessionPrincipal, SpendingPrincipal } from './auth/principals.ts';
 import { authenticateSession } from './auth/sessions.ts';
+import { requireVerifiedEmail } from './auth/verified-email.ts';
 import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
@@ -86,6 +87,22 @@ export const payerProcedure = t.procedure.use(async ({ ctx, next }) => {
   const principal = await spenderOf(ctx);
   await consumeRateLimit(ctx, principal);
   return next({ ctx: { ...ctx, principal } });
+});
+
+/**
+ * `sessionProcedure` for what waits until the account's e-mail address is confirmed (creating
+ * API keys, allowing an app): an account made on the sign-up page is refused until its link is
+ * followed (docs/accounts.md).
+ */
+export const verifiedSessionProcedure = sessionProcedure.use(async ({ ctx, next }) => {
+  await requireVerifiedEmail(ctx.em, ctx.principal.accountId);
+  return next();
+});
+
+/** `payerProcedure` for paying: a signed-in person's account must have its e-mail confirmed (a key's account always has). */
+export const verifiedPayerProcedure = payerProcedure.use(async ({ ctx, next }) => {
+  if (ctx.principal.kind === 'session') await requireVerifiedEmail(ctx.em, ctx.principal.accountId);
+  return next();
 });
 
 /** Reads for operators: an admin token of any role, or the internal caller (the CLI). */

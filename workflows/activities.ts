@@ -33,6 +33,8 @@ export function createActivities(deps: CoreDeps) {
       }),
     // The payments-reconcile schedule.
     creditPaymentsTheWebhookMissed: (): Promise<number> => heartbeating(async () => (await core().payments.reconcile()).credited.length),
+    // The low-balance schedule.
+    mailLowBalanceNotices: (): Promise<number> => heartbeating(async () => (await core().notices.lowBalance()).notified),
     // An account's auto top-up workflow.
     chargeSavedCardForAutoTopUp: (accountId: string, chargeId: string): Promise<string> => core().payments.autoTopUp({ account: accountId, charge: chargeId }),
     // A job's workflow, in order.

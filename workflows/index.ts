@@ -7,3 +7,4 @@ export { webhookDeliveryWorkflow } from './webhook.workflow.ts';
 export { resultRetentionWorkflow } from './result-retention.workflow.ts';
 export { paymentsReconcileWorkflow } from './payments-reconcile.workflow.ts';
 export { autoTopUpWorkflow } from './auto-top-up.workflow.ts';
+export { lowBalanceNoticeWorkflow } from './low-balance.workflow.ts';

@@ -6,6 +6,7 @@ export const HOLD_SWEEP_SCHEDULE_ID = 'mas-hold-sweep';
 export const ANALYTICS_REFRESH_SCHEDULE_ID = 'mas-analytics-refresh';
 export const RESULT_RETENTION_SCHEDULE_ID = 'mas-result-retention';
 export const PAYMENTS_RECONCILE_SCHEDULE_ID = 'mas-payments-reconcile';
+export const LOW_BALANCE_SCHEDULE_ID = 'mas-low-balance';
 export const GENERATION_WORKFLOW = 'generationWorkflow';
 export const WEBHOOK_WORKFLOW = 'webhookDeliveryWorkflow';
 export const AUTO_TOP_UP_WORKFLOW = 'autoTopUpWorkflow';

@@ -17,6 +17,9 @@ export const SESSION_COOKIE = 'mas_session';
 /** The admin pages' session (core's admin session token): HttpOnly, SameSite=Strict, only sent to /admin. */
 export const ADMIN_SESSION_COOKIE = 'mas_admin_session';
 const PRE_SESSION_COOKIE = 'mas_pre';
+/** The device cookie (core/auth/device-cookies.ts): set at each sign-in, kept 180 days. */
+export const DEVICE_COOKIE = 'mas_device';
+const DEVICE_COOKIE_MS = 180 * 24 * 3600 * 1000;
 
 export interface BrowserKit {
   /** cookie parsing, the pre-session id, and the Origin check: mount before the pages. */
@@ -26,6 +29,9 @@ export interface BrowserKit {
   /** The token to put in a form's hidden `_csrf` field (sets its cookie). */
   csrfToken(req: Request, res: Response): string;
   sessionToken(req: Request): string | null;
+  /** The device cookie the browser sent, if any. */
+  deviceToken(req: Request): string | undefined;
+  setDevice(res: Response, token: string): void;
   setSession(res: Response, token: string, expiresAt: Date): void;
   clearSession(res: Response): void;
   adminSessionToken(req: Request): string | null;
@@ -84,6 +90,11 @@ export function browserKit(opts: { publicBaseUrl: string; secret: string }): Bro
     requireCsrf: csrf.doubleCsrfProtection,
     csrfToken: (req, res) => csrf.generateCsrfToken(req, res, { overwrite: false, validateOnReuse: false }),
     sessionToken,
+    deviceToken: (req) => {
+      const value = (req.cookies as Record<string, unknown> | undefined)?.[DEVICE_COOKIE];
+      return typeof value === 'string' && value.length > 0 && value.length <= 300 ? value : undefined;
+    },
+    setDevice: (res, token) => res.cookie(DEVICE_COOKIE, token, { ...cookie, maxAge: DEVICE_COOKIE_MS }),
     setSession: (res, token, expiresAt) => res.cookie(SESSION_COOKIE, token, { ...cookie, expires: expiresAt }),
     clearSession: (res) => res.clearCookie(SESSION_COOKIE, cookie),
     adminSessionToken,

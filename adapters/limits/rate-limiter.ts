@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import type { Redis as RedisClient } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
-import type { RateLimiter, RateLimitState } from '../../core/ports.ts';
+import type { FailureCounter, RateLimiter, RateLimitState } from '../../core/ports.ts';
 
 const require = createRequire(import.meta.url);
 
@@ -15,6 +15,8 @@ export interface WindowOptions {
 /** Makes the process's limiters; they share one Redis connection when there is one. */
 export interface Limiters {
   window(opts: WindowOptions): RateLimiter;
+  /** Failures per key, forgotten `forgetSeconds` after the first of the run (or at `reset`), and blocks on keys. */
+  failures(opts: { prefix: string; forgetSeconds: number }): FailureCounter;
   close(): Promise<void>;
 }
 
@@ -52,6 +54,30 @@ export function createLimiters(opts: { redisUrl?: string | undefined }): Limiter
             if (err instanceof RateLimiterRes) return state(err, false);
             throw err;
           }
+        },
+      };
+    },
+    failures(f) {
+      const make = (o: { keyPrefix: string; points: number; duration: number }): RateLimiterAbstract =>
+        redis ? new RateLimiterRedis({ storeClient: redis, ...o, insuranceLimiter: new RateLimiterMemory(o) }) : new RateLimiterMemory(o);
+      // Counts: never refuses by itself (core reads the count and decides).
+      const counts = make({ keyPrefix: `${f.prefix}:n`, points: Number.MAX_SAFE_INTEGER, duration: f.forgetSeconds });
+      // Blocks: `block` consumes past its one point for the given time.
+      const blocks = make({ keyPrefix: `${f.prefix}:b`, points: 1, duration: 1 });
+      return {
+        async blockedFor(key) {
+          const res = await blocks.get(key);
+          return res && res.consumedPoints > 1 && res.msBeforeNext > 0 ? Math.max(1, Math.ceil(res.msBeforeNext / 1000)) : 0;
+        },
+        async fail(key) {
+          const res = await counts.penalty(key, 1);
+          return res.consumedPoints;
+        },
+        async block(key, seconds) {
+          await blocks.block(key, seconds);
+        },
+        async reset(key) {
+          await Promise.all([counts.delete(key), blocks.delete(key)]);
         },
       };
     },

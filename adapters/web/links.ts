@@ -1,3 +1,4 @@
+import type { AccountLinks } from '../../core/accounts/mails.ts';
 import type { PaymentsConfig } from '../../core/context.ts';
 
 /**
@@ -12,5 +13,16 @@ export function paymentReturnUrls(publicBaseUrl: string): PaymentsConfig['return
     cancelUrl: `${publicBaseUrl}/account?checkout=canceled`,
     subscriptionSuccessUrl: `${publicBaseUrl}/account?checkout=subscribed`,
     portalReturnUrl: `${publicBaseUrl}/account`,
+  };
+}
+
+/** Where the links of the service's mails lead: the account pages (adapters/web/web.ts). */
+export function accountLinks(publicBaseUrl: string): AccountLinks {
+  return {
+    verifyEmail: (token) => `${publicBaseUrl}/signup/verify?${new URLSearchParams({ token }).toString()}`,
+    resetPassword: (token) => `${publicBaseUrl}/password/reset?${new URLSearchParams({ token }).toString()}`,
+    signIn: `${publicBaseUrl}/login`,
+    forgotPassword: `${publicBaseUrl}/password/forgot`,
+    account: `${publicBaseUrl}/account`,
   };
 }

@@ -12,7 +12,8 @@ import { html, page } from './html.ts';
 import { randomUUID } from 'node:crypto';
 import { appsPage, keysPage, overviewPage, revokeKeyPage, usagePage } from './pages/account.ts';
 import { PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
-import { loginLinkPage, safeNext, signInPage, signUpPage } from './pages/auth.ts';
+import { forgotPasswordPage, forgotPasswordSentPage, loginLinkPage, resetPasswordPage, safeNext, signInPage, signUpPage, signUpSentPage, verifyEmailPage } from './pages/auth.ts';
+import { lowBalanceSection, verificationSection } from './pages/notices.ts';
 import { authorizationErrorPage, consentPage } from './pages/consent.ts';
 
 export interface WebOptions {
@@ -37,7 +38,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.use(kit.middleware);
   router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
 
-  const core = (req: Request) => createCaller(createContext(deps, { kind: 'session', token: kit.sessionToken(req) }, { requestId: String(req.id), clientIp: req.ip }));
+  const core = (req: Request) =>
+    createCaller(createContext(deps, { kind: 'session', token: kit.sessionToken(req) }, { requestId: String(req.id), clientIp: req.ip, device: kit.deviceToken(req) }));
   const form = (req: Request, field: string) => {
     const value = (req.body as Record<string, unknown> | undefined)?.[field];
     return typeof value === 'string' ? value : '';
@@ -58,6 +60,18 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     next();
   };
   const send = (res: Response, body: string, status = 200) => void res.status(status).type('html').send(body);
+  /** A refused form: its status, and when to try again for a rate limit (pages too say Retry-After). */
+  const refusedWith = (res: Response, failure: { code: Parameters<typeof statusOf>[0]; retryAfterSeconds?: number | undefined }) => {
+    if (failure.retryAfterSeconds !== undefined) res.setHeader('Retry-After', String(Math.max(1, Math.ceil(failure.retryAfterSeconds))));
+    return statusOf(failure.code);
+  };
+  /** Every way in: the session cookie and the device cookie. */
+  const signInBrowser = (res: Response, session: { token: string; expires_at: string; device_token: string }) => {
+    kit.setSession(res, session.token, new Date(session.expires_at));
+    kit.setDevice(res, session.device_token);
+  };
+  // The address a sign-up went to, for the next page only (not in its URL, which logs keep).
+  const SIGNUP_EMAIL_COOKIE = 'mas_signup_email';
 
   router.get('/', (req, res) => res.redirect(303, kit.sessionToken(req) ? '/account' : '/login'));
   router.get('/favicon.ico', (_req, res) => void res.status(204).end());
@@ -70,14 +84,69 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const email = form(req, 'email');
     const next = safeNext(form(req, 'next'));
     try {
-      const session = await core(req).accounts.signUp({ email, password: form(req, 'password') });
-      kit.setSession(res, session.token, new Date(session.expires_at));
-      res.redirect(303, next);
+      // The same answer whether the address is new or already has an account (core mails either way).
+      const answer = await core(req).accounts.signUp({ email, password: form(req, 'password') });
+      res.cookie(SIGNUP_EMAIL_COOKIE, answer.email, { httpOnly: true, sameSite: 'lax', path: '/signup/sent', maxAge: 10 * 60 * 1000 });
+      res.redirect(303, '/signup/sent');
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure) return sendPageError(req, res, err);
       const { open } = await core(req).accounts.signUpOpen();
-      send(res, signUpPage({ csrf: kit.csrfToken(req, res), email, error: failure.message, open, next }), statusOf(failure.code));
+      send(res, signUpPage({ csrf: kit.csrfToken(req, res), email, error: failure.message, open, next }), refusedWith(res, failure));
+    }
+  });
+  router.get('/signup/sent', label('/signup/sent'), (req, res) => {
+    const email = (req.cookies as Record<string, unknown> | undefined)?.[SIGNUP_EMAIL_COOKIE];
+    send(res, signUpSentPage({ email: typeof email === 'string' && email.length <= 254 ? email : null }));
+  });
+  router.get('/signup/verify', label('/signup/verify'), (req, res) => send(res, verifyEmailPage({ csrf: kit.csrfToken(req, res), token: String(req.query.token ?? '').slice(0, 200) })));
+  router.post('/signup/verify', label('/signup/verify'), kit.requireCsrf, async (req, res) => {
+    try {
+      signInBrowser(res, await core(req).accounts.verifyEmail({ token: form(req, 'token') }));
+      res.redirect(303, '/account?verified=1');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) return sendPageError(req, res, err);
+      send(res, verifyEmailPage({ csrf: kit.csrfToken(req, res), token: '', error: failure.message }), refusedWith(res, failure));
+    }
+  });
+
+  router.get('/password/forgot', label('/password/forgot'), (req, res) => send(res, forgotPasswordPage({ csrf: kit.csrfToken(req, res) })));
+  router.post('/password/forgot', label('/password/forgot'), kit.requireCsrf, async (req, res) => {
+    const email = form(req, 'email');
+    try {
+      await core(req).accounts.requestPasswordReset({ email });
+      res.redirect(303, '/password/forgot/sent');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) return sendPageError(req, res, err);
+      send(res, forgotPasswordPage({ csrf: kit.csrfToken(req, res), email, error: failure.message }), refusedWith(res, failure));
+    }
+  });
+  router.get('/password/forgot/sent', label('/password/forgot/sent'), (_req, res) => send(res, forgotPasswordSentPage()));
+  router.get('/password/reset', label('/password/reset'), async (req, res) => {
+    res.setHeader('Cache-Control', 'no-store');
+    const token = String(req.query.token ?? '').slice(0, 200);
+    try {
+      await core(req).accounts.checkResetLink({ token });
+      send(res, resetPasswordPage({ csrf: kit.csrfToken(req, res), token }));
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) return sendPageError(req, res, err);
+      send(res, resetPasswordPage({ csrf: kit.csrfToken(req, res), token: '', invalid: true, error: failure.message }), refusedWith(res, failure));
+    }
+  });
+  router.post('/password/reset', label('/password/reset'), kit.requireCsrf, async (req, res) => {
+    res.setHeader('Cache-Control', 'no-store');
+    const token = form(req, 'token');
+    try {
+      signInBrowser(res, await core(req).accounts.resetPassword({ token, new_password: form(req, 'new_password') }));
+      res.redirect(303, '/account?password=reset');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure) return sendPageError(req, res, err);
+      const badLink = failure.param === 'token' || failure.code === 'rate_limited';
+      send(res, resetPasswordPage({ csrf: kit.csrfToken(req, res), token: badLink ? '' : token, invalid: badLink, error: failure.message }), refusedWith(res, failure));
     }
   });
 
@@ -86,26 +155,24 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const email = form(req, 'email');
     const next = safeNext(form(req, 'next'));
     try {
-      const session = await core(req).accounts.signIn({ email, password: form(req, 'password') });
-      kit.setSession(res, session.token, new Date(session.expires_at));
+      signInBrowser(res, await core(req).accounts.signIn({ email, password: form(req, 'password') }));
       res.redirect(303, next);
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure) return sendPageError(req, res, err);
-      send(res, signInPage({ csrf: kit.csrfToken(req, res), email, next, error: failure.message }), statusOf(failure.code));
+      send(res, signInPage({ csrf: kit.csrfToken(req, res), email, next, error: failure.message }), refusedWith(res, failure));
     }
   });
 
   router.get('/login/link', label('/login/link'), (req, res) => send(res, loginLinkPage({ csrf: kit.csrfToken(req, res), token: String(req.query.token ?? '').slice(0, 200) })));
   router.post('/login/link', label('/login/link'), kit.requireCsrf, async (req, res) => {
     try {
-      const session = await core(req).accounts.redeemLoginLink({ token: form(req, 'token') });
-      kit.setSession(res, session.token, new Date(session.expires_at));
+      signInBrowser(res, await core(req).accounts.redeemLoginLink({ token: form(req, 'token') }));
       res.redirect(303, '/account');
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure) return sendPageError(req, res, err);
-      send(res, loginLinkPage({ csrf: kit.csrfToken(req, res), token: '', error: failure.message }), statusOf(failure.code));
+      send(res, loginLinkPage({ csrf: kit.csrfToken(req, res), token: '', error: failure.message }), refusedWith(res, failure));
     }
   });
 
@@ -116,7 +183,13 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   });
 
   /** The overview: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages. */
-  const renderOverview = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { pay?: Partial<BillingFormState>; passwordError?: string; passwordChanged?: boolean; status?: number } = {}) => {
+  const renderOverview = async (
+    req: Request,
+    res: Response,
+    nav: { email: string; csrf: string },
+    me: Me,
+    extra: { pay?: Partial<BillingFormState>; passwordError?: string; passwordChanged?: boolean; status?: number; verifyError?: string; lowBalance?: { value: string; error: string } } = {},
+  ) => {
     const billing = await core(req).payments.billing();
     const autoTopUp = billing.payments_enabled ? await core(req).payments.autoTopUp() : undefined;
     if (billing.payments_enabled) {
@@ -126,9 +199,34 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const returned = typeof req.query.checkout === 'string' ? req.query.checkout : undefined;
     const changed = typeof req.query.auto_top_up === 'string' ? req.query.auto_top_up : undefined;
     const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, autoTopUp: { changed }, ...extra.pay };
-    send(res, overviewPage(nav, { balance: me.balance, billing, autoTopUp, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged }), extra.status);
+    const mail = {
+      top: verificationSection(nav, { verified: me.email_verified, verifiedNow: req.query.verified === '1', sent: req.query.verification === 'sent', error: extra.verifyError }),
+      notice: lowBalanceSection(nav, { threshold: me.low_balance_threshold_coins, saved: req.query.notice === 'saved', value: extra.lowBalance?.value, error: extra.lowBalance?.error }),
+    };
+    send(res, overviewPage(nav, { balance: me.balance, billing, autoTopUp, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged, mail }), extra.status);
   };
-  router.get('/account', label('/account'), signedIn((req, res, nav, me) => renderOverview(req, res, nav, me, { passwordChanged: req.query.password === 'changed' })));
+  router.get('/account', label('/account'), signedIn((req, res, nav, me) => renderOverview(req, res, nav, me, { passwordChanged: req.query.password === 'changed' || req.query.password === 'reset' })));
+  router.post('/account/verify/resend', label('/account/verify/resend'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    try {
+      await core(req).accounts.resendVerification();
+      res.redirect(303, '/account?verification=sent#verify');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized') throw err;
+      await renderOverview(req, res, nav, me, { verifyError: failure.message, status: refusedWith(res, failure) });
+    }
+  }));
+  router.post('/account/low-balance', label('/account/low-balance'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
+    const value = form(req, 'threshold_coins').trim();
+    try {
+      await core(req).account.setLowBalanceNotice({ threshold_coins: value });
+      res.redirect(303, '/account?notice=saved#low-balance');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized') throw err;
+      await renderOverview(req, res, nav, me, { lowBalance: { value: value.slice(0, 10), error: failure.message }, status: refusedWith(res, failure) });
+    }
+  }));
 
   // Paying (docs/payments.md): each form calls the one core use case a back office calls with its key, then goes to Stripe.
   const toStripe = (res: Response, url: string) => {
@@ -193,8 +291,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const current = form(req, 'current_password');
     try {
       // Every session of the account ends; this browser gets the new one.
-      const session = await core(req).accounts.changePassword({ new_password: form(req, 'new_password'), ...(current ? { current_password: current } : {}) });
-      kit.setSession(res, session.token, new Date(session.expires_at));
+      signInBrowser(res, await core(req).accounts.changePassword({ new_password: form(req, 'new_password'), ...(current ? { current_password: current } : {}) }));
       res.redirect(303, '/account?password=changed');
     } catch (err) {
       const failure = toCoreError(err);

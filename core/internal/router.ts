@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { sendLowBalanceNotices } from '../accounts/low-balance.ts';
 import { refreshAnalytics } from '../admin/analytics/refresh.ts';
 import { cancelJob, completeJob, failJob } from '../generations/end-job.ts';
 import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, storeJobResult, submitJob } from '../generations/job-steps.ts';
@@ -71,6 +72,8 @@ export const internalRouter = router({
     /** The auto top-up workflow's step: charges the account's saved card once under `charge`. */
     autoTopUp: internalProcedure.input(z.object({ account: z.string(), charge: z.string() })).mutation(({ ctx, input }) => runAutoTopUp(ctx.deps, ctx.em, input.account, input.charge)),
   }),
+  /** Mails each account whose balance fell below its notice's threshold, once per crossing; run by the mas-low-balance Schedule. */
+  notices: router({ lowBalance: internalProcedure.mutation(({ ctx }) => sendLowBalanceNotices(ctx.deps, ctx.em)) }),
   /** Rebuilds the usage analytics' daily rollups for the days that changed; run by the mas-analytics-refresh Schedule. */
   analytics: router({ refresh: internalProcedure.mutation(({ ctx }) => refreshAnalytics(ctx.em)) }),
 });

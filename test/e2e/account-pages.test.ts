@@ -6,6 +6,7 @@ import { launchChromium, shotAndInspect } from '../support/browser.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { makeAccount, makeKey, uniqueEmail } from '../support/db.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
+import { confirmInBrowser } from '../support/sign-up.ts';
 
 /** The account pages in a real Chromium: what a person does with the service, end to end. */
 let h: JobHarness;
@@ -39,7 +40,9 @@ describe('the account pages', () => {
     await page.getByLabel(/Password/).fill(password);
     await shot('signup.png');
     await page.getByRole('button', { name: 'Create account' }).click();
-    await page.waitForURL(/\/account$/);
+    await expect(page.getByText(`Check your e-mail: we sent a link to ${email} to finish signing up.`).isVisible()).resolves.toBe(true);
+    await confirmInBrowser(page, h.base, email);
+    await expect(page.getByText('Your e-mail address is confirmed.').isVisible()).resolves.toBe(true);
     await expect(page.getByRole('heading', { name: 'Overview' }).isVisible()).resolves.toBe(true);
     await expect(page.getByText('0 coins').first().isVisible()).resolves.toBe(true);
 

@@ -7,6 +7,7 @@ import { createCaller } from '../../core/router.ts';
 import { artifactPath, launchChromium } from '../support/browser.ts';
 import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp, serve } from '../support/http.ts';
+import { signUpVerified } from '../support/sign-up.ts';
 
 /** The admin pages (issue 18) in a real Chromium: an operator signs in with a link, looks, adjusts a balance, signs out. */
 let orm: MikroORM;
@@ -146,7 +147,7 @@ describe('the admin pages', () => {
     await page.goto(`${served.base}/admin`);
     await page.waitForURL(/\/admin\/login\?next=%2Fadmin$/);
 
-    const session = await createCaller(createContext(deps, { kind: 'session', token: null })).accounts.signUp({ email: uniqueEmail('notadmin'), password: 'an account password, long' });
+    const session = await signUpVerified(deps, { email: uniqueEmail('notadmin'), password: 'an account password, long' });
     for (const cookie of [`mas_session=${session.token}`, `mas_admin_session=${session.token}`, '']) {
       const res = await fetch(`${served.base}/admin`, { redirect: 'manual', headers: cookie ? { cookie } : {} });
       expect(res.status).toBe(303);

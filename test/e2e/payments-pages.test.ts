@@ -14,6 +14,7 @@ import { TEST_CATALOG } from '../support/catalog.ts';
 import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp } from '../support/http.ts';
 import { startTestStripeMock } from '../support/stripe-mock.ts';
+import { confirmInBrowser } from '../support/sign-up.ts';
 
 /**
  * "Add credits" in a real Chromium, against stripe-mock as Stripe: the form makes a Checkout
@@ -83,10 +84,11 @@ const shot = (page: Page, name: string) => shotAndInspect(page, name);
 async function signUp(context: BrowserContext, base: string): Promise<Page> {
   const page = await context.newPage();
   await page.goto(`${base}/signup`);
-  await page.getByLabel('Email').fill(uniqueEmail('payments'));
+  const email = uniqueEmail('payments');
+  await page.getByLabel('Email').fill(email);
   await page.getByLabel(/Password/).fill(PASSWORD);
   await page.getByRole('button', { name: 'Create account' }).click();
-  await page.waitForURL(/\/account$/);
+  await confirmInBrowser(page, base, email);
   return page;
 }
 

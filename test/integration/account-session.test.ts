@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { failJob } from '../../core/generations/end-job.ts';
 import { runCli, type CliConnection } from '../../adapters/cli/mas.ts';
 import { historyCsv } from '../../core/accounts/history-csv.ts';
-import { signedInSchema } from '../../core/accounts/sign-in.ts';
+import { signedInSchema, signUpAnswerSchema } from '../../core/accounts/sign-in.ts';
+import { hashSecret } from '../../core/auth/secrets.ts';
 import { LOGIN_LINK_SECONDS } from '../../core/auth/login-links.ts';
 import type { Credential } from '../../core/auth/principals.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
@@ -17,6 +18,8 @@ import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { refusal } from '../support/refusal.ts';
+import { testMailbox, tokenOf } from '../support/mail.ts';
+import { signUpVerified } from '../support/sign-up.ts';
 
 /** The account pages' use cases, called with a session: sign-up, sign-in and out, passwords, login links, and the account's own things. */
 let orm: MikroORM;
@@ -53,34 +56,93 @@ async function alive(token: string): Promise<boolean> {
     );
 }
 
+/** Signed up and confirmed through the mailed link (test/support/sign-up.ts): signed in. */
 async function signedUp(email = uniqueEmail()) {
-  return anonymous().accounts.signUp({ email, password: PASSWORD });
+  return signUpVerified(deps, { email, password: PASSWORD });
 }
 
 describe('sign-up', () => {
-  it('creates an account with an empty, unpaid wallet and its password, and signs it in', async () => {
+  it('creates an unconfirmed account with an empty, unpaid wallet and its password, mails a link, and the link confirms and signs in', async () => {
     const email = uniqueEmail('signup');
     const res = await anonymous().accounts.signUp({ email, password: PASSWORD });
-    expect(signedInSchema.parse(res)).toEqual(res);
-    expect(res).toMatchObject({ object: 'session', account: { email, object: 'account', paid_account: false } });
-    expect(res.token).toMatch(/^mas_sess_/);
-    expect(JSON.stringify(res)).not.toContain(PASSWORD);
-    const me = await session(res.token).accounts.me();
-    expect(me).toMatchObject({ id: res.account.id, balance: { coins: 0, paid_account: false } });
-    const [row] = await orm.em.fork().execute<{ password_hash: string }[]>('select password_hash from accounts where id = ?', [res.account.id]);
+    expect(signUpAnswerSchema.parse(res)).toEqual(res);
+    expect(res).toEqual({ object: 'signup', email, mail_sent: true });
+    const [row] = await orm.em.fork().execute<{ id: string; password_hash: string; email_verified_at: Date | null }[]>('select id, password_hash, email_verified_at from accounts where email = ?', [email]);
     expect(row!.password_hash).toMatch(/^\$argon2id\$/);
+    expect(row!.email_verified_at).toBeNull();
+    const [mail] = testMailbox.to(email);
+    expect(mail).toMatchObject({ to: email, subject: 'Confirm your e-mail address' });
+    expect(mail!.text).toContain(mail!.link!);
+    expect(mail!.link).toMatch(/^http:\/\/localhost\/signup\/verify\?token=mas_verify_/);
+    expect(JSON.stringify(mail)).not.toContain(PASSWORD);
+    // The token is stored hashed, for 24 hours.
+    const token = tokenOf(mail!.link!);
+    const [stored] = await orm.em.fork().execute<{ token_hash: string; seconds: number }[]>(
+      "select token_hash, extract(epoch from expires_at - created_at)::int as seconds from account_tokens where account_id = ? and purpose = 'verify_email'",
+      [row!.id],
+    );
+    expect(stored).toEqual({ token_hash: hashSecret(token), seconds: 24 * 3600 });
+    const signedIn = await anonymous().accounts.verifyEmail({ token });
+    expect(signedInSchema.parse(signedIn)).toEqual(signedIn);
+    expect(signedIn).toMatchObject({ object: 'session', account: { id: row!.id, email, object: 'account', paid_account: false } });
+    expect(signedIn.token).toMatch(/^mas_sess_/);
+    const me = await session(signedIn.token).accounts.me();
+    expect(me).toMatchObject({ id: row!.id, email_verified: true, balance: { coins: 0, paid_account: false } });
+    // Once only.
+    expect(await refusal(anonymous().accounts.verifyEmail({ token }))).toMatchObject({ code: 'invalid_request', reason: 'invalid_verification_link', param: 'token' });
   });
 
-  it('a taken email, in any case, is the existing conflict error', async () => {
+  it('a taken email, in any case, gets the same answer; the owner is mailed, the account is unchanged', async () => {
     const email = uniqueEmail('taken');
-    await signedUp(email);
-    expect(await refusal(anonymous().accounts.signUp({ email: email.toUpperCase(), password: PASSWORD }))).toMatchObject({
-      code: 'conflict',
-      reason: 'email_taken',
-      param: 'email',
-    });
+    const first = await signedUp(email);
+    const before = await orm.em.fork().execute('select password_hash, email_verified_at from accounts where id = ?', [first.account.id]);
+    const mailed = testMailbox.to(email).length;
+    const again = await anonymous().accounts.signUp({ email: email.toUpperCase(), password: 'another password entirely' });
+    expect(again).toEqual({ object: 'signup', email: email.toUpperCase(), mail_sent: true });
+    const fresh = uniqueEmail('fresh');
+    expect(Object.keys(await anonymous().accounts.signUp({ email: fresh, password: PASSWORD }))).toEqual(Object.keys(again));
+    expect(await orm.em.fork().execute('select password_hash, email_verified_at from accounts where id = ?', [first.account.id])).toEqual(before);
+    const notice = testMailbox.to(email).slice(mailed);
+    expect(notice).toHaveLength(1);
+    expect(notice[0]).toMatchObject({ subject: 'Someone tried to sign up with your e-mail address' });
+    expect(notice[0]!.link).toBeUndefined();
+    expect(notice[0]!.text).toContain('http://localhost/login');
+    expect(notice[0]!.text).toContain('http://localhost/password/forgot');
     const cli = await makeAccount(orm);
-    expect((await refusal(anonymous().accounts.signUp({ email: cli.email, password: PASSWORD }))).reason).toBe('email_taken');
+    expect(await anonymous().accounts.signUp({ email: cli.email, password: PASSWORD })).toEqual({ object: 'signup', email: cli.email, mail_sent: true });
+    expect(testMailbox.to(cli.email).at(-1)!.subject).toBe('Someone tried to sign up with your e-mail address');
+  });
+
+  it('an unconfirmed account signs in and sees its pages, but creates no key, allows no app and pays nothing until confirmed; it may have the link sent again', async () => {
+    const email = uniqueEmail('unconfirmed');
+    await anonymous().accounts.signUp({ email, password: PASSWORD });
+    const signedIn = await anonymous().accounts.signIn({ email, password: PASSWORD });
+    const me = session(signedIn.token);
+    expect(await me.accounts.me()).toMatchObject({ email, email_verified: false });
+    expect((await me.account.keys.list()).data).toEqual([]);
+    const refused = await refusal(me.account.keys.create({ name: 'too early' }));
+    expect(refused).toMatchObject({ code: 'forbidden', reason: 'email_not_verified' });
+    expect(await refusal(me.payments.checkout({ amount_usd: '10' }))).toMatchObject({ reason: 'email_not_verified' });
+    expect(await refusal(me.payments.subscribe({ plan: 'pro' }))).toMatchObject({ reason: 'email_not_verified' });
+    const sent = testMailbox.to(email).length;
+    expect(await me.accounts.resendVerification()).toEqual({ object: 'verification', email, verified: false, mail_sent: true });
+    expect(testMailbox.to(email)).toHaveLength(sent + 1);
+    await anonymous().accounts.verifyEmail({ token: testMailbox.tokenFor(email, 'verify') });
+    expect(await me.accounts.me()).toMatchObject({ email_verified: true });
+    await expect(me.account.keys.create({ name: 'now' })).resolves.toMatchObject({ object: 'api_key' });
+    // Confirmed: nothing more is sent.
+    expect(await me.accounts.resendVerification()).toEqual({ object: 'verification', email, verified: true, mail_sent: false });
+    expect(testMailbox.to(email)).toHaveLength(sent + 1);
+  });
+
+  it('limits the resending of the link per account', async () => {
+    const email = uniqueEmail('resend');
+    await anonymous().accounts.signUp({ email, password: PASSWORD });
+    const me = session((await anonymous().accounts.signIn({ email, password: PASSWORD })).token);
+    for (let i = 0; i < 10; i++) await me.accounts.resendVerification();
+    const refused = await refusal(me.accounts.resendVerification());
+    expect(refused).toMatchObject({ code: 'rate_limited', reason: 'too_many_attempts' });
+    expect(refused.retryAfterSeconds).toBeGreaterThan(0);
   });
 
   it('SIGNUP=closed refuses it, and creates nothing', async () => {

@@ -39,7 +39,9 @@ describe('CSRF on forms', () => {
     const { cookies, token } = await visit();
     const res = await signUp(cookies, { _csrf: token }, { origin: base });
     expect(res.status).toBe(303);
-    expect(res.headers.getSetCookie().some((c) => c.startsWith('mas_session=') && /HttpOnly/i.test(c) && /SameSite=Lax/i.test(c))).toBe(true);
+    // Sign-up answers "check your e-mail" (the mailed link signs in): the address for that page rides in an HttpOnly cookie, not the URL.
+    expect(res.headers.get('location')).toBe('/signup/sent');
+    expect(res.headers.getSetCookie().some((c) => c.startsWith('mas_signup_email=') && /HttpOnly/i.test(c) && /SameSite=Lax/i.test(c))).toBe(true);
   });
 
   it('refuses a form without its token, with a token of another visitor, or from another site', async () => {

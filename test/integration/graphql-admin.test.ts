@@ -4,12 +4,11 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { printSdl, SDL_FILE } from '../../adapters/graphql/schema.ts';
 import type { CoreDeps } from '../../core/context.ts';
-import { createContext } from '../../core/context.ts';
-import { createCaller } from '../../core/router.ts';
 import { startSession } from '../../core/auth/sessions.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { makeAccount, makeKey, uniqueEmail } from '../support/db.ts';
 import { startAdminApi } from '../support/graphql.ts';
+import { signUpVerified } from '../support/sign-up.ts';
 
 /**
  * The GraphQL admin API over real HTTP (issue 18): the door, reads with their filters and
@@ -59,7 +58,7 @@ describe('the door', () => {
   it('answers 401 with no credential, an API key or an account session, revealing no schema', async () => {
     const account = await makeAccount(orm);
     const key = await makeKey(orm, account.id);
-    const session = await createCaller(createContext(deps, { kind: 'none' })).accounts.signUp({ email: uniqueEmail(), password: 'correct horse battery staple' });
+    const session = await signUpVerified(deps, { email: uniqueEmail(), password: 'correct horse battery staple' });
     const attempts = [
       await gql(null, probe),
       await gql(key.key, probe),

@@ -10,6 +10,7 @@ import { makeAccount, makeKey, openTestOrm, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
 import { refusal } from '../support/refusal.ts';
 import { startRecordingProxy, startTestStripeMock } from '../support/stripe-mock.ts';
+import { signUpVerified } from '../support/sign-up.ts';
 
 /**
  * The billing use cases besides the top-up checkout, against stripe-mock and PostgreSQL: a
@@ -61,7 +62,7 @@ async function written(accountId: string) {
 
 async function signedUp(d: CoreDeps) {
   const email = `billing-${randomBytes(6).toString('hex')}@example.com`;
-  const session = await as(d, { kind: 'none' }).accounts.signUp({ email, password: 'correct horse battery staple' });
+  const session = await signUpVerified(d, { email, password: 'correct horse battery staple' });
   const me = await as(d, { kind: 'session', token: session.token }).accounts.me();
   return { token: session.token, accountId: me.id };
 }

@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { csrfOf, hiddenFields, signUpPerson, type Person } from '../support/cookie-browser.ts';
 import { nowMs, sleep, startTestCluster, upstreamOf, type TestCluster } from './support.ts';
@@ -369,7 +370,7 @@ describe('a credential revoked through the CLI on a third process is refused by 
   });
 
   it('an OAuth app connection: its access token at the MCP server', async () => {
-    const person = await signUpPerson(t.cluster.url, t.orm, 'revocation-app');
+    const person = await signUpPerson(t.cluster.url, t.orm, 'revocation-app', { mailDir: path.join(t.cluster.env.DATA_DIR!, 'mail') });
     const { access, connectionId } = await connectApp(person);
     const url = `${t.cluster.url}/api/v1/mcp`;
     const headers = { authorization: `Bearer ${access}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
@@ -404,7 +405,7 @@ describe('a credential revoked through the CLI on a third process is refused by 
   });
 
   it('an account session: the account pages', async () => {
-    const person = await signUpPerson(t.cluster.url, t.orm, 'revocation-session');
+    const person = await signUpPerson(t.cluster.url, t.orm, 'revocation-session', { mailDir: path.join(t.cluster.env.DATA_DIR!, 'mail') });
     const url = `${t.cluster.url}/account`;
     const headers = { cookie: `mas_session=${person.session}` };
     const first = await fetch(url, { headers, redirect: 'manual' });

@@ -1,6 +1,7 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { expect } from 'vitest';
 import { uniqueEmail } from './db.ts';
+import { linkFromMailDir, testMailbox, tokenOf } from './mail.ts';
 
 /**
  * A person's browser without a browser: a cookie jar over fetch that never follows redirects,
@@ -58,13 +59,22 @@ export interface Person {
   session: string;
 }
 
-/** Signs a new person up through the real sign-up form of the service at `base`. */
-export async function signUpPerson(base: string, orm: MikroORM, tag: string): Promise<Person> {
+/**
+ * Signs a new person up through the real sign-up form of the service at `base`, and follows the
+ * confirmation link mailed to them (from the test mailbox, or from the .eml files of `mailDir`
+ * for a service started without SMTP_URL): confirmed and signed in, as a person is.
+ */
+export async function signUpPerson(base: string, orm: MikroORM, tag: string, opts: { mailDir?: string } = {}): Promise<Person> {
   const browser = new CookieBrowser(base);
   const csrf = csrfOf(await (await browser.fetch('/signup')).text())!;
   const email = uniqueEmail(tag);
   const res = await browser.post('/signup', { _csrf: csrf, email, password: 'a long enough password' });
   expect(res.status).toBe(303);
+  expect(res.headers.get('location')).toBe('/signup/sent');
+  const token = opts.mailDir ? tokenOf(await linkFromMailDir(opts.mailDir, email, 'mas_verify_')) : testMailbox.tokenFor(email, 'verify');
+  const page = await (await browser.fetch(`/signup/verify?${new URLSearchParams({ token }).toString()}`)).text();
+  const verified = await browser.post('/signup/verify', { _csrf: csrfOf(page)!, token });
+  expect(verified.status).toBe(303);
   const [row] = await orm.em.fork().execute<{ id: string }[]>('select id from accounts where email = ?', [email]);
   return { browser, email, accountId: row!.id, session: browser.cookie('mas_session')! };
 }

@@ -7,7 +7,8 @@ import { createAccount } from '../../core/accounts/accounts.ts';
 import os from 'node:os';
 import path from 'node:path';
 import { localDiskStorage } from '../../adapters/storage/local-disk.ts';
-import type { AutoTopUpStarter, GenerationStarter } from '../../core/ports.ts';
+import type { AutoTopUpStarter, GenerationStarter, Mailer } from '../../core/ports.ts';
+import { testMailbox } from './mail.ts';
 import type { ProviderConfig } from '../../core/catalog/schema.ts';
 import type { ProviderRegistry } from '../../core/ports.ts';
 import type { CoreDeps } from '../../core/context.ts';
@@ -49,6 +50,8 @@ export function testDeps(
     env?: Record<string, string>;
     /** The subscription plans (PLANS_FILE's). */
     plans?: Plan[];
+    /** Where mail goes: the test process's mailbox (test/support/mail.ts) unless given; 'env': the real adapter, as SMTP_URL (env) sets it. */
+    mailer?: Mailer | 'env';
   } = {},
 ): CoreDeps {
   const env = loadEnv({
@@ -75,6 +78,7 @@ export function testDeps(
     autoTopUps: opts.autoTopUps,
     catalogTtlMs: opts.catalogTtlMs ?? 0,
     plans: opts.plans,
+    mailer: opts.mailer === 'env' ? undefined : (opts.mailer ?? testMailbox),
   });
 }
 

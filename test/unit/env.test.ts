@@ -60,4 +60,16 @@ describe('configuration', () => {
       expect((err as Error).message).not.toContain('hunter2');
     }
   });
+
+  it('takes an SMTP server as smtp:// or smtps://, never echoing its password, and a From with a default', () => {
+    expect(loadEnv({}).SMTP_URL).toBeUndefined();
+    expect(loadEnv({}).MAIL_FROM).toBe('Model Access Service <no-reply@localhost>');
+    expect(loadEnv({ SMTP_URL: 'smtps://u:p@mail.example:465', MAIL_FROM: 'Us <us@example.com>' })).toMatchObject({ SMTP_URL: 'smtps://u:p@mail.example:465', MAIL_FROM: 'Us <us@example.com>' });
+    expect(() => loadEnv({ SMTP_URL: 'http://u:hunter2@mail.example' })).toThrow(/^Invalid configuration: SMTP_URL: must be an smtp:\/\/ or smtps:\/\/ URL/);
+    try {
+      loadEnv({ SMTP_URL: 'http://u:hunter2@mail.example' });
+    } catch (err) {
+      expect((err as Error).message).not.toContain('hunter2');
+    }
+  });
 });

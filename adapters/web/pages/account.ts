@@ -2,7 +2,7 @@ import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import type { GenerationView } from '../../../core/generations/views.ts';
 import type { AutoTopUpView } from '../../../core/payments/auto-top-up.ts';
 import type { WalletEntryWithReceipt } from '../../../core/payments/receipts.ts';
-import { html, notice, page } from '../html.ts';
+import { html, notice, page, type Html } from '../html.ts';
 import { billingSections, type Billing, type BillingFormState } from './billing.ts';
 
 type Nav = { email: string; csrf: string };
@@ -11,11 +11,11 @@ type Key = { id: string; name: string; prefix: string; created_at: string; last_
 
 const day = (iso: string | null) => (iso ? iso.replace('T', ' ').slice(0, 16) : '—');
 
-export function overviewPage(nav: Nav, v: { balance: Balance; billing: Billing; autoTopUp?: AutoTopUpView | undefined; pay: BillingFormState; passwordError?: string | undefined; passwordChanged?: boolean }) {
+export function overviewPage(nav: Nav, v: { balance: Balance; billing: Billing; autoTopUp?: AutoTopUpView | undefined; pay: BillingFormState; passwordError?: string | undefined; passwordChanged?: boolean; mail?: { top: Html | string; notice: Html | string } }) {
   const b = v.balance;
   return page(
     { title: 'Overview', nav: { ...nav, current: '/account' } },
-    html`<div class="cards">
+    html`${v.mail?.top ?? ''}<div class="cards">
   <div class="card">Spendable <strong>${b.coins} coins</strong></div>
   <div class="card">Subscription <strong>${b.subscription_coins}</strong></div>
   <div class="card">Purchased <strong>${b.purchased_coins}</strong></div>
@@ -24,6 +24,7 @@ export function overviewPage(nav: Nav, v: { balance: Balance; billing: Billing; 
 <p>${b.paid_account ? 'This is a paid account: every model is open to it.' : 'This account is not paid yet: models marked "paid accounts only" need a first top-up or a subscription.'}</p>
 ${billingSections(nav, v.billing, v.pay, v.autoTopUp)}
 <p>Next: <a href="/account/keys">create an API key</a>, then see <a href="/api/v1/docs">the API reference</a>.</p>
+${v.mail?.notice ?? ''}
 <h2>Password</h2>
 ${notice('error', v.passwordError)}${v.passwordChanged ? notice('info', 'Your password is changed. Every other session of this account has been signed out.') : ''}
 <form method="post" action="/account/password" class="stack">

@@ -34,6 +34,7 @@ export function signInPage(v: { csrf: string; email?: string; error?: string; ne
   <label>Password <input type="password" name="password" autocomplete="current-password" required maxlength="256"></label>
   <button type="submit">Sign in</button>
 </form>
+<p><a href="/password/forgot">Forgot your password?</a></p>
 <p>New here? <a href="${keeping('/signup', v.next)}">Create an account</a>.</p>`,
   );
 }
@@ -48,5 +49,73 @@ export function loginLinkPage(v: { csrf: string; token: string; error?: string }
   <input type="hidden" name="token" value="${v.token}">
   <button type="submit">Sign in</button>
 </form>`,
+  );
+}
+
+/** The one answer to a sign-up, whether the e-mail was new or already had an account. */
+export function signUpSentPage(v: { email: string | null }) {
+  return page(
+    { title: 'Check your e-mail' },
+    html`<p class="info" role="status">Check your e-mail: we sent a link to ${v.email ?? 'the address you gave'} to finish signing up.</p>
+<p>The link works once, for 24 hours. No mail? Look in the spam folder, or <a href="/login">sign in</a> and have a new one sent.</p>`,
+  );
+}
+
+/** The sign-up mail's link opens this page; its button confirms the address (a GET never does: mail scanners fetch links). */
+export function verifyEmailPage(v: { csrf: string; token: string; error?: string }) {
+  return page(
+    { title: 'Confirm your e-mail address' },
+    html`${notice('error', v.error)}
+${v.token
+  ? html`<form method="post" action="/signup/verify" class="stack">
+  <input type="hidden" name="_csrf" value="${v.csrf}">
+  <input type="hidden" name="token" value="${v.token}">
+  <button type="submit">Confirm and sign in</button>
+</form>`
+  : html`<p><a href="/login">Sign in</a> to have a new link sent.</p>`}`,
+  );
+}
+
+export function forgotPasswordPage(v: { csrf: string; email?: string; error?: string }) {
+  return page(
+    { title: 'Forgot your password?' },
+    html`${notice('error', v.error)}
+<p>Give the e-mail address of your account: we send it a link to choose a new password.</p>
+<form method="post" action="/password/forgot" class="stack">
+  <input type="hidden" name="_csrf" value="${v.csrf}">
+  <label>Email <input type="email" name="email" autocomplete="email" required maxlength="254" value="${v.email ?? ''}"></label>
+  <button type="submit">Send the link</button>
+</form>
+<p><a href="/login">Back to sign in</a></p>`,
+  );
+}
+
+export function forgotPasswordSentPage() {
+  return page(
+    { title: 'Check your e-mail' },
+    html`<p class="info" role="status">If an account exists for that address, we sent it a link to choose a new password. The link works once, for 30 minutes.</p>
+<p><a href="/login">Back to sign in</a></p>`,
+  );
+}
+
+/** A reset link opens this form (the link is checked first); posting it sets the password and uses the link up. */
+export function resetPasswordPage(v: { csrf: string; token: string; error?: string; invalid?: boolean }) {
+  if (v.invalid) {
+    return page(
+      { title: 'This link does not work' },
+      html`<p class="error" role="alert">${v.error ?? 'This password reset link is invalid, used or expired.'}</p>
+<p><a href="/password/forgot">Ask for a new link</a> · <a href="/login">Sign in</a></p>`,
+    );
+  }
+  return page(
+    { title: 'Choose a new password' },
+    html`${notice('error', v.error)}
+<form method="post" action="/password/reset" class="stack">
+  <input type="hidden" name="_csrf" value="${v.csrf}">
+  <input type="hidden" name="token" value="${v.token}">
+  <label>New password (at least 12 characters) <input type="password" name="new_password" autocomplete="new-password" required minlength="12" maxlength="256"></label>
+  <button type="submit">Set the password</button>
+</form>
+<p>Every session of the account is signed out; this browser is signed in.</p>`,
   );
 }

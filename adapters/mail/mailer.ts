@@ -1,0 +1,44 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import nodemailer from 'nodemailer';
+import type { Logger } from 'pino';
+import type { MailMessage, Mailer } from '../../core/ports.ts';
+
+export const DEFAULT_MAIL_FROM = 'Model Access Service <no-reply@localhost>';
+
+/**
+ * The service's mail (core's `Mailer` port), through nodemailer:
+ *
+ * - with `SMTP_URL` (`smtp://user:pass@host:587`, `smtps://…`), each message goes to that
+ *   server; nothing of the message (and never its link, a secret) is logged;
+ * - without it (a fresh machine, the default), each message is written, as the RFC 822 bytes
+ *   nodemailer would have sent, to `DATA_DIR/mail/<time>-<id>.eml`, and its link is logged at
+ *   info: nothing is lost, and a person on the machine can follow it. This dev mode is the only
+ *   place a link is ever logged.
+ */
+export function createMailer(opts: { smtpUrl?: string | undefined; from?: string | undefined; dataDir: string; logger: Logger }): Mailer & { mode: 'smtp' | 'files' } {
+  const from = opts.from ?? DEFAULT_MAIL_FROM;
+  if (opts.smtpUrl) {
+    const transport = nodemailer.createTransport(opts.smtpUrl);
+    return {
+      mode: 'smtp',
+      async send(m: MailMessage) {
+        await transport.sendMail({ from, to: m.to, subject: m.subject, text: m.text, ...(m.html ? { html: m.html } : {}) });
+      },
+    };
+  }
+  const dir = path.join(opts.dataDir, 'mail');
+  const transport = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: 'unix' });
+  return {
+    mode: 'files',
+    async send(m: MailMessage) {
+      const info = await transport.sendMail({ from, to: m.to, subject: m.subject, text: m.text, ...(m.html ? { html: m.html } : {}) });
+      await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+      const file = path.join(dir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomBytes(4).toString('hex')}.eml`);
+      await fs.writeFile(file, info.message as Buffer, { mode: 0o600 });
+      // SMTP_URL is not set: this file is the only copy, so say where it is and what to open.
+      opts.logger.info({ mail: { to: m.to, subject: m.subject, file, ...(m.link ? { link: m.link } : {}) } }, 'mail written to a file (no SMTP_URL set)');
+    },
+  };
+}
