@@ -35,7 +35,18 @@ export interface PageOptions {
   area?: 'account' | 'admin';
   /** Reload the page every so many seconds, with no script (a page waiting for something to land). */
   refreshSeconds?: number | undefined;
+  /**
+   * Without `nav` (signed out, or a public page): which link of the public navigation is this
+   * page, and whether the visitor has a session (then "Your account" stands for Sign in / Sign up).
+   */
+  publicNav?: { current?: string | undefined; signedIn?: boolean | undefined } | undefined;
 }
+
+const PUBLIC_NAV = [
+  ['/models', 'Models'],
+  ['/docs', 'Docs'],
+  ['/api/v1/docs', 'API reference'],
+] as const;
 
 const NAV = [
   ['/account', 'Overview'],
@@ -66,14 +77,19 @@ export function page(opts: PageOptions, body: Html): string {
 </head>
 <body>
   <header>
-    <a class="brand" href="${admin ? '/admin' : '/account'}">Model Access Service${admin ? ' · admin' : ''}</a>
+    <a class="brand" href="${admin ? '/admin' : opts.nav ? '/account' : '/'}">Model Access Service${admin ? ' · admin' : ''}</a>
     ${opts.nav
       ? html`<nav>${nav.map(([href, label]) => html`<a href="${href}"${opts.nav!.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
     <form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
       <input type="hidden" name="_csrf" value="${opts.nav.csrf}">
       <span>${opts.nav.email}</span> <button type="submit">Sign out</button>
     </form>`
-      : ''}
+      : admin
+        ? ''
+        : html`<nav class="public">${PUBLIC_NAV.map(([href, label]) => html`<a href="${href}"${opts.publicNav?.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
+    <nav class="public-account" aria-label="Account">${opts.publicNav?.signedIn
+      ? html`<a href="/account">Your account</a>`
+      : html`<a href="/login"${opts.publicNav?.current === '/login' ? html` aria-current="page"` : ''}>Sign in</a> <a href="/signup"${opts.publicNav?.current === '/signup' ? html` aria-current="page"` : ''}>Sign up</a>`}</nav>`}
   </header>
   <main>
     <h1>${opts.title}</h1>
