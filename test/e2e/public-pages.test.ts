@@ -124,7 +124,8 @@ describe('public pages over HTTP', () => {
     expect(body).toMatch(/href="\/docs\/[a-z]+(#[\w-]+)?"/);
     expect(body).not.toMatch(/href="[^"]*\.md/);
     const generations = await (await get('/docs/generations')).text();
-    expect(generations).toContain('<pre><code');
+    expect(generations).toContain('<pre tabindex="0"><code');
+    expect(generations).toContain('<div class="table-wrap" role="region" tabindex="0"');
     for (const p of ['/docs/nothere', '/docs/..%2fpackage.json', '/docs/%2e%2e%2fpackage.json', '/docs/api.md', '/docs/README']) {
       const res = await get(p);
       expect(res.status, p).toBe(404);
@@ -223,11 +224,12 @@ describe('the Usage page', () => {
     const page = await context.newPage();
     for (const p of ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/docs', '/docs/api', '/docs/catalog', '/account/usage']) {
       await page.goto(`${base}${p}`);
-      const { scroll, inner } = await page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, inner: window.innerWidth }));
+      // Strings, as the other browser tests write them: this project's TypeScript has no DOM types.
+      const { scroll, inner } = (await page.evaluate('({ scroll: document.documentElement.scrollWidth, inner: window.innerWidth })')) as { scroll: number; inner: number };
       expect(scroll, p).toBeLessThanOrEqual(inner);
       expect(inner).toBe(390);
       // Headings in order: one h1, no level skipped going down.
-      const levels = await page.evaluate(() => [...document.querySelectorAll('h1, h2, h3, h4, h5, h6')].map((h) => Number(h.tagName[1])));
+      const levels = (await page.evaluate("[...document.querySelectorAll('h1, h2, h3, h4, h5, h6')].map((h) => Number(h.tagName[1]))")) as number[];
       expect(levels[0], p).toBe(1);
       expect(levels.filter((l) => l === 1), p).toHaveLength(1);
       for (let i = 1; i < levels.length; i++) expect(levels[i]! - levels[i - 1]!, `${p}: h${levels[i - 1]} then h${levels[i]}`).toBeLessThanOrEqual(1);

@@ -112,6 +112,11 @@ describe('docs pages', () => {
     expect(doc.body.value).toContain('<h2 id="wallet-history">');
     expect(doc.body.value).not.toContain('<script>');
     expect(slug('`GET /models`: the list')).toBe('get-models-the-list');
+    // Tables and code blocks scroll in focusable boxes of their own; a table's is named after its section.
+    const tables = renderDoc('api', '# API\n\n## Limits & sizes\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```sh\ncurl x\n```\n').body.value;
+    expect(tables).toContain('<div class="table-wrap" role="region" tabindex="0" aria-label="Limits &amp; sizes"><table>');
+    expect(tables).toContain('</table></div>');
+    expect(tables).toContain('<pre tabindex="0"><code class="language-sh">curl x');
   });
 
   it('every doc of the fixed list is in docs/ and renders', () => {

@@ -94,7 +94,25 @@ export function renderDoc(name: DocName, markdown: string): RenderedDoc {
     .replace(/\s+/g, ' ')
     .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
     .replace(/[`*]/g, '');
-  return { name, title, summary: summary.length > 220 ? `${summary.slice(0, 219).trimEnd()}…` : summary, body: new Html(renderer().parse(rest, { async: false })) };
+  return { name, title, summary: summary.length > 220 ? `${summary.slice(0, 219).trimEnd()}…` : summary, body: new Html(scrollBoxes(renderer().parse(rest, { async: false }))) };
+}
+
+/**
+ * Wide tables and code blocks scroll inside the page, never widen it (a phone is 390 px): each
+ * table in a box named after its section, each code block a box of its own; both take focus,
+ * so that a keyboard scrolls them too.
+ */
+export function scrollBoxes(rendered: string): string {
+  let heading = 'Table';
+  return rendered.replace(/<h[2-6] id="[^"]*">([\s\S]*?)<\/h[2-6]>|<table>|<\/table>|<pre>/g, (tag, text: string | undefined) => {
+    if (text !== undefined) {
+      heading = text.replace(/<[^>]+>/g, '').trim() || heading;
+      return tag;
+    }
+    if (tag === '<table>') return `<div class="table-wrap" role="region" tabindex="0" aria-label="${heading.replace(/"/g, '&quot;')}"><table>`;
+    if (tag === '</table>') return '</table></div>';
+    return '<pre tabindex="0">';
+  });
 }
 
 let loaded: Map<DocName, RenderedDoc> | undefined;

@@ -144,7 +144,7 @@ export function modelPage(visitor: Visitor, m: ModelView, publicBaseUrl: string)
 </dl>
 ${Object.keys(m.settings).length > 0
   ? html`<h2>Settings</h2>
-<div class="table-wrap"><table>
+<div class="table-wrap" role="region" tabindex="0" aria-label="Settings"><table>
   <thead><tr><th>Name</th><th>Type</th><th>Allowed</th><th>Default</th><th>What it does</th></tr></thead>
   <tbody>${settingRows(m)}</tbody>
 </table></div>`
@@ -152,7 +152,7 @@ ${Object.keys(m.settings).length > 0
 ${Object.keys(m.inputs).length > 0
   ? html`<h2>Inputs</h2>
 <p>Files the job can take (a URL, or the id of a file uploaded with <code>POST /files</code>).</p>
-<div class="table-wrap"><table>
+<div class="table-wrap" role="region" tabindex="0" aria-label="Inputs"><table>
   <thead><tr><th>Name</th><th>Accepts</th><th>Required</th><th>What it is</th></tr></thead>
   <tbody>${inputRows(m)}</tbody>
 </table></div>`
@@ -161,7 +161,7 @@ ${Object.keys(m.inputs).length > 0
 <p>Replace <code>$MAS_API_KEY</code> with one of <a href="/account/keys">your API keys</a> (or export it in your shell). ${chat ? 'Any OpenAI-compatible client works with this base URL.' : 'A job answers with its id and status; the result link comes when it has succeeded.'}</p>
 ${snippets.map(
   (s) => html`<h3 id="request-${s.id}">${s.label}</h3>
-<div class="snippet"><pre><code id="snippet-${s.id}">${s.code}</code></pre><button type="button" data-copy="snippet-${s.id}" aria-label="Copy the ${s.label} request" hidden>Copy</button></div>`,
+<div class="snippet"><pre tabindex="0" aria-label="${s.label} request"><code id="snippet-${s.id}">${s.code}</code></pre><button type="button" data-copy="snippet-${s.id}" aria-label="Copy the ${s.label} request" hidden>Copy</button></div>`,
 )}`,
   );
 }

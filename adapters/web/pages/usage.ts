@@ -97,7 +97,7 @@ ${spendPerDayChart(u.days)}
 <h2>Per model</h2>
 ${u.models.length === 0
   ? html`<p>No requests in these days.</p>`
-  : html`<div class="table-wrap"><table>
+  : html`<div class="table-wrap" role="region" tabindex="0" aria-label="Per model"><table>
   <thead><tr><th>Model</th><th class="num">Requests</th><th class="num">Coins</th><th class="num">Tokens in / out</th><th>CSV</th></tr></thead>
   <tbody>${u.models.map(
     (m) => html`<tr><td><a href="${modelHref(m.model)}">${m.model}</a></td><td class="num">${num(m.requests)}</td><td class="num">${num(m.spent_coins)}</td><td class="num">${m.kind === 'chat' ? `${num(m.input_tokens)} / ${num(m.output_tokens)}` : '—'}</td><td><a href="${csvHref(range, { model: m.model })}" aria-label="History of ${m.model} as CSV">CSV</a></td></tr>`,
@@ -106,7 +106,7 @@ ${u.models.length === 0
 <h2>Per key</h2>
 ${u.keys.length === 0
   ? html`<p>No requests in these days.</p>`
-  : html`<div class="table-wrap"><table>
+  : html`<div class="table-wrap" role="region" tabindex="0" aria-label="Per key"><table>
   <thead><tr><th>Key</th><th class="num">Requests</th><th class="num">Coins</th><th class="num">Tokens in / out</th><th>CSV</th></tr></thead>
   <tbody>${u.keys.map(
     (k) => html`<tr><td>${k.name || k.key_id} <code>${k.prefix}…</code>${k.revoked ? ' (revoked)' : ''}</td><td class="num">${num(k.requests)}</td><td class="num">${num(k.spent_coins)}</td><td class="num">${num(k.input_tokens)} / ${num(k.output_tokens)}</td><td><a href="${csvHref(range, { key: k.key_id })}" aria-label="History of key ${k.name || k.key_id} as CSV">CSV</a></td></tr>`,
@@ -115,7 +115,7 @@ ${u.keys.length === 0
   : ''}
 <h2>Wallet history</h2>
 <p><a href="${csvHref(range)}" download>Download the history of these days as CSV</a> · <a href="/account/usage.csv" download>all of it</a></p>
-<div class="table-wrap"><table class="history">
+<div class="table-wrap" role="region" tabindex="0" aria-label="Wallet history"><table class="history">
   <thead><tr><th>When</th><th>What</th><th class="num">Coins</th><th class="num">Balance</th></tr></thead>
   <tbody>${v.history.data.length === 0
     ? html`<tr><td colspan="4">Nothing yet.</td></tr>`
@@ -125,7 +125,7 @@ ${u.keys.length === 0
 </table></div>
 <p>${v.cursor ? html`<a href="/account/usage?${keep.toString()}">Newest</a> ` : ''}${next ? html`<a href="/account/usage?${new URLSearchParams({ from: range.from, to: range.to, starting_after: next }).toString()}">Older</a>` : ''}</p>
 <h2>Recent generations</h2>
-<div class="table-wrap"><table>
+<div class="table-wrap" role="region" tabindex="0" aria-label="Recent generations"><table>
   <thead><tr><th>Job</th><th>Model</th><th>Status</th><th class="num">Cost</th><th>Result</th></tr></thead>
   <tbody>${v.generations.length === 0
     ? html`<tr><td colspan="5">No generations yet.</td></tr>`
