@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import type { Server } from 'node:http';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import AxeBuilder from '@axe-core/playwright';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser, BrowserContext } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -222,7 +223,7 @@ describe('the Usage page', () => {
 
   it('fits a 390 px phone: /, /models, a model page, a long doc and /account/usage', async () => {
     const page = await context.newPage();
-    for (const p of ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/docs', '/docs/api', '/docs/catalog', '/account/usage']) {
+    for (const p of ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/models/mas/none', '/docs', '/docs/api', '/docs/catalog', '/docs/generations', '/account/usage', `/account/generations/${jobId}`]) {
       await page.goto(`${base}${p}`);
       // Strings, as the other browser tests write them: this project's TypeScript has no DOM types.
       const { scroll, inner } = (await page.evaluate('({ scroll: document.documentElement.scrollWidth, inner: window.innerWidth })')) as { scroll: number; inner: number };
@@ -233,6 +234,10 @@ describe('the Usage page', () => {
       expect(levels[0], p).toBe(1);
       expect(levels.filter((l) => l === 1), p).toHaveLength(1);
       for (let i = 1; i < levels.length; i++) expect(levels[i]! - levels[i - 1]!, `${p}: h${levels[i - 1]} then h${levels[i]}`).toBeLessThanOrEqual(1);
+      // No serious or critical accessibility violation (WCAG 2 A and AA), as main's page walk checks.
+      const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']).analyze();
+      const violations = axe.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
+      expect(violations, p).toEqual([]);
       await page.screenshot({ path: await artifactPath(`public-390${p.replace(/\//g, '-') || '-root'}.png`), fullPage: true });
     }
     await page.close();
