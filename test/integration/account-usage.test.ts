@@ -46,18 +46,19 @@ async function chat(em: EntityManager, a: { accountId: string; keyId: string }, 
   return id;
 }
 
-/** A media job as core/generations leaves it: its price reserved, then charged (succeeded) or released (failed). */
-async function job(em: EntityManager, a: { accountId: string; keyId: string }, at: string, price: string, status: 'succeeded' | 'failed') {
+/** A media job as core/generations leaves it: its price reserved, then charged (succeeded, at `cost` or the full price), released (failed, canceled) or still held (running). */
+async function job(em: EntityManager, a: { accountId: string; keyId: string }, at: string, price: string, status: 'succeeded' | 'failed' | 'canceled' | 'running', cost = price) {
   const id = unique('gen_');
   const holdId = `hold_${id}`;
   await reserve(em, { accountId: a.accountId, amount: parseCoins(price), reference: id, holdId, expiresAt: soon(), metadata: { kind: 'generation', model: 'test/image', key_id: a.keyId } });
+  const ended = status !== 'running';
   await em.execute(
     `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, cost_micro, hold_id, created_at, completed_at)
      values (?, ?, ?, 'test/image', ?, 'a fox', '{}', '{}', ?, ?, ?, ?, ?)`,
-    [id, a.accountId, a.keyId, status, parseCoins(price).toString(), status === 'succeeded' ? parseCoins(price).toString() : '0', holdId, at, at],
+    [id, a.accountId, a.keyId, status, parseCoins(price).toString(), status === 'succeeded' ? parseCoins(cost).toString() : ended ? '0' : null, holdId, at, ended ? at : null],
   );
-  if (status === 'succeeded') await settle(em, holdId, parseCoins(price));
-  else await release(em, holdId);
+  if (status === 'succeeded') await settle(em, holdId, parseCoins(cost));
+  else if (ended) await release(em, holdId);
   return id;
 }
 
@@ -192,5 +193,46 @@ describe('the history in words', () => {
     expect(byModel.csv).toContain(second);
     const before = await historyCsv(orm.em.fork(), account.id, { filters: { to: '2020-01-01' }, now: new Date() });
     expect(before.rows).toBe(0);
+  });
+
+  it('every other kind of row: a job done below its price, canceled or running, an operator\'s refund, an automatic top-up, a response', async () => {
+    const account = await makeAccount(orm, { coins: '100' });
+    const key = await makeKey(orm, account.id);
+    const em = orm.em.fork();
+    const a = { accountId: account.id, keyId: key.id };
+    const now = new Date().toISOString();
+    const cheaper = await job(em, a, now, '10', 'succeeded', '7.5');
+    const canceled = await job(em, a, now, '3', 'canceled');
+    const running = await job(em, a, now, '2', 'running');
+    const done = await job(em, a, now, '6', 'succeeded');
+    await as({ kind: 'internal' }).admin.actions.refundGeneration({ id: done, reason: 'the image was blank' });
+    const intent = unique('pi_');
+    const paid = await credit(em, { accountId: account.id, kind: 'topup', amount: parseCoins('20'), reference: intent, idempotencyKey: intent, description: 'Top-up' });
+    await em.execute(
+      `insert into payments (id, checkout_session_id, payment_intent_id, source, account_id, amount_cents, currency, coins_micro, event_id, ledger_entry_id) values (?, null, ?, 'auto_top_up', ?, 2005, 'eur', ?, ?, ?)`,
+      [unique('pay_'), intent, account.id, parseCoins('20').toString(), unique('evt_'), paid.entryId],
+    );
+    const respId = unique('resp_');
+    const { holdId } = await reserve(em, { accountId: account.id, amount: parseCoins('1'), reference: respId, expiresAt: soon(), metadata: { kind: 'chat', model: 'test/ok' } });
+    await settle(em, holdId, parseCoins('0.5'));
+    await em.execute(
+      `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms) values (?, 'response', ?, ?, 'test/ok', 7, 8, 500000, 'stop', now(), 1)`,
+      [respId, account.id, key.id],
+    );
+    const { data } = await listHistory(orm.em.fork(), account.id, historyInput.parse({ limit: 20 }));
+    const words = data.map((r) => r.details);
+    expect(words.slice(0, 8)).toEqual([
+      'Response on test/ok: 7 input + 8 output tokens',
+      'Automatic top-up: card payment of 20.05 EUR',
+      `Refund of image job ${done} on test/image by the operator`,
+      `Image job ${done} on test/image — done`,
+      `Image job ${running} on test/image — running`,
+      `Refund of image job ${canceled} on test/image (the job was canceled)`,
+      `Image job ${canceled} on test/image — canceled, refunded 3 coins`,
+      `Refund of image job ${cheaper} on test/image (the unused part of its price)`,
+    ]);
+    expect(words[8]).toBe(`Image job ${cheaper} on test/image — done, refunded 2.5 coins`);
+    expect(data.find((r) => r.details.includes('by the operator'))).toMatchObject({ type: 'refund', generation_id: done, amount_coins: 6 });
+    expect(JSON.stringify(data)).not.toContain('blank');
   });
 });
