@@ -86,7 +86,7 @@ export function page(opts: PageOptions, body: Html): string {
     </form>`
       : admin
         ? ''
-        : html`<nav class="public">${PUBLIC_NAV.map(([href, label]) => html`<a href="${href}"${opts.publicNav?.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
+        : html`<nav class="public" aria-label="Site">${PUBLIC_NAV.map(([href, label]) => html`<a href="${href}"${opts.publicNav?.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
     <nav class="public-account" aria-label="Account">${opts.publicNav?.signedIn
       ? html`<a href="/account">Your account</a>`
       : html`<a href="/login"${opts.publicNav?.current === '/login' ? html` aria-current="page"` : ''}>Sign in</a> <a href="/signup"${opts.publicNav?.current === '/signup' ? html` aria-current="page"` : ''}>Sign up</a>`}</nav>`}
