@@ -101,7 +101,7 @@ export async function startService(
       // The admin pages (/admin), after the admin API's /admin/graphql and before the account pages.
       lazyAdapter('/admin', async () => (await import('../adapters/web/admin/admin.ts')).adminPagesAdapter(deps, { kit, logger, publicBaseUrl: env.PUBLIC_BASE_URL, temporal: { uiUrl: temporal.uiUrl, namespace: temporal.namespace } })),
       // The account pages at the root, last: they answer every path no other adapter has.
-      webAdapter(deps, { kit, logger }),
+      webAdapter(deps, { kit, logger, publicBaseUrl: env.PUBLIC_BASE_URL }),
     ],
   });
   const http = await listen(app, { port: env.PORT, host: env.HOST, shutdownTimeoutSeconds: env.SHUTDOWN_TIMEOUT_SECONDS, logger });

@@ -5,7 +5,8 @@ import { adminRouter } from './admin/router.ts';
 import { appConnectionIdInput, listAppConnections, revokeAppConnection } from './apps/connections.ts';
 import { accountOverview } from './accounts/account-overview.ts';
 import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
-import { historyCsv } from './accounts/history-csv.ts';
+import { historyCsv, historyCsvInput } from './accounts/history-csv.ts';
+import { accountUsage, usageInput } from './accounts/usage.ts';
 import { loginLinkFor, setPasswordInput, setPasswordFor } from './accounts/operator-access.ts';
 import { lowBalanceNoticeInput, setLowBalanceNotice } from './accounts/low-balance.ts';
 import {
@@ -82,6 +83,10 @@ export const appRouter = router({
   models: router({
     list: spendingProcedure.input(modelTypeFilter).query(({ ctx, input }) => listModels(ctx.deps, ctx.em, input.type)),
     get: spendingProcedure.input(modelIdInput).query(({ ctx, input }) => getModel(ctx.deps, ctx.em, input.id)),
+    /** The same catalog without a key, for the public pages (/models): enabled models at the API prices in force. */
+    catalog: publicProcedure.input(modelTypeFilter).query(({ ctx, input }) => listModels(ctx.deps, ctx.em, input.type)),
+    /** One model without a key, for its public page; an unknown or disabled model is not_found. */
+    page: publicProcedure.input(modelIdInput).query(({ ctx, input }) => getModel(ctx.deps, ctx.em, input.id)),
   }),
 
   chat: router({
@@ -211,11 +216,13 @@ export const appRouter = router({
     }),
     /** The history, each top-up with its receipt. */
     history: sessionProcedure.input(historyInput).query(({ ctx, input }) => historyWithReceipts(ctx.deps, ctx.em, ctx.principal.accountId, input)),
-    /** The whole history (at most 10,000 rows, the newest) as CSV text, top-ups with their receipts. */
-    historyCsv: sessionProcedure.query(async ({ ctx }) => {
+    /** The history (at most 10,000 rows, the newest; optionally of a date range, a model, a key) as CSV text, top-ups with their receipts. */
+    historyCsv: sessionProcedure.input(historyCsvInput).query(async ({ ctx, input }) => {
       await fillReceipts(ctx.deps, ctx.em, ctx.principal.accountId);
-      return historyCsv(ctx.em, ctx.principal.accountId);
+      return historyCsv(ctx.em, ctx.principal.accountId, { filters: input, now: ctx.deps.clock() });
     }),
+    /** Spend, requests and tokens per day, per model and per key over a range of days (at most 366). */
+    usage: sessionProcedure.input(usageInput).query(({ ctx, input }) => accountUsage(ctx.em, ctx.principal.accountId, input, ctx.deps.clock())),
     apps: router({
       list: sessionProcedure.query(({ ctx }) => listAppConnections(ctx.em, ctx.principal.accountId)),
       revoke: sessionProcedure.input(appConnectionIdInput).mutation(({ ctx, input }) => revokeAppConnection(ctx.em, ctx.principal.accountId, input.id)),

@@ -39,7 +39,18 @@ export interface PageOptions {
    * page under a screen reader's feet (WCAG 2.2.1; axe's meta-refresh rule).
    */
   pollSeconds?: number | undefined;
+  /**
+   * Without `nav` (signed out, or a public page): which link of the public navigation is this
+   * page, and whether the visitor has a session (then "Your account" stands for Sign in / Sign up).
+   */
+  publicNav?: { current?: string | undefined; signedIn?: boolean | undefined } | undefined;
 }
+
+const PUBLIC_NAV = [
+  ['/models', 'Models'],
+  ['/docs', 'Docs'],
+  ['/api/v1/docs', 'API reference'],
+] as const;
 
 const NAV = [
   ['/account', 'Overview'],
@@ -96,14 +107,19 @@ export function page(opts: PageOptions, body: Html): string {
 </head>
 <body>
   <header>
-    <a class="brand" href="${admin ? '/admin' : '/account'}">Model Access Service${admin ? ' · admin' : ''}</a>
+    <a class="brand" href="${admin ? '/admin' : opts.nav ? '/account' : '/'}">Model Access Service${admin ? ' · admin' : ''}</a>
     ${opts.nav
       ? html`<nav>${nav.map(([href, label]) => html`<a href="${href}"${opts.nav!.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
     <form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
       <input type="hidden" name="_csrf" value="${opts.nav.csrf}">
       <span title="${opts.nav.email}">${opts.nav.email}</span> <button type="submit">Sign out</button>
     </form>`
-      : ''}
+      : admin
+        ? ''
+        : html`<nav class="public" aria-label="Site">${PUBLIC_NAV.map(([href, label]) => html`<a href="${href}"${opts.publicNav?.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
+    <nav class="public-account" aria-label="Account">${opts.publicNav?.signedIn
+      ? html`<a href="/account">Your account</a>`
+      : html`<a href="/login"${opts.publicNav?.current === '/login' ? html` aria-current="page"` : ''}>Sign in</a> <a href="/signup"${opts.publicNav?.current === '/signup' ? html` aria-current="page"` : ''}>Sign up</a>`}</nav>`}
   </header>
   <main${opts.pollSeconds ? html` data-poll-seconds="${opts.pollSeconds}"` : ''}>
     <h1>${opts.title}</h1>

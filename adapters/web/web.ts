@@ -6,11 +6,14 @@ import { MAX_ACTIVE_KEYS } from '../../core/keys/keys.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import type { HttpAdapter } from '../http/app.ts';
-import type { BrowserKit } from '../http/browser.ts';
+import { SESSION_COOKIE, type BrowserKit } from '../http/browser.ts';
 import { sendPageError, statusOf } from './errors.ts';
 import { html, page } from './html.ts';
 import { randomUUID } from 'node:crypto';
-import { appsPage, keysPage, overviewPage, revokeKeyPage, usagePage } from './pages/account.ts';
+import { appsPage, keysPage, overviewPage, revokeKeyPage } from './pages/account.ts';
+import { docNotFoundPage, docPage, docsIndexPage, lookupDoc } from './pages/docs.ts';
+import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
+import { generationPage, usagePage } from './pages/usage.ts';
 import { PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
 import { forgotPasswordPage, forgotPasswordSentPage, loginLinkPage, resetPasswordPage, safeNext, signInPage, signUpPage, signUpSentPage, verifyEmailPage } from './pages/auth.ts';
 import { lowBalanceSection, verificationSection } from './pages/notices.ts';
@@ -19,6 +22,8 @@ import { authorizationErrorPage, consentPage } from './pages/consent.ts';
 export interface WebOptions {
   kit: BrowserKit;
   logger: Logger;
+  /** PUBLIC_BASE_URL, for the ready requests of the model pages; default: the OAuth issuer, which is the same setting. */
+  publicBaseUrl?: string;
 }
 
 /**
@@ -35,6 +40,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   // here by mistake.
   router.use((req, _res, next) => next(isApiPath(req.path) ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
+  mountPublicPages(router, deps, opts.publicBaseUrl ?? deps.config.oauth.issuer);
   router.use(kit.middleware);
   router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
 
@@ -73,7 +79,6 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   // The address a sign-up went to, for the next page only (not in its URL, which logs keep).
   const SIGNUP_EMAIL_COOKIE = 'mas_signup_email';
 
-  router.get('/', (req, res) => res.redirect(303, kit.sessionToken(req) ? '/account' : '/login'));
   router.get('/favicon.ico', (_req, res) => void res.status(204).end());
 
   router.get('/signup', label('/signup'), async (req, res) => {
@@ -335,18 +340,33 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   }));
 
   router.get('/account/usage', label('/account/usage'), signedIn(async (req, res, nav) => {
-    const cursor = typeof req.query.starting_after === 'string' ? req.query.starting_after : undefined;
+    const q = (name: string) => (typeof req.query[name] === 'string' ? (req.query[name] as string).slice(0, 20) : undefined);
+    const cursor = q('starting_after');
+    const range = { from: q('from'), to: q('to') };
     const [history, generations] = await Promise.all([
       core(req).account.history({ limit: 25, ...(cursor ? { starting_after: cursor } : {}) }),
       core(req).account.generations.list({ limit: 10 }),
     ]);
-    send(res, usagePage(nav, { history, generations: generations.data, cursor }));
+    try {
+      const usage = await core(req).account.usage({ ...(range.from ? { from: range.from } : {}), ...(range.to ? { to: range.to } : {}) });
+      send(res, usagePage(nav, { usage, range: { from: usage.from, to: usage.to }, history, generations: generations.data, cursor }));
+    } catch (err) {
+      // A range core refuses (a day that does not exist, from after to, more than 366 days): the page again, with the message.
+      const failure = toCoreError(err);
+      if (!failure || failure.code !== 'invalid_request') throw err;
+      send(res, usagePage(nav, { range: { from: range.from ?? '', to: range.to ?? '' }, error: failure.message, history, generations: generations.data, cursor }), statusOf(failure.code));
+    }
   }));
   router.get('/account/usage.csv', label('/account/usage.csv'), signedIn(async (req, res) => {
-    const csv = await core(req).account.historyCsv();
+    const filters: Record<string, string> = {};
+    for (const name of ['from', 'to', 'model', 'key']) if (typeof req.query[name] === 'string' && req.query[name]) filters[name] = (req.query[name] as string).slice(0, 200);
+    const csv = await core(req).account.historyCsv(filters);
     res.setHeader('Content-Type', csv.content_type);
     res.setHeader('Content-Disposition', `attachment; filename="${csv.filename}"`);
     res.send(csv.csv);
+  }));
+  router.get('/account/generations/:id', label('/account/generations/:id'), signedIn(async (req, res, nav) => {
+    send(res, generationPage(nav, await core(req).account.generations.get({ id: String(req.params.id) })));
   }));
 
   // OAuth (docs/oauth.md): an app sends a person here; they sign in, then allow or deny it.
@@ -449,6 +469,61 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     sendPageError(req, res, err);
   }) as express.ErrorRequestHandler);
   return { path: '/', router };
+}
+
+/**
+ * The public pages (docs/catalog.md, "Public pages"): the landing page, the catalog, each
+ * model's page and the docs. Mounted before the browser kit, so they set no cookie; the same
+ * answer for everyone signed out, cacheable by anyone for five minutes. A visitor with a session
+ * cookie gets "Your account" in place of Sign in / Sign up, in a private answer (`Vary: Cookie`).
+ * The cookie's presence is enough for that link: the account pages check the session itself.
+ */
+function mountPublicPages(router: Router, deps: CoreDeps, publicBaseUrl: string) {
+  const visitor = (req: Request, res: Response) => {
+    const signedIn = new RegExp(`(?:^|;\\s*)${SESSION_COOKIE}=[^;]`).test(req.get('cookie') ?? '');
+    res.setHeader('Cache-Control', signedIn ? 'private, no-cache' : 'public, max-age=300');
+    res.setHeader('Vary', 'Cookie');
+    return { signedIn };
+  };
+  const core = (req: Request) => createCaller(createContext(deps, { kind: 'none' }, { requestId: String(req.id), clientIp: req.ip }));
+  const label = (route: string): RequestHandler => (_req, res, next) => {
+    res.locals.route = route;
+    next();
+  };
+  const send = (res: Response, body: string, status = 200) => void res.status(status).type('html').send(body);
+  const safely = (fn: RequestHandler): RequestHandler => async (req, res, next) => {
+    try {
+      await fn(req, res, next);
+    } catch (err) {
+      sendPageError(req, res, err);
+    }
+  };
+
+  router.get('/', label('/'), (req, res) => send(res, landingPage(visitor(req, res), publicBaseUrl)));
+  router.get('/models', label('/models'), safely(async (req, res) => {
+    const who = visitor(req, res);
+    send(res, catalogPage(who, (await core(req).models.catalog({})).data as ModelView[]));
+  }));
+  router.get('/models/*id', label('/models/*id'), safely(async (req, res) => {
+    const who = visitor(req, res);
+    const parts = (req.params as { id?: string | string[] }).id;
+    const id = Array.isArray(parts) ? parts.join('/') : String(parts ?? '');
+    try {
+      send(res, modelPage(who, (await core(req).models.page({ id })) as ModelView, publicBaseUrl));
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (failure?.code !== 'not_found' && failure?.code !== 'invalid_request') throw err;
+      res.setHeader('Cache-Control', 'no-store');
+      send(res, modelNotFoundPage(who, id), 404);
+    }
+  }));
+  router.get('/docs', label('/docs'), (req, res) => send(res, docsIndexPage(visitor(req, res))));
+  router.get('/docs/:name', label('/docs/:name'), (req, res) => {
+    const who = visitor(req, res);
+    const doc = lookupDoc(String(req.params.name));
+    if (!doc) return send(res, docNotFoundPage(who, String(req.params.name)), 404);
+    send(res, docPage(who, doc));
+  });
 }
 
 const isApiPath = (path: string) => /^\/(api|v1|webhooks)(\/|$)/.test(path);

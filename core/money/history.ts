@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { invalid } from '../errors.ts';
 import { coinsSchema, isoTimeSchema } from '../views.ts';
 import { coinsToJson, type Micro } from './coins.ts';
+import { describeRows } from './history-details.ts';
 
 /**
  * The wallet history a customer reads (GET /wallet/history, `wallet.history`): one row per
@@ -47,6 +48,16 @@ export const walletEntrySchema = z
     reference: z.string().describe('the chat completion id or job id (`api_usage`, `refund`), or the payment reference (credits)'),
     app_connection_id: z.string().nullable().describe('`app_…`: the connected app (OAuth) that made this request, or null for an API key or a credit'),
     created_at: isoTimeSchema,
+    details: z
+      .string()
+      .describe(
+        'what the row is about, in words: `Chat on mas/echo: 12 input + 40 output tokens`, `Image job gen_… on mas/image-demo — failed, refunded 5 coins`, `Refund of image job gen_… (the job failed)`, `Card payment of 10.00 USD`, `Balance correction by the operator (up)`',
+      ),
+    model: z.string().nullable().describe('the model of a chat or job row, else null'),
+    input_tokens: z.number().int().nullable().describe('a chat row: its input (prompt) tokens, else null'),
+    output_tokens: z.number().int().nullable().describe('a chat row: its output (completion) tokens, else null'),
+    generation_id: z.string().nullable().describe('`gen_…`: the job a charge or refund row is about (its charge and its refund name the same job), else null'),
+    key_id: z.string().nullable().describe('`key_…`: the API key that made the request (chat and job rows), else null'),
   })
   .strict();
 export type WalletEntryView = z.infer<typeof walletEntrySchema>;
@@ -111,6 +122,8 @@ interface Group {
 /** A row before its balance is known. */
 interface PendingRow {
   anchor: bigint;
+  entryKind: Entry['kind'];
+  holdKind: string | null;
   type: WalletEntryType;
   description: string;
   amount: Micro;
@@ -233,6 +246,7 @@ export async function listHistory(em: EntityManager, accountId: string, input: z
     accountId,
     page.map((r) => r.anchor),
   );
+  const details = await describeRows(em, accountId, page);
   return {
     object: 'list' as const,
     data: page.map(
@@ -246,6 +260,7 @@ export async function listHistory(em: EntityManager, accountId: string, input: z
         reference: r.reference,
         app_connection_id: r.app,
         created_at: r.createdAt.toISOString(),
+        ...details.get(r.anchor)!,
       }),
     ),
     has_more: rows.length > input.limit,
@@ -254,7 +269,7 @@ export async function listHistory(em: EntityManager, accountId: string, input: z
 
 /** What one event shows the customer: one row, or nothing. */
 function customerRow({ entries: event, hold }: Group, anchor: Entry): PendingRow | null {
-  const base = { anchor: anchor.id, reference: anchor.reference, createdAt: anchor.createdAt, app: hold?.app ?? null };
+  const base = { anchor: anchor.id, entryKind: anchor.kind, holdKind: hold?.kind ?? null, reference: anchor.reference, createdAt: anchor.createdAt, app: hold?.app ?? null };
   if (!hold) {
     // A credit, or an operator's correction or refund: its entries are on spendable pockets.
     const amount = sum(event.map((e) => e.amount));

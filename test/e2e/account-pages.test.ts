@@ -86,7 +86,7 @@ describe('the account pages', () => {
     expect(job.status).toBe('succeeded');
     await page.goto(`${h.base}/account/usage`);
     await expect(page.locator(`tr#${job.id}`).textContent()).resolves.toMatch(/succeeded/);
-    await expect(page.getByRole('link', { name: job.id }).isVisible()).resolves.toBe(true);
+    await expect(page.locator(`tr#${job.id}`).getByRole('link', { name: job.id, exact: true }).isVisible()).resolves.toBe(true);
     await shot('usage.png');
     const csv = await page.request.get(`${h.base}/account/usage.csv`);
     expect(csv.headers()['content-type']).toMatch(/text\/csv/);

@@ -199,9 +199,10 @@ describe('Add credits, with payments on', () => {
     await expect(page.getByText('This is a paid account').isVisible()).resolves.toBe(true);
     await expect(page.getByText(/12\.34 USD, 12,340 coins/).isVisible()).resolves.toBe(true);
     await page.goto(`${on.base}/account/usage`);
-    const row = page.getByRole('row').filter({ hasText: 'Top-up' });
+    // The history says what the top-up was: the card payment, in USD, with its receipt.
+    const row = page.getByRole('row').filter({ hasText: 'Card payment of 12.34 USD' });
     await expect(row.getByRole('link', { name: 'Receipt' }).getAttribute('href')).resolves.toMatch(/^https:\/\/.+\/receipts\//);
-    await expect(row.textContent()).resolves.toContain('12340');
+    await expect(row.textContent()).resolves.toContain('12,340');
     await shot(page, 'payments-usage-1280.png');
     const csv = await page.request.get(`${on.base}/account/usage.csv`);
     expect(await csv.text()).toMatch(new RegExp(`,topup,Top-up,12340,12340,${link.id},,https://`));

@@ -183,6 +183,12 @@ describe('wallet history', () => {
       reference: 'req_history',
       app_connection_id: null,
       created_at: expect.any(String),
+      details: 'API usage',
+      model: null,
+      input_tokens: null,
+      output_tokens: null,
+      generation_id: null,
+      key_id: null,
     });
     expect(all[1]).toMatchObject({ amount_coins: 5, balance_after_coins: 25 });
     expect(all[2]).toMatchObject({ amount_coins: 20, balance_after_coins: 20 });

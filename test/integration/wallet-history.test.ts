@@ -214,6 +214,13 @@ describe('wallet history rows', () => {
       reference: ref,
       app_connection_id: null,
       created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT.*Z$/),
+      // No completion record in this test: the words say what it is, without its model and tokens.
+      details: `Chat ${ref}`,
+      model: null,
+      input_tokens: null,
+      output_tokens: null,
+      generation_id: null,
+      key_id: null,
     });
     expect(Object.keys(res.data[0]!)).not.toContain('pocket');
     // The row's id is the last ledger entry the request wrote (its release).

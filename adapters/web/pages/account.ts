@@ -1,7 +1,5 @@
 import type { AppConnectionView } from '../../../core/apps/connections.ts';
-import type { GenerationView } from '../../../core/generations/views.ts';
 import type { AutoTopUpView } from '../../../core/payments/auto-top-up.ts';
-import type { WalletEntryWithReceipt } from '../../../core/payments/receipts.ts';
 import { html, notice, page, type Html } from '../html.ts';
 import { billingSections, type Billing, type BillingFormState } from './billing.ts';
 
@@ -94,40 +92,6 @@ export function appsPage(nav: Nav, v: { apps: AppConnectionView[] }) {
   <td>${a.revoked_at
     ? html`revoked ${day(a.revoked_at)}`
     : html`<form method="post" action="/account/apps/${a.id}/revoke"><input type="hidden" name="_csrf" value="${nav.csrf}"><button type="submit" class="danger" aria-label="Revoke ${a.name}">Revoke</button></form>`}</td></tr>`,
-      )}</tbody>
-</table>`,
-  );
-}
-
-export function usagePage(nav: Nav, v: { history: { data: WalletEntryWithReceipt[]; has_more: boolean }; generations: GenerationView[]; cursor?: string | undefined }) {
-  const linkFor = (e: WalletEntryWithReceipt) =>
-    e.reference.startsWith('gen_')
-      ? html`<a href="#${e.reference}">${e.reference}</a>`
-      : e.receipt_url
-        ? html`<a href="${e.receipt_url}" rel="noopener noreferrer">Receipt</a> <code>${e.reference}</code>`
-        : e.reference;
-  const next = v.history.has_more ? v.history.data.at(-1)?.id : undefined;
-  return page(
-    { title: 'Usage', nav: { ...nav, current: '/account/usage' } },
-    html`<h2>Wallet history</h2>
-<p><a href="/account/usage.csv" download>Download the history as CSV</a></p>
-<table>
-  <thead><tr><th>When</th><th>What</th><th>Reference</th><th class="num">Coins</th><th class="num">Balance after</th></tr></thead>
-  <tbody>${v.history.data.length === 0
-    ? html`<tr><td colspan="5">Nothing yet.</td></tr>`
-    : v.history.data.map(
-        (e) => html`<tr><td>${day(e.created_at)}</td><td>${e.description}</td><td>${linkFor(e)}</td><td class="num">${e.amount_coins}</td><td class="num">${e.balance_after_coins}</td></tr>`,
-      )}</tbody>
-</table>
-<p>${v.cursor ? html`<a href="/account/usage">Newest</a> ` : ''}${next ? html`<a href="/account/usage?starting_after=${next}">Older</a>` : ''}</p>
-<h2>Recent generations</h2>
-<table>
-  <thead><tr><th>Job</th><th>Model</th><th>Status</th><th class="num">Cost</th><th>Result</th></tr></thead>
-  <tbody>${v.generations.length === 0
-    ? html`<tr><td colspan="5">No generations yet.</td></tr>`
-    : v.generations.map(
-        (g) => html`<tr id="${g.id}"><td><code>${g.id}</code></td><td>${g.model}</td><td>${g.status}</td><td class="num">${g.cost_coins ?? g.price_coins}</td>
-  <td>${g.output ? html`<a href="${g.output.url}">${g.output.mime_type}</a>` : g.error ? g.error.message : ''}</td></tr>`,
       )}</tbody>
 </table>`,
   );

@@ -1,0 +1,156 @@
+import type { UsageView } from '../../../core/accounts/usage.ts';
+import type { GenerationView } from '../../../core/generations/views.ts';
+import type { WalletEntryWithReceipt } from '../../../core/payments/receipts.ts';
+import { html, notice, page, type Html } from '../html.ts';
+import { modelHref } from './public.ts';
+
+/**
+ * The account's Usage page (/account/usage): what was spent per day (a bar chart drawn on the
+ * server as SVG, scaled to its container), per model and per key, with chat tokens, over a range
+ * of days; the wallet history in words (core's `details`); recent jobs. One job's page
+ * (/account/generations/<id>) is where the history's job links go.
+ */
+type Nav = { email: string; csrf: string };
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+/** "27 Nov 2026, 14:03 UTC" */
+export function when(iso: string | null | undefined): string {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '—';
+  const hh = String(d.getUTCHours()).padStart(2, '0');
+  const mm = String(d.getUTCMinutes()).padStart(2, '0');
+  return `${d.getUTCDate()} ${MONTHS[d.getUTCMonth()]} ${d.getUTCFullYear()}, ${hh}:${mm} UTC`;
+}
+/** "27 Nov" for a YYYY-MM-DD day. */
+const shortDay = (day: string) => `${Number(day.slice(8, 10))} ${MONTHS[Number(day.slice(5, 7)) - 1]}`;
+const num = (n: number) => n.toLocaleString('en-US', { maximumFractionDigits: 6 });
+
+/** Spend per day as bars. The viewBox has a fixed width and `width="100%"`: it scales to any screen. */
+export function spendPerDayChart(days: UsageView['days']): Html {
+  const W = 600;
+  const H = 160;
+  const top = 10;
+  const bottom = 24;
+  const max = Math.max(...days.map((d) => d.spent_coins), 0);
+  const step = W / Math.max(days.length, 1);
+  const gap = step > 4 ? Math.min(2, step / 4) : 0;
+  const label = `Coins spent per day, ${days[0]?.day ?? ''} to ${days.at(-1)?.day ?? ''}; most in a day: ${num(max)}`;
+  return html`<svg class="chart" role="img" aria-label="${label}" viewBox="0 0 ${W} ${H}" width="100%" preserveAspectRatio="xMidYMid meet">
+${days.map((d, i) => {
+  const bh = max > 0 ? ((H - top - bottom) * d.spent_coins) / max : 0;
+  return html`<rect x="${(i * step + gap / 2).toFixed(2)}" y="${(H - bottom - bh).toFixed(2)}" width="${Math.max(step - gap, 0.5).toFixed(2)}" height="${bh.toFixed(2)}" fill="#3b6ea5"><title>${d.day}: ${num(d.spent_coins)} coins, ${d.requests} requests</title></rect>`;
+})}
+<line x1="0" y1="${H - bottom}" x2="${W}" y2="${H - bottom}" stroke="#b9c0cc" stroke-width="1"></line>
+<text x="0" y="${H - 6}" font-size="14" fill="#5a6475">${days[0] ? shortDay(days[0].day) : ''}</text>
+<text x="${W}" y="${H - 6}" font-size="14" fill="#5a6475" text-anchor="end">${days.at(-1) ? shortDay(days.at(-1)!.day) : ''}</text>
+<text x="${W}" y="${top + 4}" font-size="14" fill="#5a6475" text-anchor="end">${max > 0 ? `${num(max)} coins` : 'nothing spent'}</text>
+</svg>`;
+}
+
+const csvHref = (range: { from: string; to: string }, extra: Record<string, string> = {}) => `/account/usage.csv?${new URLSearchParams({ from: range.from, to: range.to, ...extra }).toString()}`;
+const jobHref = (id: string) => `/account/generations/${encodeURIComponent(id)}`;
+
+/** A history row's words, its job id a link to the job's page and a top-up's receipt a link. */
+function whatCell(e: WalletEntryWithReceipt): Html {
+  const gen = e.generation_id;
+  const text = e.details || e.description;
+  const words = gen && text.includes(gen)
+    ? html`${text.slice(0, text.indexOf(gen))}<a href="${jobHref(gen)}">${gen}</a>${text.slice(text.indexOf(gen) + gen.length)}`
+    : html`${text}`;
+  return html`${words}${e.receipt_url ? html` · <a href="${e.receipt_url}" rel="noopener noreferrer">Receipt</a>` : ''}`;
+}
+
+export interface UsagePageData {
+  usage?: UsageView | undefined;
+  /** The range as typed, when core refused it (shown back with the message). */
+  range: { from: string; to: string };
+  error?: string | undefined;
+  history: { data: WalletEntryWithReceipt[]; has_more: boolean };
+  cursor?: string | undefined;
+  generations: GenerationView[];
+}
+
+export function usagePage(nav: Nav, v: UsagePageData) {
+  const u = v.usage;
+  const range = u ? { from: u.from, to: u.to } : v.range;
+  const next = v.history.has_more ? v.history.data.at(-1)?.id : undefined;
+  const keep = new URLSearchParams({ from: range.from, to: range.to });
+  return page(
+    { title: 'Usage', nav: { ...nav, current: '/account/usage' } },
+    html`<form method="get" action="/account/usage" class="range">
+  <label>From <input type="date" name="from" value="${range.from}" required></label>
+  <label>To <input type="date" name="to" value="${range.to}" required></label>
+  <button type="submit">Show</button>
+</form>
+${notice('error', v.error)}
+${u
+  ? html`<div class="cards">
+  <div class="card">Spent <strong>${num(u.totals.spent_coins)} coins</strong></div>
+  <div class="card">Requests <strong>${num(u.totals.requests)}</strong></div>
+  <div class="card">Input tokens <strong>${num(u.totals.input_tokens)}</strong></div>
+  <div class="card">Output tokens <strong>${num(u.totals.output_tokens)}</strong></div>
+</div>
+<h2>Spend per day</h2>
+${spendPerDayChart(u.days)}
+<p class="hint">Chat counts when it is answered; a media job on the day it was submitted, with what it was charged (nothing when it failed).</p>
+<h2>Per model</h2>
+${u.models.length === 0
+  ? html`<p>No requests in these days.</p>`
+  : html`<div class="table-wrap" role="region" tabindex="0" aria-label="Per model"><table>
+  <thead><tr><th>Model</th><th class="num">Requests</th><th class="num">Coins</th><th class="num">Tokens in / out</th><th>CSV</th></tr></thead>
+  <tbody>${u.models.map(
+    (m) => html`<tr><td><a href="${modelHref(m.model)}">${m.model}</a></td><td class="num">${num(m.requests)}</td><td class="num">${num(m.spent_coins)}</td><td class="num">${m.kind === 'chat' ? `${num(m.input_tokens)} / ${num(m.output_tokens)}` : '—'}</td><td><a href="${csvHref(range, { model: m.model })}" aria-label="History of ${m.model} as CSV">CSV</a></td></tr>`,
+  )}</tbody>
+</table></div>`}
+<h2>Per key</h2>
+${u.keys.length === 0
+  ? html`<p>No requests in these days.</p>`
+  : html`<div class="table-wrap" role="region" tabindex="0" aria-label="Per key"><table>
+  <thead><tr><th>Key</th><th class="num">Requests</th><th class="num">Coins</th><th class="num">Tokens in / out</th><th>CSV</th></tr></thead>
+  <tbody>${u.keys.map(
+    (k) => html`<tr><td>${k.name || k.key_id} <code>${k.prefix}…</code>${k.revoked ? ' (revoked)' : ''}</td><td class="num">${num(k.requests)}</td><td class="num">${num(k.spent_coins)}</td><td class="num">${num(k.input_tokens)} / ${num(k.output_tokens)}</td><td><a href="${csvHref(range, { key: k.key_id })}" aria-label="History of key ${k.name || k.key_id} as CSV">CSV</a></td></tr>`,
+  )}</tbody>
+</table></div>`}`
+  : ''}
+<h2>Wallet history</h2>
+<p><a href="${csvHref(range)}" download>Download the history of these days as CSV</a> · <a href="/account/usage.csv" download>all of it</a></p>
+<div class="table-wrap" role="region" tabindex="0" aria-label="Wallet history"><table class="history">
+  <thead><tr><th>When</th><th>What</th><th class="num">Coins</th><th class="num">Balance</th></tr></thead>
+  <tbody>${v.history.data.length === 0
+    ? html`<tr><td colspan="4">Nothing yet.</td></tr>`
+    : v.history.data.map(
+        (e) => html`<tr id="${e.id}"><td>${when(e.created_at)}</td><td>${whatCell(e)}</td><td class="num">${e.amount_coins > 0 ? '+' : ''}${num(e.amount_coins)}</td><td class="num">${num(e.balance_after_coins)}</td></tr>`,
+      )}</tbody>
+</table></div>
+<p>${v.cursor ? html`<a href="/account/usage?${keep.toString()}">Newest</a> ` : ''}${next ? html`<a href="/account/usage?${new URLSearchParams({ from: range.from, to: range.to, starting_after: next }).toString()}">Older</a>` : ''}</p>
+<h2>Recent generations</h2>
+<div class="table-wrap" role="region" tabindex="0" aria-label="Recent generations"><table>
+  <thead><tr><th>Job</th><th>Model</th><th>Status</th><th class="num">Cost</th><th>Result</th></tr></thead>
+  <tbody>${v.generations.length === 0
+    ? html`<tr><td colspan="5">No generations yet.</td></tr>`
+    : v.generations.map(
+        (g) => html`<tr id="${g.id}"><td class="id"><a href="${jobHref(g.id)}">${g.id}</a></td><td>${g.model}</td><td>${g.status}</td><td class="num">${g.cost_coins ?? g.price_coins}</td>
+  <td>${g.output ? html`<a href="${g.output.url}" aria-label="Result of ${g.id}">${g.output.mime_type}</a>` : g.error ? g.error.message.slice(0, 80) : ''}</td></tr>`,
+      )}</tbody>
+</table></div>`,
+  );
+}
+
+/** One job of the account: where the history's job links go. */
+export function generationPage(nav: Nav, g: GenerationView) {
+  return page(
+    { title: `Job ${g.id}`, nav: { ...nav, current: '/account/usage' } },
+    html`<p><a href="/account/usage">Back to Usage</a></p>
+<dl class="facts">
+  <dt>Model</dt><dd><a href="${modelHref(g.model)}">${g.model}</a></dd>
+  <dt>Status</dt><dd>${g.status}</dd>
+  <dt>Price</dt><dd>${g.price_coins} coins</dd>
+  <dt>Charged</dt><dd>${g.cost_coins === null || g.cost_coins === undefined ? (g.status === 'failed' || g.status === 'canceled' ? '0 coins (refunded)' : 'not yet') : `${g.cost_coins} coins`}</dd>
+  <dt>Submitted</dt><dd>${when(g.created_at)}</dd>
+  ${g.completed_at ? html`<dt>Ended</dt><dd>${when(g.completed_at)}</dd>` : ''}
+  ${g.output ? html`<dt>Result</dt><dd><a href="${g.output.url}">${g.output.mime_type}</a></dd>` : ''}
+  ${g.error ? html`<dt>Error</dt><dd>${g.error.message}</dd>` : ''}
+</dl>`,
+  );
+}

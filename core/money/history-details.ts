@@ -1,0 +1,121 @@
+import type { EntityManager } from '@mikro-orm/postgresql';
+import { formatCoins, type Micro } from './coins.ts';
+
+/**
+ * What a history row is about, in words (`details`) and as fields (model, tokens, job, key),
+ * read for one page of rows in one statement from the records each kind of event leaves:
+ * - a chat or response: its `completion_records` row (model, input and output tokens, key);
+ * - a media job's charge and refund: the `generations` row (model, its kind, status, what came
+ *   back), so that a failed job's charge says it was refunded and its refund names the job;
+ * - a top-up: its `payments` row (the amount in USD; a card payment or an automatic top-up);
+ * - an operator's correction or refund: said so. The operator's reason stays in the audit log:
+ *   reasons are written for operators (core/admin/audit.ts), never shown to the customer.
+ */
+export interface RowToDescribe {
+  anchor: bigint;
+  type: 'topup' | 'subscription_grant' | 'api_usage' | 'refund' | 'adjustment';
+  /** The anchor entry's ledger kind: `reservation`, `capture`, `release`, `refund`, `payment_reversal`, … */
+  entryKind: string;
+  /** The hold's metadata kind (`generation`, `chat`), null for an entry without a hold. */
+  holdKind: string | null;
+  description: string;
+  amount: Micro;
+  reference: string;
+}
+
+export interface RowDetails {
+  details: string;
+  model: string | null;
+  input_tokens: number | null;
+  output_tokens: number | null;
+  generation_id: string | null;
+  key_id: string | null;
+}
+
+interface Found {
+  src: 'chat' | 'job' | 'payment';
+  ref: string;
+  model: string | null;
+  model_type: string | null;
+  record_kind: string | null;
+  input_tokens: number | null;
+  output_tokens: number | null;
+  key_id: string | null;
+  status: string | null;
+  price: string | null;
+  cost: string | null;
+  amount_cents: string | null;
+  currency: string | null;
+  source: string | null;
+}
+
+const FIND = `
+  select 'chat' as src, c.id as ref, c.model, null as model_type, c.kind as record_kind, c.prompt_tokens as input_tokens, c.completion_tokens as output_tokens, c.key_id,
+         null as status, null as price, null as cost, null as amount_cents, null as currency, null as source
+    from completion_records c where c.account_id = ? and c.id = any(?::text[])
+  union all
+  select 'job', g.id, g.model_id, m.type, null, null, null, g.key_id, g.status, g.price_micro::text, g.cost_micro::text, null, null, null
+    from generations g left join models m on m.id = g.model_id where g.account_id = ? and g.id = any(?::text[])
+  union all
+  select 'payment', coalesce(p.checkout_session_id, p.payment_intent_id), null, null, null, null, null, null, null, null, null, p.amount_cents::text, p.currency, p.source
+    from payments p where p.account_id = ? and coalesce(p.checkout_session_id, p.payment_intent_id) = any(?::text[])`;
+
+const JOB_NOUN: Record<string, string> = { image: 'Image job', video: 'Video job', audio: 'Audio job', '3d': '3D job', text: 'Job' };
+const STATUS_WORD: Record<string, string> = { queued: 'queued', running: 'running', succeeded: 'done', failed: 'failed', canceled: 'canceled' };
+
+/** `10.00 USD`: cents as a decimal amount with its currency. */
+export function money(cents: bigint, currency: string): string {
+  const whole = cents / 100n;
+  const rest = (cents % 100n).toString().padStart(2, '0');
+  return `${whole}.${rest} ${currency.toUpperCase()}`;
+}
+
+const textArray = (xs: string[]) => `{${xs.map((x) => `"${x.replace(/["\\]/g, (c) => `\\${c}`)}"`).join(',')}}`;
+
+export async function describeRows(em: EntityManager, accountId: string, rows: RowToDescribe[]): Promise<Map<bigint, RowDetails>> {
+  const refs = textArray([...new Set(rows.map((r) => r.reference))]);
+  const found = rows.length === 0 ? [] : await em.execute<Found[]>(FIND, [accountId, refs, accountId, refs, accountId, refs]);
+  const chats = new Map(found.filter((f) => f.src === 'chat').map((f) => [f.ref, f]));
+  const jobs = new Map(found.filter((f) => f.src === 'job').map((f) => [f.ref, f]));
+  const payments = new Map(found.filter((f) => f.src === 'payment').map((f) => [f.ref, f]));
+  return new Map(rows.map((r) => [r.anchor, describe(r, chats.get(r.reference), jobs.get(r.reference), payments.get(r.reference))]));
+}
+
+const none = { model: null, input_tokens: null, output_tokens: null, generation_id: null, key_id: null };
+
+function describe(r: RowToDescribe, chat: Found | undefined, job: Found | undefined, payment: Found | undefined): RowDetails {
+  if (job || r.holdKind === 'generation') {
+    const model = job?.model ?? null;
+    const what = `${JOB_NOUN[job?.model_type ?? ''] ?? 'Job'} ${r.reference}${model ? ` on ${model}` : ''}`;
+    const base = { ...none, model, generation_id: r.reference, key_id: job?.key_id ?? null };
+    const status = job?.status ?? null;
+    if (r.type === 'api_usage') {
+      // The charge: says how the job ended and what came back, so it reads with its refund.
+      const price = BigInt(job?.price ?? '0');
+      const back = status === 'failed' || status === 'canceled' ? price : status === 'succeeded' ? price - BigInt(job?.cost ?? price.toString()) : 0n;
+      const ended = status ? ` — ${STATUS_WORD[status] ?? status}` : '';
+      return { ...base, details: `${what}${ended}${back > 0n ? `, refunded ${formatCoins(back)} coins` : ''}` };
+    }
+    if (r.entryKind === 'refund') return { ...base, details: `Refund of ${lower(what)} by the operator` };
+    const why = status === 'failed' ? ' (the job failed)' : status === 'canceled' ? ' (the job was canceled)' : status === 'succeeded' ? ' (the unused part of its price)' : '';
+    return { ...base, details: `Refund of ${lower(what)}${why}` };
+  }
+  if (chat || r.reference.startsWith('chatcmpl-') || r.reference.startsWith('resp_')) {
+    const noun = chat?.record_kind === 'response' || r.reference.startsWith('resp_') ? 'Response' : 'Chat';
+    if (!chat) return { ...none, details: `${noun} ${r.reference}` };
+    const tokens = `${chat.input_tokens} input + ${chat.output_tokens} output tokens`;
+    return { ...none, model: chat.model, input_tokens: chat.input_tokens, output_tokens: chat.output_tokens, key_id: chat.key_id, details: `${noun} on ${chat.model}: ${tokens}` };
+  }
+  if (r.type === 'topup') {
+    if (!payment) return { ...none, details: 'Coins added by the operator' };
+    const paid = money(BigInt(payment.amount_cents!), payment.currency!);
+    return { ...none, details: payment.source === 'auto_top_up' ? `Automatic top-up: card payment of ${paid}` : `Card payment of ${paid}` };
+  }
+  if (r.type === 'subscription_grant') return { ...none, details: 'Coins of your subscription' };
+  if (r.entryKind === 'payment_reversal') return { ...none, details: payment ? `${r.description} of the card payment of ${money(BigInt(payment.amount_cents!), payment.currency!)}` : r.description };
+  if (r.entryKind === 'refund') return { ...none, details: 'Refund by the operator' };
+  if (r.type === 'adjustment') return { ...none, details: `Balance correction by the operator (${r.amount < 0n ? 'down' : 'up'})` };
+  return { ...none, details: r.description };
+}
+
+const lower = (s: string) => s.charAt(0).toLowerCase() + s.slice(1);
