@@ -35,8 +35,9 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.use((req, _res, next) => next(isApiPath(req.path) ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
   router.use(kit.middleware);
-  // The keys form sends one `allowed_models` field per model ticked.
-  router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 200 }));
+  // The keys forms send one `allowed_models` field per model ticked (at most 100); every other form has few fields.
+  router.use('/account/keys', express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 120 }));
+  router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
 
   const core = (req: Request) => createCaller(createContext(deps, { kind: 'session', token: kit.sessionToken(req) }, { requestId: String(req.id), clientIp: req.ip }));
   const form = (req: Request, field: string) => {
