@@ -29,7 +29,11 @@ const SECRET = /mas_[0-9A-Za-z]{38}/g;
 const keyCount = async (email: string) =>
   Number((await orm.em.fork().execute<{ n: string }[]>('select count(*)::text as n from api_keys k join accounts a on a.id = k.account_id where a.email = ?', [email]))[0]!.n);
 /** Nothing wider than the viewport: no sideways scrolling. */
-const fitsWidth = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+const fitsWidth = async () => {
+  const root = page.locator('html');
+  const [scroll, client] = await Promise.all([root.evaluate((e) => e.scrollWidth), root.evaluate((e) => e.clientWidth)]);
+  return scroll <= client;
+};
 
 describe('the API keys page', () => {
   const email = uniqueEmail('keys-chromium');
