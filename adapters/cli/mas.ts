@@ -99,7 +99,11 @@ const COMMANDS: Record<string, Command> = {
     usage: 'key list --account ID|EMAIL',
     run: async (core, f) => {
       const { data } = await core.keys.list({ account: f.account! });
-      return { data: data.map(({ id, name, prefix, created_at, last_used_at, revoked_at }) => ({ id, name, prefix, created_at, last_used_at, revoked_at })) };
+      return {
+        data: data.map(({ id, name, prefix, created_at, last_used_at, revoked_at, spend_limit_coins, spend_limit_period, expires_at, allowed_models, usage_coins, remaining_coins }) => ({
+          id, name, prefix, created_at, last_used_at, revoked_at, spend_limit_coins, spend_limit_period, expires_at, allowed_models, usage_coins, remaining_coins,
+        })),
+      };
     },
   },
   'key revoke': {
