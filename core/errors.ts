@@ -9,9 +9,9 @@ export type CoreErrorCode =
   | 'unauthorized' // missing, malformed, unknown or revoked key: one answer for all four
   | 'insufficient_balance'
   | 'negative_balance' // the purchased pocket is below zero (a refund or dispute took back spent coins)
-  | 'spend_cap_reached' // an app connection has spent the cap its person set
+  | 'spend_cap_reached' // an app connection has spent the cap its person set, or an API key its spend limit (reason key_spend_limit_reached)
   | 'paid_account_required'
-  | 'forbidden' // a signed link that is expired or tampered with
+  | 'forbidden' // a signed link that is expired or tampered with; a model the API key may not use (reason model_not_allowed)
   | 'not_found'
   | 'conflict'
   | 'idempotency_conflict' // an idempotency key reused with another request
@@ -91,6 +91,13 @@ const UNAUTHORIZED = {
   admin: { message: 'Invalid or missing admin token.', reason: 'invalid_admin_token' },
   app_token: { message: 'The access token is invalid, expired or revoked, or is for another resource. Sign in again.', reason: 'invalid_token' },
 } as const;
+
+/**
+ * An API key past its expiry date. Only a caller holding the secret learns this (the key's hash
+ * matched), so the message may say why: the owner should make or extend a key, not debug one.
+ */
+export const keyExpired = (at: Date) =>
+  new CoreError('unauthorized', `This API key expired on ${at.toISOString()}. Its owner can set a later expiry date or create a new key.`, { reason: 'api_key_expired' });
 
 /** The one answer for every failure of a credential, so a caller learns nothing about which it was. */
 export const unauthorized = (credential: keyof typeof UNAUTHORIZED = 'api_key') =>

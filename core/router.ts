@@ -46,7 +46,7 @@ import { getGeneration, readGenerationOutput, waitForGeneration, waitInput } fro
 import { createGenerationInput, generationIdInput } from './generations/schema.ts';
 import { checkReady } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
-import { createKey, createKeyInput, keyIdInput, listKeys, revokeKey } from './keys/keys.ts';
+import { createKey, createKeyInput, getKey, keyIdInput, keyInfo, listKeys, revokeKey, updateKey, updateKeyInput, type LimitChecks } from './keys/keys.ts';
 import { createKeyFor, listKeysOf } from './operators/account-keys.ts';
 import { balanceOfAccount } from './operators/account-balance.ts';
 import { creditCoins, creditCoinsInput } from './operators/credit-account.ts';
@@ -62,10 +62,16 @@ import { fillReceipts, historyWithReceipts } from './payments/receipts.ts';
 import { autoTopUpInput, configureAutoTopUp, readAutoTopUp } from './payments/auto-top-up.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure, verifiedPayerProcedure, verifiedSessionProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
+import type { CoreContext } from './context.ts';
 
 const forAccount = z.object({ account: accountRef });
 /** An operator's credit, with why (for the audit log; the admin pages always send one). */
 const operatorCreditInput = creditCoinsInput.extend({ reason: reasonSchema.optional() });
+/** What checking a key's limits needs (core/keys/limits.ts): now, and the catalog's open models. */
+const limitChecks = (ctx: { deps: CoreContext['deps']; em: CoreContext['em'] }): LimitChecks => ({
+  now: ctx.deps.clock(),
+  knownModel: async (id) => (await ctx.deps.catalog.entries(ctx.em)).get(id)?.disabledAt === null,
+});
 const signedLink = z.object({ id: z.string().max(100), expires: z.unknown(), signature: z.unknown() });
 const spooledUpload = z.custom<SpooledUpload>((v) => typeof v === 'object' && v !== null && 'path' in v);
 
@@ -159,7 +165,7 @@ export const appRouter = router({
 
   keys: router({
     create: operatorProcedure.input(forAccount.extend(createKeyInput.shape)).mutation(({ ctx, input }) =>
-      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => createKeyFor(tx, input.account, input), (k) => ({ action: 'key.create', targetType: 'api_key', targetId: k.id, after: { account: k.account, name: k.name } })),
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => createKeyFor(tx, input.account, input, limitChecks(ctx)), (k) => ({ action: 'key.create', targetType: 'api_key', targetId: k.id, after: { account: k.account, name: k.name, spend_limit_coins: k.spend_limit_coins, spend_limit_period: k.spend_limit_period, expires_at: k.expires_at, allowed_models: k.allowed_models } })),
     ),
     list: adminProcedure.input(forAccount).query(({ ctx, input }) => listKeysOf(ctx.em, input.account)),
     revoke: operatorProcedure.input(revokeKeyInput).mutation(({ ctx, input }) => revokeAnyKey({ em: ctx.em, operator: ctx.principal, requestId: ctx.requestId }, input)),
@@ -167,6 +173,8 @@ export const appRouter = router({
     whoami: spendingProcedure.query(({ ctx }) => ({ account: ctx.principal.accountId, key: ctx.principal.keyId })),
     /** The same check without counting a request: transports that refuse a bad key at their door (MCP). */
     verify: spenderCheckProcedure.query(({ ctx }) => ({ account: ctx.principal.accountId, key: ctx.principal.keyId })),
+    /** The calling key: its limits, usage and what remains (`GET /api/v1/key`). */
+    current: spendingProcedure.query(({ ctx }) => keyInfo(ctx.em, ctx.principal.keyId)),
   }),
 
   accounts: router({
@@ -211,9 +219,14 @@ export const appRouter = router({
     setLowBalanceNotice: sessionProcedure.input(lowBalanceNoticeInput).mutation(({ ctx, input }) => setLowBalanceNotice(ctx.em, ctx.principal.accountId, input)),
     keys: router({
       list: sessionProcedure.query(({ ctx }) => listKeys(ctx.em, ctx.principal.accountId)),
-      create: verifiedSessionProcedure.input(createKeyInput).mutation(({ ctx, input }) => createKey(ctx.em, ctx.principal.accountId, input)),
+      create: verifiedSessionProcedure.input(createKeyInput).mutation(({ ctx, input }) => createKey(ctx.em, ctx.principal.accountId, input, limitChecks(ctx))),
+      get: sessionProcedure.input(keyIdInput).query(({ ctx, input }) => getKey(ctx.em, ctx.principal.accountId, input.id)),
+      /** The key's name and limits (owner only). */
+      update: sessionProcedure.input(updateKeyInput).mutation(({ ctx, input }) => updateKey(ctx.em, ctx.principal.accountId, input, limitChecks(ctx))),
       revoke: sessionProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id, ctx.principal.accountId)),
     }),
+    /** The models open to requests (for the keys page's list of allowed models). */
+    models: sessionProcedure.input(modelTypeFilter).query(({ ctx, input }) => listModels(ctx.deps, ctx.em, input.type)),
     /** The history, each top-up with its receipt. */
     history: sessionProcedure.input(historyInput).query(({ ctx, input }) => historyWithReceipts(ctx.deps, ctx.em, ctx.principal.accountId, input)),
     /** The history (at most 10,000 rows, the newest; optionally of a date range, a model, a key) as CSV text, top-ups with their receipts. */

@@ -53,10 +53,10 @@ export const spenderCheckProcedure = t.procedure.use(async ({ ctx, next }) => {
  */
 export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
   const bearer = bearerOf(ctx);
-  const principal: SpendingPrincipal = isAppToken(bearer) ? await spenderOf(ctx) : await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true });
+  const principal: SpendingPrincipal = isAppToken(bearer) ? await spenderOf(ctx) : await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true, now: ctx.deps.clock() });
   // Throws `unauthorized` when the cached key has been revoked since.
   const recheck = async () => {
-    if (principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
+    if (principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { now: ctx.deps.clock() });
   };
   await consumeRateLimit(ctx, principal).catch(async (err: unknown) => {
     await recheck();
@@ -145,7 +145,7 @@ export const internalProcedure = t.procedure.use(({ ctx, next }) => {
  */
 async function spenderOf(ctx: CoreContext): Promise<SpendingPrincipal> {
   const bearer = bearerOf(ctx);
-  if (!isAppToken(bearer)) return authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed);
+  if (!isAppToken(bearer)) return authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { now: ctx.deps.clock() });
   const resource = ctx.credential.kind === 'bearer' ? ctx.credential.resource : undefined;
   const principal = await authenticateAppToken(ctx.em, bearer!, resource, ctx.deps.clock());
   ctx.deps.lastUsed.touch(principal.keyId);

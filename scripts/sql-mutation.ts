@@ -226,6 +226,63 @@ export const SQL_MUTANTS: SqlMutant[] = [
     find: "when 'open' then h.amount_micro",
     replace: "when 'open' then 0",
   },
+  // A standard key's spend limit (issue 34, "Keys with limits"): mas_key_spend_room, mas_key_period_start and the checks in the reservations.
+  {
+    id: 'key-room-captures-ignored',
+    fn: 'mas_key_spend_room',
+    what: "dropped term: what the key's settled holds captured does not count against its limit",
+    find: 'select sum(h.captured_micro) from holds h',
+    replace: 'select 0 * sum(h.captured_micro) from holds h',
+  },
+  {
+    id: 'key-room-open-ignored',
+    fn: 'mas_key_spend_room',
+    what: "dropped term: the key's open holds do not count against its limit",
+    find: 'select sum(h.amount_micro) from holds h',
+    replace: 'select 0 * sum(h.amount_micro) from holds h',
+  },
+  {
+    id: 'key-room-period-ignored',
+    fn: 'mas_key_spend_room',
+    what: 'dropped condition: a monthly limit counts the spend of every month',
+    find: 'and h.ended_at >= mas_key_period_start(k.spend_limit_period)',
+    replace: 'and h.ended_at is not null',
+  },
+  {
+    id: 'key-period-start-late',
+    fn: 'mas_key_period_start',
+    what: "wrong boundary: a monthly period starts a day into the month, dropping the first day's spend",
+    find: "date_trunc('month', now(), 'UTC')",
+    replace: "date_trunc('month', now(), 'UTC') + interval '1 day'",
+  },
+  {
+    id: 'reserve-key-limit-off-by-one',
+    fn: 'mas_reserve',
+    what: "flipped comparison: a reservation that fits the key's remaining limit exactly is refused",
+    find: "if room < p_amount and not exists (select 1 from holds where id = p_hold_id) then\n              return query select 'key_spend_limit_reached'",
+    replace: "if room <= p_amount and not exists (select 1 from holds where id = p_hold_id) then\n              return query select 'key_spend_limit_reached'",
+  },
+  {
+    id: 'reserve-many-key-limit-off-by-one',
+    fn: 'mas_reserve_many',
+    what: "flipped comparison: a batched reservation that fits the key's remaining limit exactly is refused",
+    find: "if room < x.amount then\n              status := 'key_spend_limit_reached'",
+    replace: "if room <= x.amount then\n              status := 'key_spend_limit_reached'",
+  },
+  {
+    id: 'reserve-many-key-limit-dropped',
+    fn: 'mas_reserve_many',
+    what: "missing check: a batched reservation (chat) ignores the key's spend limit",
+    find: "if room < x.amount then\n              status := 'key_spend_limit_reached'",
+    replace: "if false then\n              status := 'key_spend_limit_reached'",
+  },
+  {
+    id: 'reserve-many-key-expiry-ignored',
+    fn: 'mas_reserve_many',
+    what: 'dropped condition: a key cached before its expiry still reserves after it',
+    find: '\n                and (k.expires_at is null or k.expires_at > now())',
+    replace: '',
+  },
   // mas_reverse_payment and the negative purchased pocket (refunds and disputes, issue 31).
   {
     id: 'reversal-sign-flipped',

@@ -78,9 +78,18 @@ const COMMANDS: Record<string, Command> = {
     run: (core, f) => core.wallet.grantSubscription({ account: f.account!, coins: f.coins!, idempotency_key: f['idempotency-key'] }),
   },
   'key create': {
-    usage: 'key create --account ID|EMAIL [--name N]',
+    usage: 'key create --account ID|EMAIL [--name N] [--spend-limit-coins C [--spend-limit-period total|monthly]] [--expires-at DATE] [--allowed-models ID,ID]',
     run: async (core, f) => {
-      const k = await core.keys.create({ account: f.account!, name: f.name });
+      const period = f['spend-limit-period'];
+      const k = await core.keys.create({
+        account: f.account!,
+        name: f.name,
+        ...(f['spend-limit-coins'] !== undefined ? { spend_limit_coins: f['spend-limit-coins'] } : {}),
+        // An unknown period is core's 400, naming the field.
+        ...(period !== undefined ? { spend_limit_period: period as 'total' | 'monthly' } : {}),
+        ...(f['expires-at'] !== undefined ? { expires_at: f['expires-at'] } : {}),
+        ...(f['allowed-models'] !== undefined ? { allowed_models: f['allowed-models'].split(',').map((m) => m.trim()).filter(Boolean) } : {}),
+      });
       return { id: k.id, key: k.key, name: k.name, prefix: k.prefix, created_at: k.created_at };
     },
     show: (k: { id: string; key: string; name: string }) =>
@@ -90,7 +99,11 @@ const COMMANDS: Record<string, Command> = {
     usage: 'key list --account ID|EMAIL',
     run: async (core, f) => {
       const { data } = await core.keys.list({ account: f.account! });
-      return { data: data.map(({ id, name, prefix, created_at, last_used_at, revoked_at }) => ({ id, name, prefix, created_at, last_used_at, revoked_at })) };
+      return {
+        data: data.map(({ id, name, prefix, created_at, last_used_at, revoked_at, spend_limit_coins, spend_limit_period, expires_at, allowed_models, usage_coins, remaining_coins }) => ({
+          id, name, prefix, created_at, last_used_at, revoked_at, spend_limit_coins, spend_limit_period, expires_at, allowed_models, usage_coins, remaining_coins,
+        })),
+      };
     },
   },
   'key revoke': {

@@ -1,4 +1,4 @@
-import { randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes } from 'node:crypto';
 import cookieParser from 'cookie-parser';
 import { doubleCsrf } from 'csrf-csrf';
 import { Router, type Request, type RequestHandler, type Response } from 'express';
@@ -20,6 +20,10 @@ const PRE_SESSION_COOKIE = 'mas_pre';
 /** The device cookie (core/auth/device-cookies.ts): set at each sign-in, kept 180 days. */
 export const DEVICE_COOKIE = 'mas_device';
 const DEVICE_COOKIE_MS = 180 * 24 * 3600 * 1000;
+/** A one-time message for the next page (a new key's secret): see `setFlash`. */
+const FLASH_COOKIE = 'mas_flash';
+/** How long a flash waits for the page that shows it. */
+const FLASH_TTL_SECONDS = 60;
 
 export interface BrowserKit {
   /** cookie parsing, the pre-session id, and the Origin check: mount before the pages. */
@@ -39,6 +43,16 @@ export interface BrowserKit {
   clearAdminSession(res: Response): void;
   /** The error `requireCsrf` passes on: the adapter answers it with its own 403 page. */
   invalidCsrfError: Error;
+  /**
+   * Keeps a value (a new key's secret) for the next GET of `path`, after a POST that redirects
+   * there (post/redirect/get): never in a URL, never stored on the server. The cookie holds it
+   * encrypted with AES-256-GCM under a key derived from the service's secret, bound to the
+   * session (its hash is the additional data), HttpOnly, SameSite=Strict, only sent to `path`,
+   * for 60 seconds.
+   */
+  setFlash(req: Request, res: Response, path: string, value: string): void;
+  /** The flash kept for `path`, once: the cookie is cleared. Null when there is none, or it expired or is another session's. */
+  takeFlash(req: Request, res: Response, path: string): string | null;
 }
 
 export function browserKit(opts: { publicBaseUrl: string; secret: string }): BrowserKit {
@@ -67,6 +81,36 @@ export function browserKit(opts: { publicBaseUrl: string; secret: string }): Bro
       return typeof token === 'string' ? token : null;
     },
   });
+
+  // The flash cookie's key: derived, so that it is never the CSRF HMAC key itself.
+  const flashKey = Buffer.from(hkdfSync('sha256', opts.secret, 'mas-flash-cookie', 'AES-256-GCM v1', 32));
+  const flashCookie = (path: string) => ({ httpOnly: true, sameSite: 'strict' as const, secure, path });
+  const flashAad = (req: Request) => createHash('sha256').update(sessionFor(req) ?? '').digest();
+  const setFlash = (req: Request, res: Response, path: string, value: string) => {
+    const iv = randomBytes(12);
+    const cipher = createCipheriv('aes-256-gcm', flashKey, iv);
+    cipher.setAAD(flashAad(req));
+    const plain = JSON.stringify({ v: value, exp: Date.now() + FLASH_TTL_SECONDS * 1000 });
+    const sealed = Buffer.concat([cipher.update(plain, 'utf8'), cipher.final()]);
+    res.cookie(FLASH_COOKIE, Buffer.concat([iv, cipher.getAuthTag(), sealed]).toString('base64url'), { ...flashCookie(path), maxAge: FLASH_TTL_SECONDS * 1000 });
+  };
+  const takeFlash = (req: Request, res: Response, path: string): string | null => {
+    const raw = (req.cookies as Record<string, unknown> | undefined)?.[FLASH_COOKIE];
+    if (raw === undefined) return null;
+    res.clearCookie(FLASH_COOKIE, flashCookie(path));
+    if (typeof raw !== 'string' || raw.length > 4096) return null;
+    try {
+      const bytes = Buffer.from(raw, 'base64url');
+      const decipher = createDecipheriv('aes-256-gcm', flashKey, bytes.subarray(0, 12));
+      decipher.setAAD(flashAad(req));
+      decipher.setAuthTag(bytes.subarray(12, 28));
+      const plain = JSON.parse(Buffer.concat([decipher.update(bytes.subarray(28)), decipher.final()]).toString('utf8')) as { v?: unknown; exp?: unknown };
+      return typeof plain.v === 'string' && typeof plain.exp === 'number' && plain.exp > Date.now() ? plain.v : null;
+    } catch {
+      // Tampered with, another session's, or sealed under another secret: nothing to show.
+      return null;
+    }
+  };
 
   const middleware = Router();
   middleware.use(cookieParser());
@@ -101,5 +145,7 @@ export function browserKit(opts: { publicBaseUrl: string; secret: string }): Bro
     setAdminSession: (res, token, expiresAt) => res.cookie(ADMIN_SESSION_COOKIE, token, { ...adminCookie, expires: expiresAt }),
     clearAdminSession: (res) => res.clearCookie(ADMIN_SESSION_COOKIE, adminCookie),
     invalidCsrfError: csrf.invalidCsrfTokenError,
+    setFlash,
+    takeFlash,
   };
 }

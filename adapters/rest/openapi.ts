@@ -10,6 +10,7 @@ import { chatCompletionSchema } from '../../core/chat/views.ts';
 import { completionRecordSchema } from '../../core/chat/records.ts';
 import { responseSchema, responsesRequestSchema } from '../../core/chat/responses.ts';
 import { balanceSchema } from '../../core/money/wallet.ts';
+import { keyInfoSchema } from '../../core/keys/keys.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
 import { checkoutSessionSchema, topUpCheckoutInput } from '../../core/payments/create-checkout.ts';
@@ -49,6 +50,7 @@ const ErrorBody = z
 const named = <T extends z.ZodRawShape>(schema: z.ZodObject<T>, name: string) => z.object(schema.shape).strict().openapi(name);
 
 const Balance = named(balanceSchema, 'Balance');
+const KeyInfo = named(keyInfoSchema, 'Key');
 const WalletEntry = named(walletEntrySchema, 'WalletEntry');
 const Model = named(modelViewSchema, 'Model');
 const ChatCompletion = named(chatCompletionSchema, 'ChatCompletion');
@@ -83,9 +85,9 @@ const errors = (...statuses: number[]) =>
   Object.fromEntries(statuses.map((s) => [s, json(ErrorBody, ERROR_TEXT[s] ?? 'Error')])) as RouteConfig['responses'];
 const ERROR_TEXT: Record<number, string> = {
   400: 'Invalid request; the message names the field',
-  401: 'Missing, malformed, unknown or revoked key',
-  402: 'Insufficient balance',
-  403: 'The model needs a paid account, or a signed link expired or was tampered with',
+  401: 'Missing, malformed, unknown, revoked or expired key',
+  402: 'Insufficient balance, an app’s spend cap or the key’s spend limit reached',
+  403: 'The model needs a paid account or is not among the key’s allowed models, or a signed link expired or was tampered with',
   404: 'Unknown object, or another account’s',
   409: 'Conflict with the current state',
   413: 'Body or upload too large',
@@ -181,6 +183,16 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
   const path = (config: RouteConfig) => registry.registerPath({ security: secured, ...config });
 
   path({ method: 'get', path: '/balance', operationId: 'getBalance', summary: 'The wallet balance', responses: { 200: json(Balance, 'The balance'), ...errors(...common) } });
+  path({
+    method: 'get',
+    path: '/key',
+    operationId: 'getKey',
+    summary: 'The calling API key: its limits (spend limit, expiry, allowed models), its usage and what its limit leaves',
+    description:
+      '`usage_coins` is what the key was charged in its current period (the spend limit’s period; this calendar month, UTC, without a limit), ' +
+      '`held_coins` what running requests reserve, `remaining_coins` the limit minus both (null without a limit).',
+    responses: { 200: json(KeyInfo, 'The key'), ...errors(...common) },
+  });
   path({
     method: 'get',
     path: '/wallet/history',

@@ -9,6 +9,7 @@ import { creditRoutes } from './routes/credits.ts';
 import { docsRoutes } from './routes/docs.ts';
 import { fileRoutes } from './routes/files.ts';
 import { generationRoutes } from './routes/generations.ts';
+import { keyRoutes } from './routes/key.ts';
 import { modelRoutes } from './routes/models.ts';
 import { JSON_TYPES } from './routes/route.ts';
 import { walletRoutes } from './routes/wallet.ts';
@@ -34,6 +35,7 @@ export function restAdapter(deps: CoreDeps, opts: RestOptions): HttpAdapter {
     generationRoutes(deps),
     fileRoutes(deps, { spoolDir: opts.uploadSpoolDir }),
     walletRoutes(deps),
+    keyRoutes(deps),
     creditRoutes(deps),
     modelRoutes(deps),
     docsRoutes(opts.publicBaseUrl),

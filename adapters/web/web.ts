@@ -10,7 +10,7 @@ import { SESSION_COOKIE, type BrowserKit } from '../http/browser.ts';
 import { sendPageError, statusOf } from './errors.ts';
 import { html, page } from './html.ts';
 import { randomUUID } from 'node:crypto';
-import { appsPage, keysPage, overviewPage, revokeKeyPage } from './pages/account.ts';
+import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage } from './pages/account.ts';
 import { docNotFoundPage, docPage, docsIndexPage, lookupDoc } from './pages/docs.ts';
 import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
 import { generationPage, usagePage } from './pages/usage.ts';
@@ -42,6 +42,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
   mountPublicPages(router, deps, opts.publicBaseUrl ?? deps.config.oauth.issuer);
   router.use(kit.middleware);
+  // The keys forms send one `allowed_models` field per model ticked (at most 100); every other form has few fields.
+  router.use('/account/keys', express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 120 }));
   router.use(express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
 
   const core = (req: Request) =>
@@ -305,22 +307,60 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     }
   }));
 
-  const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string }; error?: string; status?: number } = {}) => {
-    const keys = await core(req).account.keys.list();
-    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, created: extra.created, error: extra.error }), extra.status);
+  /** The limit fields of the key forms, as core's create and update take them. Empty: no limit. */
+  const keyLimits = (req: Request) => {
+    const models = (req.body as Record<string, unknown> | undefined)?.allowed_models;
+    const list = Array.isArray(models) ? models.filter((m): m is string => typeof m === 'string') : typeof models === 'string' ? [models] : [];
+    const period = form(req, 'spend_limit_period');
+    return {
+      spend_limit_coins: form(req, 'spend_limit_coins').trim() || null,
+      ...(period === 'total' || period === 'monthly' ? { spend_limit_period: period as 'total' | 'monthly' } : {}),
+      expires_at: form(req, 'expires_at').trim() || null,
+      allowed_models: list.length > 0 ? list : null,
+    };
   };
-  router.get('/account/keys', label('/account/keys'), signedIn((req, res, nav) => renderKeys(req, res, nav)));
+  const modelChoices = async (req: Request) => (await core(req).account.models({})).data.map((m) => ({ id: m.id, name: m.name }));
+  const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number } = {}) => {
+    const [keys, models] = await Promise.all([core(req).account.keys.list(), modelChoices(req)]);
+    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models, created: extra.created, error: extra.error }), extra.status);
+  };
+  // A new key's secret reaches the page once: POST creates the key and redirects here with the
+  // secret in an encrypted flash cookie (kit.setFlash); this GET shows it and clears the cookie.
+  // A reload creates nothing and shows no secret. The page is never cached.
+  router.get('/account/keys', label('/account/keys'), signedIn(async (req, res, nav) => {
+    res.setHeader('Cache-Control', 'no-store');
+    const flash = kit.takeFlash(req, res, '/account/keys');
+    const created = flash ? parseCreated(flash) : undefined;
+    await renderKeys(req, res, nav, { created });
+  }));
   router.post('/account/keys', label('/account/keys'), kit.requireCsrf, signedIn(async (req, res, nav) => {
     const name = form(req, 'name').trim();
     try {
-      const created = await core(req).account.keys.create(name ? { name } : {});
-      // Shown once, in this answer only: never cached, never in a URL.
-      res.setHeader('Cache-Control', 'no-store');
-      await renderKeys(req, res, nav, { created: { id: created.id, name: created.name, key: created.key } });
+      const created = await core(req).account.keys.create({ ...(name ? { name } : {}), ...keyLimits(req) });
+      kit.setFlash(req, res, '/account/keys', JSON.stringify({ id: created.id, name: created.name, key: created.key }));
+      res.redirect(303, '/account/keys');
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
+      res.setHeader('Cache-Control', 'no-store');
       await renderKeys(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+    }
+  }));
+  const renderEditKey = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { error?: string; status?: number } = {}) => {
+    const [key, models] = await Promise.all([core(req).account.keys.get({ id: String(req.params.id) }), modelChoices(req)]);
+    if (key.revoked_at) return send(res, page({ title: 'Not found', nav: { ...nav, current: '/account/keys' } }, html`<p class="error" role="alert">No such active key.</p>`), 404);
+    send(res, editKeyPage(nav, key, { models, error: extra.error }), extra.status);
+  };
+  router.get('/account/keys/:id/edit', label('/account/keys/:id/edit'), signedIn((req, res, nav) => renderEditKey(req, res, nav)));
+  router.post('/account/keys/:id/edit', label('/account/keys/:id/edit'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    const name = form(req, 'name').trim();
+    try {
+      await core(req).account.keys.update({ id: String(req.params.id), ...(name ? { name } : {}), ...keyLimits(req) });
+      res.redirect(303, '/account/keys');
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code === 'unauthorized' || failure.code === 'not_found') throw err;
+      await renderEditKey(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
     }
   }));
   router.get('/account/keys/:id/revoke', label('/account/keys/:id/revoke'), signedIn(async (req, res, nav) => {
@@ -530,3 +570,13 @@ const isApiPath = (path: string) => /^\/(api|v1|webhooks)(\/|$)/.test(path);
 
 /** A browser navigating asks for HTML by name; SDKs ask for JSON, curl and fetch for anything. */
 const wantsPage = (req: Request) => /\btext\/html\b/i.test(req.get('accept') ?? '');
+
+/** The flash the keys POST left: the new key's id, name and secret. */
+function parseCreated(flash: string): { id: string; name: string; key: string } | undefined {
+  try {
+    const v = JSON.parse(flash) as Record<string, unknown>;
+    return typeof v.id === 'string' && typeof v.name === 'string' && typeof v.key === 'string' ? { id: v.id, name: v.name, key: v.key } : undefined;
+  } catch {
+    return undefined;
+  }
+}

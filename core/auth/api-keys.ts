@@ -2,16 +2,17 @@ import type DataLoader from 'dataloader';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { statementBatcher, type Execute } from '../db/batch.ts';
-import { unauthorized } from '../errors.ts';
+import { keyExpired, unauthorized } from '../errors.ts';
 import { hashKey, isWellFormedKey } from '../keys/key-secret.ts';
 import type { KeyPrincipal } from './principals.ts';
 
 /** Active keys of accounts that are not disabled, by secret hash, for a batch of hashes given as a text[] literal. */
-export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid
+export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid, k.expires_at, k.allowed_models
   from api_keys k join accounts a on a.id = k.account_id
   where k.key_hash = any($1::text[]) and k.revoked_at is null and a.disabled_at is null`;
 
-export type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean };
+/** An active key; `expires_at` is checked at each use (a key found before its expiry may be cached past it), `allowed_models` null: all. */
+export type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean; expires_at?: Date | string | null; allowed_models?: string[] | null };
 
 /**
  * Finds active keys by the hash of their secret. Concurrent look-ups share one indexed query
@@ -64,21 +65,33 @@ export class KeyLookup {
 }
 
 /**
- * Resolves a bearer secret to its account. Every failure is the same `unauthorized` error.
+ * Resolves a bearer secret to its account. Every failure is the same `unauthorized` error, but
+ * for a key past its expiry date, whose holder is told so (`api_key_expired`).
  * With `recent`, the key may come from the cache of recent look-ups (`fromCache`).
  */
 export async function authenticate(
   keys: KeyLookup,
   bearer: string | null,
   lastUsed: LastUsedRecorder,
-  opts: { recent?: boolean } = {},
+  opts: { recent?: boolean; now?: Date } = {},
 ): Promise<KeyPrincipal> {
   if (!bearer || !isWellFormedKey(bearer)) throw unauthorized();
   const hash = hashKey(bearer);
   const { row, fromCache } = opts.recent ? await keys.findRecent(hash) : { row: await keys.find(hash), fromCache: false };
   if (!row) throw unauthorized();
+  if (row.expires_at) {
+    const expiresAt = new Date(row.expires_at);
+    if (expiresAt.getTime() <= (opts.now ?? new Date()).getTime()) throw keyExpired(expiresAt);
+  }
   lastUsed.touch(row.key_id);
-  return { kind: 'api_key', accountId: row.account_id, keyId: row.key_id, paid: row.paid, fromCache };
+  return {
+    kind: 'api_key',
+    accountId: row.account_id,
+    keyId: row.key_id,
+    paid: row.paid,
+    fromCache,
+    ...(row.allowed_models && row.allowed_models.length > 0 ? { allowedModels: row.allowed_models } : {}),
+  };
 }
 
 /**

@@ -1,3 +1,5 @@
+import { CoreError } from '../errors.ts';
+
 /**
  * Who is calling, once their credential has been checked. Every procedure of the core router
  * takes one of these from its base procedure (core/trpc.ts), and every ownership check takes
@@ -16,6 +18,8 @@ export interface KeyPrincipal {
    * (the chat reservation does, in the same statement; see `chatProcedure`).
    */
   fromCache: boolean;
+  /** The models this key may use (core/keys/limits.ts); absent: all. */
+  allowedModels?: readonly string[];
 }
 
 /**
@@ -57,6 +61,19 @@ export interface InternalPrincipal {
 
 /** Whoever may spend an account's coins on models. */
 export type SpendingPrincipal = KeyPrincipal | AppConnectionPrincipal;
+
+/**
+ * Refuses a model the caller's key may not use. Called once where a request's model is resolved
+ * (chat and responses in core/chat/chat.ts, media jobs in core/generations/create-generation.ts),
+ * so every transport (REST, MCP) refuses alike.
+ */
+export function requireModelAllowed(principal: SpendingPrincipal, modelId: string): void {
+  if (principal.kind !== 'api_key' || !principal.allowedModels || principal.allowedModels.includes(modelId)) return;
+  throw new CoreError('forbidden', `This API key may not use the model '${modelId}'. It may use: ${principal.allowedModels.join(', ')}. The account owner can change the key's models on the API keys page.`, {
+    reason: 'model_not_allowed',
+    param: 'model',
+  });
+}
 
 export type Principal = SpendingPrincipal | SessionPrincipal | AdminPrincipal | InternalPrincipal;
 

@@ -6,7 +6,7 @@ import type { CoreDeps } from '../context.ts';
 import type { HoldBatcher } from '../money/hold-batcher.ts';
 import { CoreError, invalid, isCoreError } from '../errors.ts';
 import { randomBase62 } from '../ids.ts';
-import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
+import { requireModelAllowed, type SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
 import { ProviderError, type RouteBreakers, type RoutePass, type ToolCall } from '../ports.ts';
 import { chatRoutes, failureReason, refusal, upstreamCost, type ChatRoute, type UpstreamUsage } from './routes.ts';
@@ -37,6 +37,7 @@ export interface PreparedChat {
 export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' | 'config' | 'holds' | 'clock'>, em: EntityManager, principal: Principal, request: ChatRequest): Promise<PreparedChat> {
   // The price in force at the request's time: a scheduled change applies to requests from its date on.
   const model = await deps.catalog.get(em, request.model, { at: deps.clock() });
+  requireModelAllowed(principal, model.id);
   requireTextModel(model);
   if (model.paid_only && !principal.paid) {
     throw new CoreError('paid_account_required', `The model '${model.id}' needs a paid account: make a first top-up or subscribe.`);

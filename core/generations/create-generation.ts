@@ -1,6 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
-import type { SpendingPrincipal } from '../auth/principals.ts';
+import { requireModelAllowed, type SpendingPrincipal } from '../auth/principals.ts';
 import { requireMediaModel, type ModelCatalog } from '../catalog/catalog.ts';
 import { mediaPrice } from '../catalog/pricing.ts';
 import type { MediaModel } from '../catalog/schema.ts';
@@ -51,6 +51,7 @@ export async function createGeneration(
   const { idempotency_key: idempotencyKey, wait_seconds: waitSeconds, ...request } = input;
   // The price in force at the request's time; the job keeps it (price_micro) whatever changes later.
   const model = await deps.catalog.get(em, request.model, { at: deps.clock() });
+  requireModelAllowed(principal, model.id);
   requireMediaModel(model);
   if (model.paid_only && !principal.paid) {
     throw new CoreError('paid_account_required', `The model '${model.id}' needs a paid account: make a first top-up or subscribe.`, { param: 'model' });

@@ -13,6 +13,14 @@ export class ApiKey {
   declare revokedAt: Date | null;
   /** `standard`: made by a person or an operator; `app`: an OAuth app connection's own key, managed with the connection. */
   declare kind: 'standard' | 'app';
+  /** The most the key may spend in its period, in micro-coins; null: no limit (core/keys/limits.ts). */
+  declare spendLimitMicro: bigint | null;
+  /** `total`: over the key's life; `monthly`: per calendar month, UTC. Set exactly when the limit is. */
+  declare spendLimitPeriod: 'total' | 'monthly' | null;
+  /** After this instant the key is refused like a revoked one; null: never. */
+  declare expiresAt: Date | null;
+  /** The model ids the key may use; null: all. */
+  declare allowedModels: string[] | null;
 }
 
 export const ApiKeySchema = new EntitySchema<ApiKey>({
@@ -28,5 +36,9 @@ export const ApiKeySchema = new EntitySchema<ApiKey>({
     lastUsedAt: { type: 'Date', nullable: true },
     revokedAt: { type: 'Date', nullable: true },
     kind: { type: 'string', default: 'standard', onCreate: () => 'standard' },
+    spendLimitMicro: { type: 'bigint', nullable: true },
+    spendLimitPeriod: { type: 'string', nullable: true },
+    expiresAt: { type: 'Date', nullable: true },
+    allowedModels: { type: 'string[]', nullable: true },
   },
 });

@@ -307,10 +307,44 @@ AS $function$
       end $function$
 ;
 
+-- mas_key_period_start: Where a key's spend-limit period begins: the first instant of the current calendar month
+-- (UTC) for 'monthly', the beginning of time for 'total'.
+CREATE OR REPLACE FUNCTION public.mas_key_period_start(p_period text)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE
+AS $function$
+        select case p_period when 'monthly' then date_trunc('month', now(), 'UTC') else '-infinity'::timestamptz end
+      $function$
+;
+
+-- mas_key_spend_room: What a standard API key may still reserve under its spend limit: the limit minus what it
+-- captured in the limit's period (holds settled since mas_key_period_start) and what it holds open;
+-- null when it has no limit. The caller locks the key row. Two index range scans of holds_by_key.
+CREATE OR REPLACE FUNCTION public.mas_key_spend_room(p_key_id text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+        select k.spend_limit_micro
+          - coalesce((
+              select sum(h.amount_micro) from holds h
+              where h.metadata ? 'key_id' and h.metadata->>'key_id' = p_key_id and h.ended_at is null and h.status = 'open'
+            ), 0)::bigint
+          - coalesce((
+              select sum(h.captured_micro) from holds h
+              where h.metadata ? 'key_id' and h.metadata->>'key_id' = p_key_id
+                and h.ended_at >= mas_key_period_start(k.spend_limit_period) and h.status = 'settled'
+            ), 0)::bigint
+        from api_keys k where k.id = p_key_id
+      $function$
+;
+
 -- mas_reserve: Moves p_amount of an account's spendable coins into its held pocket, subscription coins
 -- first; refuses ('insufficient') when they do not fit, and refuses everything ('negative_balance',
 -- available = the purchased pocket) while the purchased pocket is below zero (a refund or dispute
--- took back coins already spent). Idempotent on the hold id.
+-- took back coins already spent). An app connection's spend cap ('spend_cap_reached') and a standard key's
+-- spend limit ('key_spend_limit_reached', metadata key_id) are checked first. Idempotent on the hold id.
 CREATE OR REPLACE FUNCTION public.mas_reserve(p_hold_id text, p_account text, p_amount bigint, p_reference text, p_expires_at timestamp with time zone, p_metadata jsonb)
  RETURNS TABLE(status text, available bigint)
  LANGUAGE plpgsql
@@ -331,6 +365,18 @@ AS $function$
           if room < p_amount and not exists (select 1 from holds where id = p_hold_id) then
             return query select 'spend_cap_reached'::text, greatest(room, 0);
             return;
+          end if;
+        end if;
+        -- A standard key's spend limit: its row is locked after the connection, before the wallet
+        -- (lock order: connection, key, wallet). A key without a limit is not locked.
+        if p_metadata ? 'key_id' then
+          perform 1 from api_keys k where k.id = p_metadata->>'key_id' and k.spend_limit_micro is not null for update;
+          if found then
+            room := mas_key_spend_room(p_metadata->>'key_id');
+            if room < p_amount and not exists (select 1 from holds where id = p_hold_id) then
+              return query select 'key_spend_limit_reached'::text, greatest(room, 0);
+              return;
+            end if;
           end if;
         end if;
         select * into w from wallets where account_id = p_account for update;
@@ -374,8 +420,9 @@ AS $function$
 ;
 
 -- mas_reserve_many: mas_reserve for a JSON list of items, in one statement, with the same outcomes (also
--- 'negative_balance'); an item with a
--- key id reserves only while that key is active and its account not disabled (else 'key_revoked', nothing held). Reservations
+-- 'negative_balance', 'spend_cap_reached', 'key_spend_limit_reached'); an item with a key id reserves only
+-- while that key is active (not revoked, not expired) and its account not disabled (else 'key_revoked',
+-- nothing held). Reservations
 -- commit without waiting for the disk: the settle's synchronous commit makes them durable.
 CREATE OR REPLACE FUNCTION public.mas_reserve_many(p_items jsonb)
  RETURNS TABLE(i integer, status text, available bigint)
@@ -404,6 +451,11 @@ AS $function$
           where c.spend_cap_micro is not null
             and c.id in (select e->'metadata'->>'app_connection_id' from jsonb_array_elements(p_items) e)
           order by c.id for update;
+        -- Then the keys of the batch that have a spend limit, in id order, still before any wallet.
+        perform 1 from api_keys k
+          where k.spend_limit_micro is not null
+            and k.id in (select e->'metadata'->>'key_id' from jsonb_array_elements(p_items) e)
+          order by k.id for update;
         for x in
           select * from jsonb_to_recordset(p_items)
             as t (i int, hold_id text, account_id text, amount bigint, reference text, expires_at timestamptz, metadata jsonb, key_id text)
@@ -414,6 +466,7 @@ AS $function$
             if not exists (
               select 1 from api_keys k join accounts a on a.id = k.account_id
               where k.id = x.key_id and k.account_id = x.account_id and k.revoked_at is null and a.disabled_at is null
+                and (k.expires_at is null or k.expires_at > now())
             ) then
               status := 'key_revoked'; available := null;
               return next;
@@ -425,6 +478,14 @@ AS $function$
             room := mas_app_spend_room(x.metadata->>'app_connection_id');
             if room < x.amount then
               status := 'spend_cap_reached'; available := greatest(room, 0);
+              return next;
+              continue;
+            end if;
+          end if;
+          if x.metadata ? 'key_id' then
+            room := mas_key_spend_room(x.metadata->>'key_id');
+            if room < x.amount then
+              status := 'key_spend_limit_reached'; available := greatest(room, 0);
               return next;
               continue;
             end if;

@@ -95,7 +95,7 @@ describe('the account pages', () => {
 
   it('revokes the key with a confirmation step; the next API call gets 401', async () => {
     await page.goto(`${h.base}/account/keys`);
-    await page.getByRole('link', { name: 'Revoke…' }).click();
+    await page.getByRole('link', { name: 'Revoke key laptop' }).click();
     await expect(page.getByText(/cannot be undone/).isVisible()).resolves.toBe(true);
     await page.getByRole('button', { name: 'Revoke the key' }).click();
     await page.waitForURL(/\/account\/keys$/);

@@ -83,7 +83,10 @@ describe('embedded PostgreSQL', () => {
 
     const list = await runCli(['key', 'list', '--account', 'ops@example.com', '--json'], env());
     expect(JSON.parse(list.stdout).data).toEqual([
-      { id: expect.any(String), name: 'shared', prefix: secret.slice(0, 12), created_at: expect.any(String), last_used_at: expect.any(String), revoked_at: null },
+      {
+        id: expect.any(String), name: 'shared', prefix: secret.slice(0, 12), created_at: expect.any(String), last_used_at: expect.any(String), revoked_at: null,
+        spend_limit_coins: null, spend_limit_period: null, expires_at: null, allowed_models: null, usage_coins: 0, remaining_coins: null,
+      },
     ]);
     const revoke = await runCli(['key', 'revoke', '--id', JSON.parse(list.stdout).data[0].id, '--json'], env());
     expect(JSON.parse(revoke.stdout).revoked_at).not.toBeNull();

@@ -256,3 +256,100 @@ describe("an app's spend cap", () => {
     expect(await wallet(b)).toEqual({ sub: 0n, pur: 70n, held: 30n });
   });
 });
+
+/** A standard key with this spend limit (micro-coins) and period. */
+async function limitedKey(accountId: string, limitMicro: bigint, period: 'total' | 'monthly' = 'total'): Promise<string> {
+  const key = await makeKey(orm, accountId);
+  await db.query('update api_keys set spend_limit_micro = $2, spend_limit_period = $3 where id = $1', [key.id, limitMicro.toString(), period]);
+  return key.id;
+}
+const keyRoom = async (keyId: string) => {
+  const room = (await db.query<{ room: string | null }>('select mas_key_spend_room($1)::text as room', [keyId])).rows[0]!.room;
+  return room === null ? null : BigInt(room);
+};
+
+describe("a key's spend limit", () => {
+  it('counts open holds and what settled holds captured, not what they released; no limit: no room to count', async () => {
+    const a = await account(0n, 100n);
+    const key = await limitedKey(a, 50n);
+    const open = holdId();
+    expect(await reserve(open, a, 10n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await keyRoom(key)).toBe(40n);
+    const settled = holdId();
+    expect(await reserve(settled, a, 20n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await endHold(settled, 15n, 'settled')).toMatchObject({ status: 'settled' });
+    expect(await keyRoom(key)).toBe(25n);
+    const released = holdId();
+    expect(await reserve(released, a, 5n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await endHold(released, 0n, 'released')).toMatchObject({ status: 'released' });
+    expect(await keyRoom(key)).toBe(25n);
+    // Another key's holds do not count.
+    const other = (await makeKey(orm, a)).id;
+    expect(await reserve(holdId(), a, 60n, { key_id: other })).toMatchObject({ status: 'reserved' });
+    expect(await keyRoom(key)).toBe(25n);
+    expect(await keyRoom(other)).toBeNull();
+    await expectBalanced(a);
+  });
+
+  it('a reservation that fits the room exactly is made; one micro-coin more is refused, one hold or in a batch', async () => {
+    const a = await account(0n, 100n);
+    const key = await limitedKey(a, 30n);
+    expect(await reserve(holdId(), a, 11n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await reserve(holdId(), a, 20n, { key_id: key })).toEqual({ status: 'key_spend_limit_reached', available: '19' });
+    expect((await reserveMany([{ hold: holdId(), accountId: a, amount: 20n, metadata: { key_id: key }, keyId: key }]))[0]).toMatchObject({
+      status: 'key_spend_limit_reached',
+      available: '19',
+    });
+    expect(await reserve(holdId(), a, 19n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await keyRoom(key)).toBe(0n);
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 70n, held: 30n });
+    await expectBalanced(a);
+  });
+
+  it('within one batch, each item sees the holds the items before it made', async () => {
+    const a = await account(0n, 100n);
+    const key = await limitedKey(a, 25n);
+    const rows = await reserveMany([10n, 10n, 10n, 5n].map((amount) => ({ hold: holdId(), accountId: a, amount, metadata: { key_id: key }, keyId: key })));
+    expect(rows.map((r) => r.status)).toEqual(['reserved', 'reserved', 'key_spend_limit_reached', 'reserved']);
+    expect(rows[2]!.available).toBe('5');
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 75n, held: 25n });
+    await expectBalanced(a);
+  });
+
+  it('a repeated reservation of a hold already made answers exists, even with the limit reached', async () => {
+    const a = await account(0n, 100n);
+    const key = await limitedKey(a, 10n);
+    const id = holdId();
+    expect(await reserve(id, a, 10n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await reserve(id, a, 10n, { key_id: key })).toMatchObject({ status: 'exists' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 90n, held: 10n });
+  });
+
+  it('monthly: only what settled since the first instant of this month (UTC) counts', async () => {
+    const a = await account(0n, 100n);
+    const key = await limitedKey(a, 50n, 'monthly');
+    const insertSettled = (captured: bigint, endedAt: string) =>
+      db.query(
+        `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, metadata, expires_at, created_at, ended_at)
+         values ($1, $2, $3, 0, $3, 'settled', $3, 'rules', $4::jsonb, now(), ${endedAt}, ${endedAt})`,
+        [holdId(), a, captured.toString(), JSON.stringify({ key_id: key })],
+      );
+    await insertSettled(40n, `date_trunc('month', now(), 'UTC') - interval '1 microsecond'`);
+    expect(await keyRoom(key)).toBe(50n);
+    await insertSettled(7n, `date_trunc('month', now(), 'UTC')`);
+    expect(await keyRoom(key)).toBe(43n);
+    await db.query(`update api_keys set spend_limit_period = 'total' where id = $1`, [key]);
+    expect(await keyRoom(key)).toBe(3n);
+    expect(await reserve(holdId(), a, 4n, { key_id: key })).toEqual({ status: 'key_spend_limit_reached', available: '3' });
+  });
+
+  it('an expired key reserves nothing in a batch (key_revoked)', async () => {
+    const a = await account(0n, 100n);
+    const key = (await makeKey(orm, a)).id;
+    await db.query(`update api_keys set expires_at = now() + interval '1 hour' where id = $1`, [key]);
+    expect((await reserveMany([{ hold: holdId(), accountId: a, amount: 1n, metadata: { key_id: key }, keyId: key }]))[0]).toMatchObject({ status: 'reserved' });
+    await db.query(`update api_keys set expires_at = now() - interval '1 second' where id = $1`, [key]);
+    expect((await reserveMany([{ hold: holdId(), accountId: a, amount: 1n, metadata: { key_id: key }, keyId: key }]))[0]).toMatchObject({ status: 'key_revoked' });
+    expect(await wallet(a)).toEqual({ sub: 0n, pur: 99n, held: 1n });
+  });
+});

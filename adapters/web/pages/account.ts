@@ -5,7 +5,21 @@ import { billingSections, type Billing, type BillingFormState } from './billing.
 
 type Nav = { email: string; csrf: string };
 type Balance = { coins: number; subscription_coins: number; purchased_coins: number; held_coins: number; paid_account: boolean };
-type Key = { id: string; name: string; prefix: string; created_at: string; last_used_at: string | null; revoked_at: string | null };
+type Key = {
+  id: string;
+  name: string;
+  prefix: string;
+  created_at: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+  spend_limit_coins: number | null;
+  spend_limit_period: 'total' | 'monthly' | null;
+  expires_at: string | null;
+  allowed_models: string[] | null;
+  usage_coins: number;
+  remaining_coins: number | null;
+};
+type ModelChoice = { id: string; name: string };
 
 const day = (iso: string | null) => (iso ? iso.replace('T', ' ').slice(0, 16) : '—');
 
@@ -34,7 +48,7 @@ ${notice('error', v.passwordError)}${v.passwordChanged ? notice('info', 'Your pa
   );
 }
 
-export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; created?: { id: string; name: string; key: string } | undefined; error?: string | undefined }) {
+export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; models: ModelChoice[]; created?: { id: string; name: string; key: string } | undefined; error?: string | undefined }) {
   const active = v.keys.filter((k) => !k.revoked_at);
   return page(
     { title: 'API keys', nav: { ...nav, current: '/account/keys' } },
@@ -47,24 +61,76 @@ ${v.created
 </section>`
   : ''}
 <p>${active.length} of ${v.limit} keys in use.</p>
-<table>
-  <thead><tr><th>Name</th><th>Key</th><th>Created</th><th>Last used</th><th></th></tr></thead>
+<div class="table-wrap">
+<table class="keys">
+  <thead><tr><th>Name</th><th>Key</th><th>Spend limit and use</th><th>Expires</th><th>Models</th><th>Last used</th><th>Actions</th></tr></thead>
   <tbody>${v.keys.length === 0
-    ? html`<tr><td colspan="5">No keys yet.</td></tr>`
+    ? html`<tr><td colspan="7">No keys yet.</td></tr>`
     : v.keys.map(
-        (k) => html`<tr><td>${k.name}</td><td><code>${k.prefix}…</code></td><td>${day(k.created_at)}</td><td>${day(k.last_used_at)}</td>
-  <td>${k.revoked_at ? html`revoked ${day(k.revoked_at)}` : html`<a href="/account/keys/${k.id}/revoke">Revoke…</a>`}</td></tr>`,
+        (k) => html`<tr><td>${short(k.name, 24)}</td><td><code>${k.prefix}…</code></td><td>${spendText(k)}</td><td>${day(k.expires_at)}</td><td>${modelsText(k.allowed_models)}</td><td>${day(k.last_used_at)}</td>
+  <td>${k.revoked_at
+    ? html`revoked ${day(k.revoked_at)}`
+    : html`<span class="actions"><a href="/account/keys/${k.id}/edit" aria-label="Edit key ${k.name}">Edit</a> <a href="/account/keys/${k.id}/revoke" aria-label="Revoke key ${k.name}">Revoke</a></span>`}</td></tr>`,
       )}</tbody>
 </table>
+</div>
 <h2>Create a key</h2>
 ${active.length >= v.limit
   ? html`<p class="info">This account has ${v.limit} active keys, the most allowed. Revoke one to create another.</p>`
-  : html`<form method="post" action="/account/keys" class="stack">
+  : html`<form method="post" action="/account/keys" class="stack key-form">
   <input type="hidden" name="_csrf" value="${nav.csrf}">
   <label>Name <input type="text" name="name" maxlength="100" placeholder="my server"></label>
+  ${limitFields(v.models)}
   <button type="submit">Create key</button>
 </form>`}`,
   );
+}
+
+/** A key's edit page: its name and limits. */
+export function editKeyPage(nav: Nav, key: Key, v: { models: ModelChoice[]; error?: string | undefined }) {
+  return page(
+    { title: `Edit the key "${short(key.name, 40)}"`, nav: { ...nav, current: '/account/keys' } },
+    html`${notice('error', v.error)}
+<p>Key <code>${key.prefix}…</code>. ${spendText(key)}.</p>
+<form method="post" action="/account/keys/${key.id}/edit" class="stack key-form">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <label>Name <input type="text" name="name" maxlength="100" value="${key.name}" required></label>
+  ${limitFields(v.models, key)}
+  <div class="actions"><button type="submit">Save the key</button> <a href="/account/keys">Cancel</a></div>
+</form>`,
+  );
+}
+
+/** The limit fields of the create and edit forms; empty: no limit. */
+function limitFields(models: ModelChoice[], key?: Key) {
+  const period = key?.spend_limit_period ?? 'monthly';
+  const allowed = new Set(key?.allowed_models ?? []);
+  return html`<label>Spend limit in coins (empty: no limit) <input type="text" name="spend_limit_coins" inputmode="decimal" maxlength="30" placeholder="100" value="${key?.spend_limit_coins ?? ''}"></label>
+  <label>Limit period <select name="spend_limit_period">
+    <option value="monthly"${period === 'monthly' ? html` selected` : ''}>Per calendar month (UTC)</option>
+    <option value="total"${period === 'total' ? html` selected` : ''}>Over the key's life</option>
+  </select></label>
+  <label>Expires at the end of (UTC; empty: never) <input type="date" name="expires_at" value="${key?.expires_at ? key.expires_at.slice(0, 10) : ''}"></label>
+  <fieldset class="models">
+    <legend>Allowed models (none ticked: all models)</legend>
+    ${models.map((m) => html`<label class="check"><input type="checkbox" name="allowed_models" value="${m.id}"${allowed.has(m.id) ? html` checked` : ''}> ${m.name === m.id ? '' : short(m.name, 40)} <code>${short(m.id, 60)}</code></label>`)}
+  </fieldset>`;
+}
+
+function spendText(k: Key) {
+  if (k.spend_limit_coins === null) return `${k.usage_coins} spent this month, no limit`;
+  return `${k.usage_coins} of ${k.spend_limit_coins} ${k.spend_limit_period === 'monthly' ? 'this month' : 'in all'}, ${k.remaining_coins ?? 0} left`;
+}
+
+function modelsText(models: string[] | null) {
+  if (!models || models.length === 0) return 'all';
+  const shown = models.slice(0, 2).map((m) => short(m, 24)).join(', ');
+  return models.length > 2 ? `${shown} +${models.length - 2} more` : shown;
+}
+
+/** A long text cut to `max` characters, for narrow tables. */
+function short(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
 }
 
 export function revokeKeyPage(nav: Nav, key: Key) {

@@ -31,6 +31,7 @@ import { Migration20261201010000_completion_records } from './Migration202612010
 import { Migration20261202000000_routes } from './Migration20261202000000_routes.ts';
 import { Migration20261202010000_route_margin } from './Migration20261202010000_route_margin.ts';
 import { Migration20261202020000_upstream_cancel } from './Migration20261202020000_upstream_cancel.ts';
+import { Migration20261203000000_key_limits } from './Migration20261203000000_key_limits.ts';
 import { Migration20261203010000_mail } from './Migration20261203010000_mail.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
@@ -68,5 +69,6 @@ export const migrations = [
   { name: 'Migration20261202000000_routes', class: Migration20261202000000_routes },
   { name: 'Migration20261202010000_route_margin', class: Migration20261202010000_route_margin },
   { name: 'Migration20261202020000_upstream_cancel', class: Migration20261202020000_upstream_cancel },
+  { name: 'Migration20261203000000_key_limits', class: Migration20261203000000_key_limits },
   { name: 'Migration20261203010000_mail', class: Migration20261203010000_mail },
 ];
