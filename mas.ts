@@ -4,6 +4,7 @@ import { readCatalogYaml } from './config/catalog.ts';
 import { openRuntime } from './config/compose.ts';
 import { PendingMigrationsError } from './config/database.ts';
 import { ConfigError, loadEnv } from './config/env.ts';
+import { cliPublicBaseUrl } from './config/server-address.ts';
 import { createLogger } from './config/logger.ts';
 import { createContext } from './core/context.ts';
 import { createCaller } from './core/router.ts';
@@ -30,7 +31,7 @@ await runCli(process.argv.slice(2), async () => {
   return {
     core: createCaller(createContext(runtime.deps, { kind: 'internal' })),
     readCatalogFile: () => readCatalogYaml(env.CATALOG_FILE),
-    publicBaseUrl: env.PUBLIC_BASE_URL,
+    publicBaseUrl: cliPublicBaseUrl(process.env, env),
     close: () => runtime.close(),
   };
 });

@@ -1,3 +1,4 @@
+import { recordServerAddress } from './server-address.ts';
 import { existsSync, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -106,6 +107,8 @@ export async function startService(
   });
   const http = await listen(app, { port: env.PORT, host: env.HOST, shutdownTimeoutSeconds: env.SHUTDOWN_TIMEOUT_SECONDS, logger });
   logger.info({ port: http.port, publicBaseUrl: env.PUBLIC_BASE_URL, database: runtime.embeddedDatabase ? 'embedded' : 'external' }, 'listening');
+  // For the CLI run beside it without this PORT (config/server-address.ts). A read-only DATA_DIR only loses that convenience.
+  await recordServerAddress(env.DATA_DIR, env.PUBLIC_BASE_URL).catch((err: unknown) => logger.warn({ err }, 'could not record the server address in DATA_DIR'));
 
   let stopping: Promise<void> | undefined;
   const stop = () =>

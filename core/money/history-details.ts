@@ -1,6 +1,9 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { formatCoins, type Micro } from './coins.ts';
 
+/** An adjustment's ledger description when the operator wrote a note to the customer (adjustBalance's customer_note): the note follows this prefix. */
+export const ADJUSTMENT_NOTE_PREFIX = 'Balance adjustment: ';
+
 /**
  * What a history row is about, in words (`details`) and as fields (model, tokens, job, key),
  * read for one page of rows in one statement from the records each kind of event leaves:
@@ -114,7 +117,11 @@ function describe(r: RowToDescribe, chat: Found | undefined, job: Found | undefi
   if (r.type === 'subscription_grant') return { ...none, details: 'Coins of your subscription' };
   if (r.entryKind === 'payment_reversal') return { ...none, details: payment ? `${r.description} of the card payment of ${money(BigInt(payment.amount_cents!), payment.currency!)}` : r.description };
   if (r.entryKind === 'refund') return { ...none, details: 'Refund by the operator' };
-  if (r.type === 'adjustment') return { ...none, details: `Balance correction by the operator (${r.amount < 0n ? 'down' : 'up'})` };
+  if (r.type === 'adjustment') {
+    // The operator's note to the customer, when they wrote one (adjustBalance's customer_note); the audit reason stays theirs.
+    const note = r.description.startsWith(ADJUSTMENT_NOTE_PREFIX) ? `: ${r.description.slice(ADJUSTMENT_NOTE_PREFIX.length)}` : '';
+    return { ...none, details: `Balance correction by the operator (${r.amount < 0n ? 'down' : 'up'})${note}` };
+  }
   return { ...none, details: r.description };
 }
 

@@ -60,7 +60,7 @@ describe('the account pages', () => {
 
   it('creates a key, copies it, and the key calls the API', async () => {
     await page.goto(`${h.base}/account/keys`);
-    await page.getByLabel('Name').fill('laptop');
+    await page.getByLabel('Name', { exact: true }).fill('laptop');
     await page.getByRole('button', { name: 'Create key' }).click();
     await page.getByRole('button', { name: 'Copy' }).click();
     key = (await page.evaluate('navigator.clipboard.readText()')) as string;

@@ -6,6 +6,7 @@ import { artifactPath, launchChromium } from '../support/browser.ts';
 import { useTestCatalog } from '../support/catalog.ts';
 import { openTestOrm, uniqueEmail } from '../support/db.ts';
 import { startTestApi } from '../support/http.ts';
+import { confirmInBrowser } from '../support/sign-up.ts';
 
 /** The API keys page in a real Chromium: create with limits, reload, edit, on a phone too. */
 let orm: MikroORM;
@@ -43,7 +44,7 @@ describe('the API keys page', () => {
     await page.getByLabel('Email').fill(email);
     await page.getByLabel('Password').fill('a long enough password');
     await page.getByRole('button', { name: 'Create account' }).click();
-    await page.waitForURL(/\/account$/);
+    await confirmInBrowser(page, api.url, email);
 
     await page.goto(`${api.url}/account/keys`);
     await page.getByLabel('Name', { exact: true }).fill('laptop');

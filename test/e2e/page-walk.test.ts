@@ -77,6 +77,7 @@ interface Finding {
   viewport: string;
   scrollWidth: number;
   width: number;
+  wide: string[];
   violations: string[];
 }
 
@@ -89,24 +90,42 @@ async function walk(context: BrowserContext, area: string, paths: string[]): Pro
     for (const path of paths) {
       const res = await page.goto(`${served.base}${path}`);
       expect(res?.status(), `${path} answers`).toBeLessThan(500);
-      const { scrollWidth, width, violations } = await inspectPage(page);
+      const { scrollWidth, width, wide, violations } = await inspectPage(page);
       const name = `${area}${path.replace(/\b(acct|key|gen)_\w+/g, '$1').replace(/%2F/g, '-').replace(/[^\w]+/g, '-').replace(/-+$/, '')}-${viewport.name}.png`;
       await page.screenshot({ path: await artifactPath(`walk/${name}`), fullPage: true });
-      findings.push({ page: path, viewport: viewport.name, scrollWidth, width, violations });
+      findings.push({ page: path, viewport: viewport.name, scrollWidth, width, wide, violations });
     }
     await page.close();
   }
   return findings;
 }
 
-const tooWide = (f: Finding[]) => f.filter((x) => x.scrollWidth > x.width).map((x) => `${x.page} at ${x.viewport}: ${x.scrollWidth} px`);
+const tooWide = (f: Finding[]) => f.filter((x) => x.scrollWidth > x.width).map((x) => `${x.page} at ${x.viewport}: ${x.scrollWidth} px (${x.wide.join(', ')})`);
 const inaccessible = (f: Finding[]) => f.filter((x) => x.violations.length > 0).map((x) => `${x.page} at ${x.viewport}: ${x.violations.join('; ')}`);
 
 // Each page is loaded, measured, checked by axe and photographed twice: a walk takes a while on a loaded 2-core machine.
 describe('every page fits a phone and a laptop, and passes axe', { timeout: 300_000 }, () => {
   it('signed-out pages', async () => {
     const context = await browser.newContext();
-    const findings = await walk(context, 'public', ['/login', '/signup', '/login/link?token=x', '/admin/login', '/no-such-page']);
+    const findings = await walk(context, 'public', [
+      '/',
+      '/models',
+      '/models/mas/echo',
+      '/models/mas/image-demo',
+      '/docs',
+      '/docs/api',
+      '/login',
+      '/signup',
+      '/signup/sent',
+      '/signup/verify?token=x',
+      '/password/forgot',
+      '/password/forgot/sent',
+      '/password/reset?token=x',
+      '/login/link?token=x',
+      '/authorize?client_id=x',
+      '/admin/login',
+      '/no-such-page',
+    ]);
     await context.close();
     expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
   });
@@ -119,7 +138,15 @@ describe('every page fits a phone and a laptop, and passes axe', { timeout: 300_
     await page.getByRole('button', { name: /Sign in|Continue/ }).click();
     await page.waitForURL(/\/account$/);
     await page.close();
-    const findings = await walk(context, 'account', ['/account', '/account/keys', `/account/keys/${keyId}/revoke`, '/account/apps', '/account/usage']);
+    const findings = await walk(context, 'account', [
+      '/account',
+      '/account/keys',
+      `/account/keys/${keyId}/edit`,
+      `/account/keys/${keyId}/revoke`,
+      '/account/apps',
+      '/account/usage',
+      `/account/generations/${jobId}`,
+    ]);
     await context.close();
     expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
   });

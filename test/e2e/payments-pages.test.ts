@@ -9,11 +9,12 @@ import type { RunningStripeMock } from '../../adapters/embedded/stripe-mock.ts';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import type { CheckoutLink, TopUpCheckoutRequest } from '../../core/ports.ts';
-import { launchChromium, shotAndInspect } from '../support/browser.ts';
+import { launchChromium, shotAndInspect, tabTo } from '../support/browser.ts';
 import { TEST_CATALOG } from '../support/catalog.ts';
 import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp } from '../support/http.ts';
 import { startTestStripeMock } from '../support/stripe-mock.ts';
+import { testMailbox } from '../support/mail.ts';
 import { confirmInBrowser } from '../support/sign-up.ts';
 
 /**
@@ -143,7 +144,7 @@ describe('Add credits, with payments on', () => {
 
     // An API key, and the paid-only model refused before any payment.
     await page.goto(`${on.base}/account/keys`);
-    await page.getByLabel('Name').fill('server');
+    await page.getByLabel('Name', { exact: true }).fill('server');
     await page.getByRole('button', { name: 'Create key' }).click();
     const key = (await page.locator('#new-key').textContent())!;
     expect((await chat(on.base, key)).status).toBe(403);
@@ -333,6 +334,69 @@ describe('payments off (no STRIPE_SECRET_KEY)', () => {
     await shot(page, 'payments-off-1280.png');
     await page.setViewportSize({ width: 390, height: 844 });
     await shot(page, 'payments-off-390.png');
+    await context.close();
+  });
+});
+
+/**
+ * Every flow works by keyboard alone (issue 34): sign up, create a key, revoke it, add credits.
+ * The focus only moves by Tab, fields are typed into, and buttons and links are pressed with
+ * Enter or Space; no click, no fill, no goto past the first page and the mailed link.
+ */
+describe('by keyboard alone', () => {
+  it('signs up, confirms, creates a key, revokes it and goes to pay', async () => {
+    const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
+    const page = await context.newPage();
+    await page.route('https://checkout.stripe.com/**', (route) => route.fulfill({ status: 200, contentType: 'text/html', body: '<!doctype html><title>Stripe Checkout (not loaded in tests)</title>' }));
+    const email = uniqueEmail('keyboard');
+
+    await page.goto(`${on.base}/signup`);
+    await tabTo(page, page.getByLabel('Email'));
+    await page.keyboard.type(email);
+    await tabTo(page, page.getByLabel(/Password/));
+    await page.keyboard.type(PASSWORD);
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/signup\/sent$/);
+    const link = new URL((await testMailbox.next(email)).link!);
+    await page.goto(`${on.base}${link.pathname}${link.search}`);
+    await tabTo(page, page.getByRole('button', { name: 'Confirm and sign in' }));
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/account\?verified=1$/);
+
+    await tabTo(page, page.getByRole('link', { name: 'API keys' }));
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/account\/keys$/);
+    await tabTo(page, page.getByLabel('Name', { exact: true }));
+    await page.keyboard.type('keyboard');
+    await tabTo(page, page.getByRole('button', { name: 'Create key' }));
+    await page.keyboard.press('Space');
+    await page.waitForURL(/\/account\/keys/);
+    const key = (await page.locator('#new-key').textContent())!;
+    expect(key).toMatch(/^mas_/);
+
+    await tabTo(page, page.getByRole('link', { name: 'Revoke key keyboard' }));
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/revoke$/);
+    await tabTo(page, page.getByRole('button', { name: 'Revoke the key' }));
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/account\/keys$/);
+    expect((await fetch(`${on.base}/api/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(401);
+
+    await tabTo(page, page.getByRole('link', { name: 'Overview' }));
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/account$/);
+    await tabTo(page, page.getByLabel(/Amount in US dollars/));
+    await page.keyboard.press('ControlOrMeta+A');
+    await page.keyboard.type('7.50');
+    await tabTo(page, page.getByRole('button', { name: 'Pay with Stripe' }));
+    // The browser sets off for Stripe's page. (Playwright's route does not catch a navigation a key
+    // press starts, as it does a click's, so the request itself is the proof; Stripe's page is
+    // never loaded either way.)
+    const toStripe = page.waitForRequest((r) => r.url().startsWith('https://checkout.stripe.com/'));
+    await page.keyboard.press('Enter');
+    const request = await toStripe;
+    expect(made.at(-1)!.request.amountCents).toBe(750);
+    expect(request.url()).toBe(made.at(-1)!.link.url);
     await context.close();
   });
 });

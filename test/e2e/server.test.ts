@@ -141,6 +141,18 @@ describe('the server process', () => {
     expect(JSON.parse(out.stdout)).toMatchObject({ object: 'catalog_sync', added: [], removed: [], updated: [] });
   });
 
+  it('the CLI run beside the server without its PORT links to where the server serves (DATA_DIR/server.json)', async () => {
+    const { runCli } = await import('../support/process.ts');
+    const recorded = JSON.parse(await fs.readFile(path.join(dataDir, 'server.json'), 'utf8')) as { public_base_url: string };
+    expect(recorded.public_base_url).toMatch(/^http:\/\/api\.test\.example:\d+$/);
+    const out = await runCli(['account', 'login-link', '--account', 'demo@example.com', '--json'], { DATABASE_URL: db.url, DATA_DIR: dataDir });
+    expect(out.stderr).toBe('');
+    expect(JSON.parse(out.stdout).url).toMatch(new RegExp(`^${recorded.public_base_url.replace(/\./g, '\\.')}/login/link\\?token=`));
+    // The CLI's own PORT wins over the record.
+    const own = await runCli(['account', 'login-link', '--account', 'demo@example.com', '--json'], { DATABASE_URL: db.url, DATA_DIR: dataDir, PORT: '18124' });
+    expect(JSON.parse(own.stdout).url).toMatch(/^http:\/\/localhost:18124\/login\/link\?token=/);
+  });
+
   it('refuses a broken catalog file with one clear line', async () => {
     const file = path.join(dataDir, 'broken.yaml');
     await fs.writeFile(file, 'providers: {}\nmodels:\n  - id: a/b\n    type: text\n');

@@ -171,6 +171,18 @@ describe('the history in words', () => {
     expect(JSON.stringify(data)).not.toContain('chargeback');
   });
 
+  it("an adjustment with a note to the customer reads the note, never the operator's reason; an empty note is refused naming it", async () => {
+    const account = await makeAccount(orm, { coins: '1' });
+    const operator = as({ kind: 'internal' });
+    await operator.admin.actions.adjustBalance({ account: account.id, coins: '+5', reason: 'outage 27 Nov, ticket 4411', customer_note: 'Goodwill credit for the outage of 27 Nov', idempotency_key: unique('k') });
+    const { data } = await listHistory(orm.em.fork(), account.id, historyInput.parse({}));
+    expect(data[0]).toMatchObject({ type: 'adjustment', details: 'Balance correction by the operator (up): Goodwill credit for the outage of 27 Nov' });
+    expect(JSON.stringify(data)).not.toContain('ticket 4411');
+    await expect(operator.admin.actions.adjustBalance({ account: account.id, coins: '+1', reason: 'r', customer_note: '   ', idempotency_key: unique('k') })).rejects.toMatchObject({
+      message: expect.stringContaining('customer_note'),
+    });
+  });
+
   it('the CSV keeps its nine columns first, adds the words after them, and filters by days, model and key', async () => {
     const account = await makeAccount(orm, { coins: '50' });
     const a = await makeKey(orm, account.id, 'a');

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import AxeBuilder from '@axe-core/playwright';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { ROOT } from './process.ts';
 
@@ -32,6 +32,8 @@ export async function artifactPath(name: string): Promise<string> {
 export interface PageFindings {
   scrollWidth: number;
   width: number;
+  /** When the page is wider than its window: up to five of the innermost elements that stick out. */
+  wide: string[];
   violations: string[];
 }
 
@@ -41,17 +43,39 @@ export interface PageFindings {
  * violations (each with up to three of its elements).
  */
 export async function inspectPage(page: Page): Promise<PageFindings> {
-  const { scrollWidth, width } = (await page.evaluate('({ scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth })')) as { scrollWidth: number; width: number };
+  const { scrollWidth, width, wide } = (await page.evaluate(`(() => {
+    const width = window.innerWidth;
+    // What sticks out on the right, deepest first, to name in the failure.
+    const wide = [...document.querySelectorAll('body *')]
+      .filter((e) => e.getBoundingClientRect().right > width + 0.5 && e.children.length === 0)
+      .slice(0, 5)
+      .map((e) => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ').join('.') : '') + ' (' + Math.round(e.getBoundingClientRect().right) + ' px)');
+    return { scrollWidth: document.documentElement.scrollWidth, width, wide };
+  })()`)) as { scrollWidth: number; width: number; wide: string[] };
   const axe = await new AxeBuilder({ page }).withTags(['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa']).analyze();
   const violations = axe.violations
     .filter((v) => v.impact === 'serious' || v.impact === 'critical')
     .map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(' ')).slice(0, 3).join(', ')}`);
-  return { scrollWidth, width, violations };
+  return { scrollWidth, width, wide: scrollWidth > width ? wide : [], violations };
 }
 
 /** A screenshot to test/artifacts/`name`, and the page fits its window and passes axe (for the browser tests' screenshots). */
 export async function shotAndInspect(page: Page, name: string): Promise<void> {
   await page.screenshot({ path: await artifactPath(name), fullPage: true });
   const found = await inspectPage(page);
-  expect({ page: name, tooWide: found.scrollWidth > found.width ? `${found.scrollWidth} px in ${found.width}` : null, violations: found.violations }).toEqual({ page: name, tooWide: null, violations: [] });
+  expect({ page: name, tooWide: found.scrollWidth > found.width ? `${found.scrollWidth} px in ${found.width}: ${found.wide.join(', ')}` : null, violations: found.violations }).toEqual({ page: name, tooWide: null, violations: [] });
+}
+
+/**
+ * Moves the keyboard focus to `target` the way a person without a mouse does: Tab, again and
+ * again, from wherever the focus is (at most `max` presses). Fails when Tab never reaches it,
+ * which is the bug it looks for.
+ */
+export async function tabTo(page: Page, target: Locator, max = 80): Promise<void> {
+  const name = String(target);
+  for (let i = 0; i < max; i++) {
+    await page.keyboard.press('Tab');
+    if (await target.evaluate((el) => el === el.ownerDocument.activeElement).catch(() => false)) return;
+  }
+  throw new Error(`Tab never reached ${name} in ${max} presses`);
 }

@@ -69,7 +69,8 @@ const AdjustBalanceInput = builder.inputType('AdjustBalanceInput', {
   fields: (t) => ({
     account: t.string({ required: true, description: 'An account id or email.' }),
     coins: t.field({ type: 'Coins', required: true, description: 'Signed: "+12.5" adds purchased coins; "-3" takes purchased coins first, then subscription coins, never held ones.' }),
-    reason: t.string({ required: true, description: 'Why, for the audit log.' }),
+    reason: t.string({ required: true, description: 'Why, for the audit log (never shown to the customer).' }),
+    customerNote: t.string({ required: false, description: "What the customer reads beside the adjustment in their history (at most 200 characters), such as 'Goodwill credit for the outage of 27 Nov'. Without it the history says only that the operator corrected the balance." }),
     idempotencyKey: t.string({ required: true, description: 'Makes a retried adjustment count once.' }),
   }),
 });
@@ -92,6 +93,6 @@ builder.mutationFields((t) => ({
     description: 'Corrects a balance up or down, with a reason.',
     args: { input: t.arg({ type: AdjustBalanceInput, required: true }) },
     resolve: (_root, { input }, ctx) =>
-      ctx.core.admin.actions.adjustBalance({ account: input.account, coins: input.coins, reason: input.reason, idempotency_key: input.idempotencyKey }),
+      ctx.core.admin.actions.adjustBalance({ account: input.account, coins: input.coins, reason: input.reason, idempotency_key: input.idempotencyKey, ...(input.customerNote ? { customer_note: input.customerNote } : {}) }),
   }),
 }));

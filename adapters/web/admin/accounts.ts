@@ -45,10 +45,15 @@ const ACTIONS: ActionSpec[] = [
     title: () => 'Adjust the balance',
     button: () => 'Adjust balance',
     understand: 'I understand this changes the balance at once, as a ledger entry.',
-    fields: (_req, values) => coinsField('Coins (signed: +10 adds, -3 takes)', values, true),
+    fields: (_req, values) => html`${coinsField('Coins (signed: +10 adds, -3 takes)', values, true)}
+  <label>Note to the customer (optional; shown in their history) <input type="text" name="customer_note" maxlength="200" value="${values.customer_note ?? ''}"></label>`,
     describe: aboutAccount,
     mutation: `mutation Adjust($input: AdjustBalanceInput!) { adjustBalance(input: $input) { applied } }`,
-    variables: creditVariables,
+    variables: (req, reason, value) => {
+      const credit = creditVariables(req, reason, value);
+      const note = value('customer_note').trim();
+      return typeof credit === 'string' || !note ? credit : { input: { ...credit.input, customerNote: note } };
+    },
     back: accountUrl,
     done: 'The balance was adjusted.',
   },

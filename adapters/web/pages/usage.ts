@@ -131,7 +131,7 @@ ${u.keys.length === 0
     ? html`<tr><td colspan="5">No generations yet.</td></tr>`
     : v.generations.map(
         (g) => html`<tr id="${g.id}"><td class="id"><a href="${jobHref(g.id)}">${g.id}</a></td><td>${g.model}</td><td>${g.status}</td><td class="num">${g.cost_coins ?? g.price_coins}</td>
-  <td>${g.output ? html`<a href="${g.output.url}" aria-label="Result of ${g.id}">${g.output.mime_type}</a>` : g.error ? g.error.message.slice(0, 80) : ''}</td></tr>`,
+  <td>${g.output ? html`<a href="${g.output.url}" aria-label="${g.output.mime_type} result of ${g.id}">${g.output.mime_type}</a>` : g.error ? g.error.message.slice(0, 80) : ''}</td></tr>`,
       )}</tbody>
 </table></div>`,
   );

@@ -1,3 +1,4 @@
+import { ADJUSTMENT_NOTE_PREFIX } from '../../money/history-details.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { z } from 'zod';
@@ -53,6 +54,8 @@ export const adjustBalanceInput = z.object({
   /** Up (+) into purchased coins; down (−) out of purchased coins first, then subscription coins. */
   coins: signedCoins,
   reason: reasonSchema,
+  /** What the customer reads in their history beside the adjustment (the reason is the operators' own). */
+  customer_note: z.string().trim().min(1, 'must not be empty; leave it out for no note').max(200).optional(),
   /** Makes a retried adjustment count once. */
   idempotency_key: z.string().trim().min(1).max(200),
 });
@@ -74,7 +77,7 @@ export async function adjustBalance(c: Ctx, input: z.output<typeof adjustBalance
   const account = await resolveAccount(c.em, input.account);
   return c.em.transactional(async (tx) => {
     const before = await balanceOf(tx, account.id);
-    const { applied, entryId } = await adjust(tx, account.id, 'adjustment', input.coins, `adj_${input.idempotency_key}`.slice(0, 200), `adjustment:${account.id}:${input.idempotency_key}`, 'Balance adjustment');
+    const { applied, entryId } = await adjust(tx, account.id, 'adjustment', input.coins, `adj_${input.idempotency_key}`.slice(0, 200), `adjustment:${account.id}:${input.idempotency_key}`, input.customer_note ? `${ADJUSTMENT_NOTE_PREFIX}${input.customer_note}` : 'Balance adjustment');
     const after = await balanceOf(tx, account.id);
     if (applied) {
       await recordAudit(tx, c.operator, { action: 'wallet.adjust', targetType: 'wallet', targetId: account.id, reason: input.reason, before, after: { ...after, coins: coinsToJson(input.coins) } }, c.requestId);
