@@ -45,6 +45,11 @@ export const MUTATION_TESTS = [
   'test/integration/rest.test.ts',
   // Payments taken back: how the customer's history shows them (core/money/history.ts).
   'test/integration/payments-refunds.test.ts',
+  // The history in words (core/money/history-details.ts) and the usage sums.
+  'test/integration/account-usage.test.ts',
+  // A key's spend limit, expiry and allowed models (core/auth/api-keys.ts, core/money/holds.ts, core/keys/keys.ts).
+  'test/integration/key-limits.test.ts',
+  'test/unit/key-limits.test.ts',
 ];
 
 export default defineConfig({

@@ -69,8 +69,8 @@ export const SQL_MUTANTS: SqlMutant[] = [
     id: 'reserve-cap-off-by-one',
     fn: 'mas_reserve',
     what: "off-by-one in the spend cap: a reservation that fits the app's remaining cap exactly is refused",
-    find: 'if room < p_amount and not exists',
-    replace: 'if room <= p_amount and not exists',
+    find: "if room < p_amount and not exists (select 1 from holds where id = p_hold_id) then\n            return query select 'spend_cap_reached'",
+    replace: "if room <= p_amount and not exists (select 1 from holds where id = p_hold_id) then\n            return query select 'spend_cap_reached'",
   },
   {
     id: 'reserve-idempotency-dropped',
@@ -163,8 +163,8 @@ export const SQL_MUTANTS: SqlMutant[] = [
     id: 'reserve-many-cap-off-by-one',
     fn: 'mas_reserve_many',
     what: "off-by-one in the spend cap: one micro-coin over the app's cap is allowed",
-    find: 'if room < x.amount then',
-    replace: 'if room + 1 < x.amount then',
+    find: "if room < x.amount then\n              status := 'spend_cap_reached'",
+    replace: "if room + 1 < x.amount then\n              status := 'spend_cap_reached'",
   },
   // mas_write_wallet: the batched functions' one wallet write.
   {
