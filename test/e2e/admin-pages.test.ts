@@ -1,11 +1,10 @@
-import { randomBytes } from 'node:crypto';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { artifactPath, launchChromium } from '../support/browser.ts';
-import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { makeAccount, makeFailedJob, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp, serve } from '../support/http.ts';
 import { signUpVerified } from '../support/sign-up.ts';
 
@@ -30,23 +29,6 @@ afterAll(async () => {
   await orm?.close();
 });
 
-/** A failed job (and the hold it released), as the job path leaves one. */
-async function makeFailedJob(accountId: string, keyId: string) {
-  const id = `gen_${randomBytes(12).toString('hex')}`;
-  const hold = `hold_${randomBytes(12).toString('hex')}`;
-  const em = orm.em.fork();
-  await em.execute(
-    `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
-     values (?, ?, 2000000, 0, 2000000, 'released', 0, ?, now() + interval '1 hour', now())`,
-    [hold, accountId, id],
-  );
-  await em.execute(
-    `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, cost_micro, hold_id, error, completed_at)
-     values (?, ?, ?, 'mas/image-demo', 'failed', 'a lighthouse', '{}', '{}', 2000000, 0, ?, ?::jsonb, now())`,
-    [id, accountId, keyId, hold, JSON.stringify({ message: 'The provider failed.', code: 'upstream_error' })],
-  );
-  return id;
-}
 
 const internal = () => createCaller(createContext(deps, { kind: 'internal' }));
 
@@ -64,7 +46,7 @@ describe('the admin pages', () => {
     const account = await makeAccount(orm, { coins: '20' });
     accountId = account.id;
     accountEmail = account.email;
-    const job = await makeFailedJob(account.id, (await makeKey(orm, account.id)).id);
+    const job = await makeFailedJob(orm, account.id, (await makeKey(orm, account.id)).id);
     const created = await internal().admin.users.create({ email: uniqueEmail('admin'), role: 'operator' });
     await page.goto(`${served.base}/admin/login/link?token=${encodeURIComponent(created.login_token)}`);
     await page.getByLabel(/Choose a password/).fill('a long admin passphrase 2026');

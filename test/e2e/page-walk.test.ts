@@ -6,7 +6,7 @@ import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { artifactPath, inspectPage, launchChromium } from '../support/browser.ts';
-import { makeAccount, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { makeAccount, makeFailedJob, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp, serve } from '../support/http.ts';
 
 /**
@@ -44,7 +44,7 @@ beforeAll(async () => {
   for (let i = 0; i < 8; i++) await makeKey(orm, accountId, `key number ${i} for a service with a long name`);
   keyId = (await makeKey(orm, accountId, 'laptop')).id;
   await makeAppConnection(orm, accountId, { name: 'A research agent with a long name', capMicro: 50_000_000n });
-  for (let i = 0; i < 3; i++) jobId = await makeFailedJob(accountId, keyId);
+  for (let i = 0; i < 3; i++) jobId = await makeFailedJob(orm, accountId, keyId, `The provider failed: upstream answered 503 Service Unavailable with a long body that goes on ${'and on '.repeat(30)}until the end.`);
   const admin = await internal().admin.users.create({ email: uniqueEmail('walk-admin'), role: 'operator' });
   adminToken = admin.login_token;
 });
@@ -54,23 +54,6 @@ afterAll(async () => {
   await orm?.close();
 });
 
-async function makeFailedJob(owner: string, key: string) {
-  const id = `gen_${randomBytes(12).toString('hex')}`;
-  const hold = `hold_${randomBytes(12).toString('hex')}`;
-  const em = orm.em.fork();
-  await em.execute(
-    `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
-     values (?, ?, 2000000, 0, 2000000, 'released', 0, ?, now() + interval '1 hour', now())`,
-    [hold, owner, id],
-  );
-  const message = `The provider failed: upstream answered 503 Service Unavailable with a long body that goes on ${'and on '.repeat(30)}until the end.`;
-  await em.execute(
-    `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, cost_micro, hold_id, error, completed_at)
-     values (?, ?, ?, 'mas/image-demo', 'failed', 'a lighthouse', '{}', '{}', 2000000, 0, ?, ?::jsonb, now())`,
-    [id, owner, key, hold, JSON.stringify({ message, code: 'upstream_error' })],
-  );
-  return id;
-}
 
 interface Finding {
   page: string;

@@ -154,3 +154,21 @@ export async function walletInvariants(orm: MikroORM, accountId: string) {
     openHolds: BigInt(holds!.open),
   };
 }
+
+/** A failed job and the hold it released, as the job path leaves one (for pages that list failed jobs). */
+export async function makeFailedJob(orm: MikroORM, accountId: string, keyId: string, message = 'The provider failed.'): Promise<string> {
+  const id = `gen_${randomBytes(12).toString('hex')}`;
+  const hold = `hold_${randomBytes(12).toString('hex')}`;
+  const em = orm.em.fork();
+  await em.execute(
+    `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
+     values (?, ?, 2000000, 0, 2000000, 'released', 0, ?, now() + interval '1 hour', now())`,
+    [hold, accountId, id],
+  );
+  await em.execute(
+    `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, cost_micro, hold_id, error, completed_at)
+     values (?, ?, ?, 'mas/image-demo', 'failed', 'a lighthouse', '{}', '{}', 2000000, 0, ?, ?::jsonb, now())`,
+    [id, accountId, keyId, hold, JSON.stringify({ message, code: 'upstream_error' })],
+  );
+  return id;
+}
