@@ -1,6 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
-import { invalid } from '../errors.ts';
 import { coinsSchema, isoTimeSchema } from '../views.ts';
 import { coinsToJson, type Micro } from './coins.ts';
 import { describeRows } from './history-details.ts';
@@ -68,12 +67,15 @@ export const walletHistorySchema = z.object({ object: z.literal('list'), data: z
 
 const MAX_BIGINT = 9_223_372_036_854_775_807n;
 
-/** `starting_after` as an entry id, or null for the first page. */
+/**
+ * `starting_after` as an entry id, or null for the first page. A well-formed id that names no
+ * entry is a bound like any other (Stripe's lists do the same); one above the largest bigint is
+ * above every entry, so it bounds nothing and gives the first page.
+ */
 export function parseCursor(startingAfter: string | undefined): bigint | null {
   if (!startingAfter) return null;
   const id = BigInt(startingAfter.slice(3));
-  if (id > MAX_BIGINT) throw invalid('starting_after', 'starting_after is not an entry id.');
-  return id;
+  return id > MAX_BIGINT ? null : id;
 }
 
 /**
