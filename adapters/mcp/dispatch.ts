@@ -1,0 +1,90 @@
+import { ErrorCode, type CallToolResult, type Tool as ToolDefinition } from '@modelcontextprotocol/sdk/types.js';
+import type { Logger } from 'pino';
+import { z } from 'zod';
+import { invalid } from '../../core/errors.ts';
+import { toCoreError } from '../../core/trpc.ts';
+import { toolError } from './errors.ts';
+import { answer, type CoreCaller, type Tool } from './tool.ts';
+import { chat } from './tools/chat.ts';
+import { getBalance } from './tools/balance.ts';
+import { uploadFile } from './tools/files.ts';
+import { generate, getGeneration } from './tools/generations.ts';
+import { getModel, listModels } from './tools/models.ts';
+
+/**
+ * What the MCP server offers, whatever the protocol revision or SDK that carries it: the
+ * tools, their JSON Schemas, and one way to call a tool. The SDK bindings (server.ts for the
+ * 2025 revisions, over `@modelcontextprotocol/sdk`) only translate requests into these.
+ */
+
+/** The tools, in the order agents see them. */
+export const TOOLS: Tool[] = [listModels, getModel, chat, generate, uploadFile, getGeneration, getBalance] as unknown as Tool[];
+
+export const SERVER_INFO = { name: 'model-access-service', title: 'Model Access Service' } as const;
+
+export const INSTRUCTIONS =
+  'Paid access to text, image, video, audio and 3D models. Every call that runs a model is paid in coins (1 USD = 1000 coins) ' +
+  'from this account: list_models and get_model show prices, get_balance what is left. Text models answer chat; media models run ' +
+  'as jobs with generate, which waits for the result up to about 100 s; get_generation fetches a job later. upload_file makes a ' +
+  'file usable as a generation input.';
+
+function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): ToolDefinition['inputSchema'] {
+  const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
+  return rest as ToolDefinition['inputSchema'];
+}
+
+/** The tools as tools/list describes them: their JSON Schemas are made once, not per request. */
+export const DEFINITIONS: ToolDefinition[] = TOOLS.map((t) => ({
+  name: t.name,
+  title: t.title,
+  description: t.description,
+  inputSchema: jsonSchema(t.input, 'input'),
+  outputSchema: jsonSchema(t.output, 'output'),
+  annotations: { title: t.title, ...t.annotations },
+}));
+const BY_NAME = new Map(TOOLS.map((t) => [t.name, t]));
+const KNOWN_ARGUMENTS = new Map(DEFINITIONS.map((d) => [d.name, new Set(Object.keys(d.inputSchema.properties ?? {}))]));
+
+/**
+ * A JSON-RPC error. Not McpError: it writes "MCP error <code>:" into its own message, which
+ * the client then prefixes again.
+ */
+export function protocolError(code: ErrorCode, message: string): Error {
+  return Object.assign(new Error(message), { code });
+}
+
+/** What one tool call needs from its transport. */
+export interface CallContext {
+  /** A core caller for this call: its own rate-limit count, aborted with `signal`. */
+  core(signal: AbortSignal): CoreCaller;
+  /** Aborted when the client cancels the call or goes away. */
+  signal: AbortSignal;
+  /** Sends a progress notification if the client asked for them; else does nothing. */
+  progress(message: string, done: number, total?: number): Promise<void>;
+  logger: Logger;
+  generateWaitSeconds: number;
+}
+
+/**
+ * Calls one tool. Its arguments are parsed with its zod schema, and any error, its own or
+ * core's, is an `isError` result naming the field; only an unknown tool or an internal fault
+ * is thrown, as a JSON-RPC error.
+ */
+export async function callTool(name: string, args: Record<string, unknown> | undefined, ctx: CallContext): Promise<CallToolResult> {
+  const tool = BY_NAME.get(name);
+  if (!tool) throw protocolError(ErrorCode.InvalidParams, `Unknown tool: ${name}. tools/list names the tools.`);
+  try {
+    const given = args ?? {};
+    const unknown = Object.keys(given).find((k) => !KNOWN_ARGUMENTS.get(tool.name)!.has(k));
+    if (unknown !== undefined) throw invalid(unknown, `Unknown argument '${unknown}' for ${tool.name}. Its arguments are: ${[...KNOWN_ARGUMENTS.get(tool.name)!].join(', ') || 'none'}.`, 'unknown_argument');
+    const parsed = tool.input.safeParse(given);
+    if (!parsed.success) throw parsed.error;
+    const result = await tool.run(parsed.data, { core: ctx.core(ctx.signal), signal: ctx.signal, progress: ctx.progress, generateWaitSeconds: ctx.generateWaitSeconds });
+    return answer(result);
+  } catch (err) {
+    const core = toCoreError(err);
+    if (core) return toolError(core);
+    ctx.logger.error({ err, tool: tool.name }, 'MCP tool failed');
+    throw protocolError(ErrorCode.InternalError, 'Internal error. The request id is in the x-request-id header.');
+  }
+}
