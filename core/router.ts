@@ -108,6 +108,8 @@ export const appRouter = router({
   generations: router({
     create: spendingProcedure.input(createGenerationInput).mutation(({ ctx, input }) => createGeneration(ctx.deps, ctx.em, ctx.principal, input)),
     get: spendingProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
+    /** The account's jobs, newest first, in the OpenAI list envelope (REST GET /generations, MCP list_generations and tasks/list). */
+    list: spendingProcedure.input(listGenerationsInput).query(({ ctx, input }) => listGenerations(ctx.deps, ctx.em, ctx.principal.accountId, input)),
     cancel: spendingProcedure.input(generationIdInput).mutation(({ ctx, input }) => cancelGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
     /** The job once it ends, or as it is after `seconds` (at most 60): callers that wait longer call again. */
     wait: spendingProcedure.input(waitInput).query(({ ctx, input }) => waitForGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id, input.seconds, ctx.signal)),

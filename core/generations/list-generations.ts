@@ -5,10 +5,14 @@ import type { UrlSigner } from '../ports.ts';
 import { loadOwnJob, type JobRow } from './job-row.ts';
 import { generationSchema, generationView } from './views.ts';
 
-/** The account's jobs, newest first, paged like the wallet history: `starting_after` is the last job id of the previous page. */
+/**
+ * The account's jobs, newest first, paged like the wallet history: `starting_after` is the
+ * last job id of the previous page; `status` keeps the jobs in that status only.
+ */
 export const listGenerationsInput = z.object({
   limit: historyInput.shape.limit,
   starting_after: z.string().trim().regex(/^gen_[0-9A-Za-z]{1,64}$/, 'must be a generation id such as gen_…').optional(),
+  status: generationSchema.shape.status.optional(),
 });
 
 export const generationListSchema = z.object({ object: z.literal('list'), data: z.array(generationSchema), has_more: z.boolean() }).strict();
@@ -19,17 +23,20 @@ export const generationListSchema = z.object({ object: z.literal('list'), data: 
  */
 export async function listGenerations(deps: { signer: UrlSigner }, em: EntityManager, accountId: string, input: z.output<typeof listGenerationsInput>) {
   const after = input.starting_after ? await loadOwnJob(em, accountId, input.starting_after) : null;
-  const rows = after
-    ? await em.execute<JobRow[]>(
-        `select *, price_micro::text, cost_micro::text from generations
-         where account_id = ? and (created_at, id) < (?::timestamptz, ?)
-         order by created_at desc, id desc limit ?`,
-        [accountId, after.created_at, after.id, input.limit + 1],
-      )
-    : await em.execute<JobRow[]>(
-        'select *, price_micro::text, cost_micro::text from generations where account_id = ? order by created_at desc, id desc limit ?',
-        [accountId, input.limit + 1],
-      );
+  const where = ['account_id = ?'];
+  const params: unknown[] = [accountId];
+  if (after) {
+    where.push('(created_at, id) < (?::timestamptz, ?)');
+    params.push(after.created_at, after.id);
+  }
+  if (input.status) {
+    where.push('status = ?');
+    params.push(input.status);
+  }
+  const rows = await em.execute<JobRow[]>(
+    `select *, price_micro::text, cost_micro::text from generations where ${where.join(' and ')} order by created_at desc, id desc limit ?`,
+    [...params, input.limit + 1],
+  );
   return {
     object: 'list' as const,
     data: rows.slice(0, input.limit).map((job) => generationView(job, deps.signer)),
