@@ -8,7 +8,7 @@ import { answer, type CoreCaller, type Tool } from './tool.ts';
 import { chat } from './tools/chat.ts';
 import { getBalance } from './tools/balance.ts';
 import { uploadFile } from './tools/files.ts';
-import { generate, getGeneration } from './tools/generations.ts';
+import { generate, getGeneration, listGenerations } from './tools/generations.ts';
 import { getModel, listModels } from './tools/models.ts';
 
 /**
@@ -18,15 +18,15 @@ import { getModel, listModels } from './tools/models.ts';
  */
 
 /** The tools, in the order agents see them. */
-export const TOOLS: Tool[] = [listModels, getModel, chat, generate, uploadFile, getGeneration, getBalance] as unknown as Tool[];
+export const TOOLS: Tool[] = [listModels, getModel, chat, generate, uploadFile, getGeneration, listGenerations, getBalance] as unknown as Tool[];
 
 export const SERVER_INFO = { name: 'model-access-service', title: 'Model Access Service' } as const;
 
 export const INSTRUCTIONS =
   'Paid access to text, image, video, audio and 3D models. Every call that runs a model is paid in coins (1 USD = 1000 coins) ' +
   'from this account: list_models and get_model show prices, get_balance what is left. Text models answer chat; media models run ' +
-  'as jobs with generate, which waits for the result up to about 100 s; get_generation fetches a job later. upload_file makes a ' +
-  'file usable as a generation input.';
+  'as jobs with generate, which waits for the result up to about 100 s; get_generation fetches a job later, and list_generations finds ' +
+  'recent jobs (a generate call that timed out). upload_file makes a file usable as a generation input.';
 
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): ToolDefinition['inputSchema'] {
   const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;

@@ -4,6 +4,7 @@ import { modelTypeFilter } from '../../core/catalog/catalog.ts';
 import { chatRequestSchema } from '../../core/chat/schema.ts';
 import { generationRequestSchema } from '../../core/generations/schema.ts';
 import { generationSchema } from '../../core/generations/views.ts';
+import { listGenerationsInput } from '../../core/generations/list-generations.ts';
 import { fileSchema } from '../../core/files/file-row.ts';
 import { modelViewSchema } from '../../core/catalog/views.ts';
 import { chatCompletionSchema } from '../../core/chat/views.ts';
@@ -326,6 +327,21 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
       200: withLinks(json(Generation, 'Finished within Prefer: wait'), jobLinks),
       202: withLinks(json(Generation, 'The job, queued'), jobLinks),
       ...errors(400, 402, 403, 404, 413, 415, 422, ...common),
+    },
+  });
+  path({
+    method: 'get',
+    path: '/generations',
+    operationId: 'listGenerations',
+    summary: 'The account’s jobs, newest first: their status, model, cost and result link',
+    description:
+      'Pages like the wallet history: `limit` (1 to 100, default 20) jobs a page, `has_more` when more follow, and `starting_after`, the `id` of the last job of ' +
+      'the previous page, for the next. `status` keeps the jobs in that status only. A `starting_after` that names no job of this account (an unknown id, ' +
+      'or another account’s) answers 404 `generation_not_found`. Succeeded jobs carry a fresh `output.url` while their result is kept.',
+    request: { query: listGenerationsInput },
+    responses: {
+      200: withLinks(json(list(Generation).extend({ has_more: z.boolean() }), 'A page of jobs'), linkTo({ GetGeneration: 'getGeneration' }, '$response.body#/data/0/id')),
+      ...errors(400, 404, ...common),
     },
   });
   path({

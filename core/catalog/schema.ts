@@ -153,6 +153,11 @@ export const mediaModelSchema = z.object({
   pricing: mediaPricingSchema,
   /** How long a job may take before it fails and is refunded. */
   deadline_seconds: z.number().int().positive().default(600),
+  /**
+   * How long a job usually takes, when the operator knows (optional): MCP `generate` reports
+   * its progress against it. Absent, clients are sent no total (an indeterminate bar).
+   */
+  expected_seconds: z.number().int().positive().optional(),
   routes: z.array(mediaRouteSchema).min(1).max(MAX_ROUTES).optional(),
 });
 
@@ -160,6 +165,9 @@ export const modelSchema = z.discriminatedUnion('type', [textModelSchema, mediaM
   routeProblems(m, ctx);
   if (m.type === 'text' && m.default_max_tokens > m.max_output_tokens) {
     ctx.addIssue({ code: 'custom', path: ['default_max_tokens'], message: 'must not exceed max_output_tokens' });
+  }
+  if (m.type !== 'text' && m.expected_seconds !== undefined && m.expected_seconds > m.deadline_seconds) {
+    ctx.addIssue({ code: 'custom', path: ['expected_seconds'], message: `must not exceed deadline_seconds (${m.deadline_seconds})` });
   }
   for (const [key, s] of Object.entries(m.settings)) {
     const bad = settingDefaultProblem(s);

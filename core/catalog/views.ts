@@ -29,6 +29,7 @@ export const modelViewSchema = z
       .optional()
       .describe('text models: the request parameters the model takes, by OpenRouter\'s names; a request using another gets 400'),
     deadline_seconds: z.number().int().optional(),
+    expected_seconds: z.number().int().optional().describe('media models: how long a job usually takes, when the operator knows'),
     example: z.record(z.string(), z.unknown()).optional().describe('a ready request (single-model answers only)'),
   })
   .strict();
@@ -53,7 +54,7 @@ export function modelView(m: ModelDefinition, apiPricePercent: bigint, opts: { w
     inputs: m.inputs,
     ...(m.type === 'text'
       ? { context_window: m.context_window, max_output_tokens: m.max_output_tokens, default_max_tokens: m.default_max_tokens, supported_parameters: m.supported_parameters }
-      : { deadline_seconds: m.deadline_seconds }),
+      : { deadline_seconds: m.deadline_seconds, ...(m.expected_seconds === undefined ? {} : { expected_seconds: m.expected_seconds }) }),
   };
   return opts.withExample ? { ...base, example: m.example ?? defaultExample(m) } : base;
 }

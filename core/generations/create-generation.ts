@@ -47,7 +47,7 @@ export async function createGeneration(
   em: EntityManager,
   principal: SpendingPrincipal,
   input: CreateGenerationInput,
-): Promise<{ generation: GenerationView; replayed: boolean }> {
+): Promise<{ generation: GenerationView; replayed: boolean; expected_seconds: number | null }> {
   const { idempotency_key: idempotencyKey, wait_seconds: waitSeconds, ...request } = input;
   // The price in force at the request's time; the job keeps it (price_micro) whatever changes later.
   const model = await deps.catalog.get(em, request.model, { at: deps.clock() });
@@ -90,7 +90,8 @@ export async function createGeneration(
     }
   }
   const generation = waitSeconds ? ((await waitForEnd(deps, em, accepted.result.id, waitSeconds)) ?? accepted.result) : accepted.result;
-  return { generation, replayed: accepted.replayed };
+  // How long the model's jobs usually take, when the catalog says (MCP progress reports against it).
+  return { generation, replayed: accepted.replayed, expected_seconds: model.expected_seconds ?? null };
 }
 
 async function acceptJob(

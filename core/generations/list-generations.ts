@@ -11,7 +11,7 @@ import { generationSchema, generationView } from './views.ts';
  */
 export const listGenerationsInput = z.object({
   limit: historyInput.shape.limit,
-  starting_after: z.string().trim().regex(/^gen_[0-9A-Za-z]{1,64}$/, 'must be a generation id such as gen_…').optional(),
+  starting_after: z.string().regex(/^gen_[0-9A-Za-z]{1,64}$/, 'must be a generation id such as gen_…').optional(),
   status: generationSchema.shape.status.optional(),
 });
 

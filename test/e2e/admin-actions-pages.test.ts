@@ -271,9 +271,11 @@ describe('the models pages', () => {
     const edit = page.locator('#edit-model');
     await edit.getByLabel('Name').fill('Admin pages image, renamed');
     await edit.getByLabel('Job deadline (seconds)').fill('300');
+    await edit.getByLabel('Expected job time (seconds)').fill('40');
     await confirm(edit, reasonOf('rename model'), 'Save model');
     await page.waitForURL(/done=updated$/);
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Model Admin pages image, renamed');
+    expect(await page.locator('dt', { hasText: 'Expected job time (seconds)' }).locator('xpath=following-sibling::dd[1]').textContent()).toBe('40');
 
     await confirm(page.locator('#disable-model'), reasonOf('provider outage'), 'Disable model');
     await page.waitForURL(/done=disabled$/);

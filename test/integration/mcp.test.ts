@@ -47,11 +47,11 @@ const errorOf = (r: CallToolResult) => {
 const balanceOf = async (accountId: string) => (await h.orm.em.fork().execute<{ c: string }[]>('select (subscription_micro + purchased_micro)::text as c from wallets where account_id = ?', [accountId]))[0]!.c;
 
 describe('MCP server', () => {
-  it('lists exactly the seven tools, each with an input schema, an output schema and annotations', async () => {
+  it('lists exactly the eight tools, each with an input schema, an output schema and annotations', async () => {
     const { key } = await funded();
     const client = await connect(key);
     const { tools } = await client.listTools();
-    expect(tools.map((t) => t.name).sort()).toEqual(['chat', 'generate', 'get_balance', 'get_generation', 'get_model', 'list_models', 'upload_file']);
+    expect(tools.map((t) => t.name).sort()).toEqual(['chat', 'generate', 'get_balance', 'get_generation', 'get_model', 'list_generations', 'list_models', 'upload_file']);
     for (const tool of tools) {
       expect(tool.inputSchema.type, tool.name).toBe('object');
       expect(tool.outputSchema?.type, tool.name).toBe('object');
@@ -61,6 +61,17 @@ describe('MCP server', () => {
     const generate = tools.find((t) => t.name === 'generate')!;
     expect(generate.description).toMatch(/progress/);
     expect(generate.description).toMatch(/keeps running and is billed/);
+    // A call that times out: where to find the job again, and how to retry without paying twice.
+    expect(generate.description).toMatch(/first notification names the job id/);
+    expect(generate.description).toMatch(/list_generations/);
+    expect(generate.description).toMatch(/get_generation/);
+    expect(generate.description).toMatch(/idempotency_key: the same key with the same arguments returns the same job instead of starting \(and paying for\) another/);
+    expect(tools.find((t) => t.name === 'get_generation')!.description).toMatch(/list_generations/);
+    const listing = tools.find((t) => t.name === 'list_generations')!;
+    expect(listing.annotations).toMatchObject({ readOnlyHint: true, idempotentHint: true, openWorldHint: false });
+    expect(Object.keys(listing.inputSchema.properties!).sort()).toEqual(['limit', 'starting_after', 'status']);
+    expect(Object.keys(listing.outputSchema!.properties!).sort()).toEqual(['data', 'has_more', 'object']);
+    expect(tools.map((t) => t.name).indexOf('list_generations')).toBe(tools.map((t) => t.name).indexOf('get_generation') + 1);
     expect(Object.keys(generate.inputSchema.properties!)).toEqual(expect.arrayContaining(['model', 'prompt', 'settings', 'inputs', 'wait_seconds']));
     await client.close();
   });
@@ -129,12 +140,85 @@ describe('MCP server', () => {
       onprogress: (p) => notes.push(p),
       timeout: 60_000,
     })) as CallToolResult;
-    expect((result.structuredContent as { status: string }).status).toBe('succeeded');
+    const job = result.structuredContent as { id: string; status: string };
+    expect(job.status).toBe('succeeded');
     // One when the job is accepted, one after each 10 s of waiting.
     expect(notes.length).toBeGreaterThanOrEqual(2);
     expect(notes.at(-1)!.progress).toBeGreaterThanOrEqual(10);
-    expect(notes[0]!.message).toMatch(/accepted/);
+    // The first names the job and where to find it again if the call times out.
+    expect(notes[0]!.message).toMatch(new RegExp(`^Job ${job.id} accepted \\((queued|running), \\d+ s elapsed\\)\\. If this call times out, call get_generation with id "${job.id}" or list_generations`));
+    // Each names the job's status and its elapsed seconds; progress is those seconds, always growing.
+    for (const note of notes.slice(1)) expect(note.message).toMatch(new RegExp(`^Job ${job.id} is (queued|running), \\d+ s elapsed\\.$`));
+    for (let i = 1; i < notes.length; i++) expect(notes[i]!.progress).toBeGreaterThan(notes[i - 1]!.progress);
+    // The demo model's length is unknown to the catalog (its delay_ms is a test knob): no total.
+    for (const note of notes) expect(note.total).toBeUndefined();
     await client.close();
+  });
+
+  it('reports progress against the model\'s expected duration when the catalog gives one', async () => {
+    const { key } = await funded();
+    const client = await connect(key);
+    const notes: { progress: number; total?: number; message?: string }[] = [];
+    const result = (await client.callTool({ name: 'generate', arguments: { model: 'test/timed-image', settings: { delay_ms: 11_000 }, wait_seconds: 30 } }, undefined, {
+      onprogress: (p) => notes.push(p),
+      timeout: 60_000,
+    })) as CallToolResult;
+    const job = result.structuredContent as { id: string; status: string };
+    expect(job.status).toBe('succeeded');
+    expect(notes.length).toBeGreaterThanOrEqual(2);
+    // test/timed-image says its jobs take about 12 s (expected_seconds).
+    expect(notes[0]).toMatchObject({ total: 12, message: expect.stringContaining('jobs on this model usually take about 12 s') });
+    expect(notes[0]!.progress).toBeLessThan(12);
+    expect(notes[1]).toMatchObject({ total: 12, message: expect.stringMatching(/^Job gen_\w+ is (queued|running), \d+ s elapsed of about 12 s expected\.$/) });
+    await client.close();
+  });
+
+  it('list_generations finds the account\'s jobs newest first, with status, model, cost and result link, paged and filtered; it is free', async () => {
+    const { account, key } = await funded();
+    const client = await connect(key);
+    const failed = (await call(client, 'generate', { model: 'mas/image-demo', settings: { fail: true, size: 128 }, wait_seconds: 30 })).structuredContent as { id: string };
+    const done = (await call(client, 'generate', { model: 'mas/image-demo', prompt: 'a fox', settings: { size: 128 }, wait_seconds: 30 })).structuredContent as { id: string; cost_coins: number; output: { url: string } };
+    const before = await balanceOf(account.id);
+
+    const all = await call(client, 'list_generations');
+    expect(all.isError).toBeFalsy();
+    const page = all.structuredContent as { object: string; data: { id: string; status: string }[]; has_more: boolean };
+    expect(page).toMatchObject({ object: 'list', has_more: false });
+    expect(page.data.map((g) => [g.id, g.status])).toEqual([
+      [done.id, 'succeeded'],
+      [failed.id, 'failed'],
+    ]);
+    const lines = text(all).split('\n');
+    expect(lines[0]).toBe('2 jobs, newest first:');
+    expect(lines[1]).toMatch(new RegExp(`^${done.id} · succeeded · mas/image-demo · created .+ · ${done.cost_coins} coins · http`));
+    expect(lines[2]).toMatch(new RegExp(`^${failed.id} · failed · mas/image-demo · .* refunded`));
+    // One result link per succeeded job, as get_generation gives it.
+    const links = all.content.filter((c) => c.type === 'resource_link');
+    expect(links).toEqual([expect.objectContaining({ type: 'resource_link', name: `${done.id} result`, mimeType: 'image/png' })]);
+    expect(new URL((links[0] as { uri: string }).uri).pathname).toBe(new URL(done.output.url).pathname);
+
+    const first = await call(client, 'list_generations', { limit: 1 });
+    expect((first.structuredContent as typeof page).data.map((g) => g.id)).toEqual([done.id]);
+    expect((first.structuredContent as typeof page).has_more).toBe(true);
+    expect(text(first)).toContain(`starting_after "${done.id}"`);
+    const second = await call(client, 'list_generations', { limit: 1, starting_after: done.id });
+    expect((second.structuredContent as typeof page)).toMatchObject({ data: [{ id: failed.id }], has_more: false });
+    const onlyFailed = await call(client, 'list_generations', { status: 'failed' });
+    expect((onlyFailed.structuredContent as typeof page).data.map((g) => g.id)).toEqual([failed.id]);
+    expect(text(await call(client, 'list_generations', { status: 'canceled' }))).toBe('No canceled jobs.');
+
+    // Bad arguments name their field.
+    expect(errorOf(await call(client, 'list_generations', { limit: 0 }))).toMatchObject({ type: 'invalid_request_error', message: expect.stringContaining('limit') });
+    expect(errorOf(await call(client, 'list_generations', { status: 'done' }))).toMatchObject({ type: 'invalid_request_error', message: expect.stringContaining('status') });
+    expect(errorOf(await call(client, 'list_generations', { starting_after: 'le_1' }))).toMatchObject({ type: 'invalid_request_error', message: expect.stringContaining('starting_after') });
+    // Another account's job as the cursor is as unknown as a made-up one.
+    const other = await funded();
+    const otherClient = await connect(other.key);
+    expect(errorOf(await call(otherClient, 'list_generations', { starting_after: done.id }))).toMatchObject({ type: 'not_found_error', code: 'generation_not_found' });
+    expect((await call(otherClient, 'list_generations')).structuredContent).toEqual({ object: 'list', data: [], has_more: false });
+    // Listing costs nothing.
+    expect(await balanceOf(account.id)).toBe(before);
+    await Promise.all([client.close(), otherClient.close()]);
   });
 
   it('a failing job is refunded in full', async () => {

@@ -89,6 +89,7 @@ describe('OpenAPI document', () => {
     expect(found.sort()).toEqual(
       [
         'get /models 200 -> get /models/{id}',
+        'get /generations 200 -> get /generations/{id}',
         'post /chat/completions 200 -> get /chat/completions/{id}',
         'post /responses 200 -> get /responses/{id}',
         'post /generations 200 -> get /generations/{id}',
@@ -146,6 +147,11 @@ describe('OpenAPI document', () => {
     await check('post', '/responses', '/responses', post({ model: 'mas/echo', input: 'hi', store: true }));
     const job = await check('post', '/generations', '/generations', post({ model: 'mas/image-demo', prompt: 'x', settings: { size: 128 } }, { prefer: 'wait=20' }));
     await check('get', `/generations/${job.id}`, '/generations/{id}', auth);
+    await check('get', '/generations', '/generations', auth);
+    await check('get', '/generations?status=succeeded&limit=1', '/generations', auth);
+    await check('get', `/generations?starting_after=${job.id}`, '/generations', auth);
+    await check('get', '/generations?starting_after=gen_unknown', '/generations', auth);
+    await check('get', '/generations?limit=0', '/generations', auth);
     await check('post', `/generations/${job.id}/cancel`, '/generations/{id}/cancel', auth);
     const slow = await check('post', '/generations', '/generations', post({ model: 'mas/image-demo', prompt: 'x', settings: { delay_ms: 10_000 } }));
     await check('post', `/generations/${slow.id}/cancel`, '/generations/{id}/cancel', auth);
@@ -244,8 +250,9 @@ describe('OpenAPI document and server agree on requests', () => {
   /** Whether the document allows this request: its parameters, headers and body. */
   function documentAllows(s: Sample): boolean {
     const op = doc.paths[s.template][s.method];
+    const query = new URL(s.path, 'http://x').searchParams;
     for (const p of op.parameters ?? []) {
-      const value = p.in === 'path' ? s.params?.[p.name] : p.in === 'header' ? s.headers?.[p.name] : undefined;
+      const value = p.in === 'path' ? s.params?.[p.name] : p.in === 'header' ? s.headers?.[p.name] : p.in === 'query' ? queryValue(query.get(p.name), p.schema) : undefined;
       if (value === undefined) {
         if (p.required) return false;
         continue;
@@ -257,6 +264,12 @@ describe('OpenAPI document and server agree on requests', () => {
     if (s.body === undefined) return !body.required;
     const media = s.raw?.type.split(';')[0] ?? 'application/json';
     return ajv.validate(body.content[media].schema, s.body);
+  }
+
+  /** A query value as a client sends it: text, read as a number where the parameter is one (as schemathesis generates it). */
+  function queryValue(raw: string | null, schema: { type?: string }): unknown {
+    if (raw === null) return undefined;
+    return schema.type === 'integer' && /^-?[0-9]+$/.test(raw) ? Number(raw) : raw;
   }
 
   async function send(s: Sample, key: string) {
@@ -299,6 +312,15 @@ describe('OpenAPI document and server agree on requests', () => {
     ['a job id of 101 characters', byId('get', '/generations/{id}', 'g'.repeat(101))],
     ['a cancel with a job id of 101 characters', byId('post', '/generations/{id}/cancel', 'g'.repeat(101))],
     ['a result link with a job id of 101 characters', { ...byId('get', '/generations/{id}/output', 'g'.repeat(101)), path: `/generations/${'g'.repeat(101)}/output?expires=1&signature=x` }],
+    ['jobs, a page of 100', { method: 'get', template: '/generations', path: '/generations?limit=100' }],
+    ['jobs, a page of 101', { method: 'get', template: '/generations', path: '/generations?limit=101' }],
+    ['jobs, a page of 1e1', { method: 'get', template: '/generations', path: '/generations?limit=1e1' }],
+    ['jobs in a status', { method: 'get', template: '/generations', path: '/generations?status=canceled' }],
+    ['jobs in an unknown status', { method: 'get', template: '/generations', path: '/generations?status=done' }],
+    ['jobs after an unknown well-formed job id', { method: 'get', template: '/generations', path: `/generations?starting_after=gen_${'Z'.repeat(64)}` }],
+    ['jobs after a job id of 65 characters', { method: 'get', template: '/generations', path: `/generations?starting_after=gen_${'Z'.repeat(65)}` }],
+    ['jobs after a padded job id', { method: 'get', template: '/generations', path: '/generations?starting_after=%20gen_abc' }],
+    ['jobs after an entry id', { method: 'get', template: '/generations', path: '/generations?starting_after=le_1' }],
     ['a file id of 100 characters', byId('get', '/files/{id}', 'f'.repeat(100))],
     ['a file id of 101 characters', byId('get', '/files/{id}', 'f'.repeat(101))],
     ['a model id of 200 characters', byId('get', '/models/{id}', 'm'.repeat(200))],

@@ -269,6 +269,9 @@ describe('the isolation matrix', () => {
       add('generation', 'REST (B key)', `POST /generations/:id/cancel (${which})`, job, made.job, (id) => rest(`/generations/${id}/cancel`, { method: 'POST' }));
       add('generation', 'REST (B key)', `DELETE /generations/:id (${which})`, job, made.job, (id) => rest(`/generations/${id}`, { method: 'DELETE' }));
       for (const [surface, client] of mcp) add('generation', surface, `get_generation (${which})`, job, made.job, (id) => tool(client, 'get_generation', { id }));
+      // A job id as a list cursor: only B's own jobs are a position in B's list; A's is as unknown as a made-up one.
+      add('generation', 'REST (B key)', `GET /generations?starting_after (${which})`, job, made.job, (id) => rest(`/generations?starting_after=${id}`));
+      for (const [surface, client] of mcp) add('generation', surface, `list_generations starting_after (${which})`, job, made.job, (id) => tool(client, 'list_generations', { starting_after: id }));
     }
     add('file', 'REST (B key)', 'GET /files/:id', aFileId, made.file, (id) => rest(`/files/${id}`));
     add('chat completion', 'REST (B key)', 'GET /chat/completions/:id', aChatId, made.chat, (id) => rest(`/chat/completions/${id}`));

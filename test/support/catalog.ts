@@ -61,6 +61,18 @@ export const TEST_CATALOG = {
       pricing: { base: 4 },
       deadline_seconds: 2,
     },
+    {
+      // A model whose jobs usually take 12 s (`expected_seconds`): MCP progress reports against it.
+      id: 'test/timed-image',
+      name: 'Image with an expected duration',
+      type: 'image',
+      generation_types: ['text-to-image'],
+      provider: { name: 'local', model: 'image' },
+      settings: { size: { type: 'enum', options: [64], default: 64 }, delay_ms: { type: 'integer', min: 0, max: 60000, default: 0, job_time: 'ms' } },
+      pricing: { base: 4 },
+      deadline_seconds: 120,
+      expected_seconds: 12,
+    },
     ...['ok', 'fail', 'slow'].map((behaviour) => ({
       id: `test/replicate-${behaviour}`,
       name: `Replicate-style upstream (${behaviour})`,

@@ -59,3 +59,17 @@ describe('a setting bound the deadline can never meet', () => {
     }
   });
 });
+
+describe("a media model's expected duration (expected_seconds)", () => {
+  it('is optional, a positive whole number of seconds within the deadline, and shown by the model view', async () => {
+    const { modelView } = await import('../../core/catalog/views.ts');
+    const plain = load(model({}))();
+    expect(plain.parsed.models[0]).not.toHaveProperty('expected_seconds');
+    expect(modelView(plain.parsed.models[0]!, 100n)).not.toHaveProperty('expected_seconds');
+    const timed = load(model({}, { expected_seconds: 30, deadline_seconds: 30 }))();
+    expect(timed.parsed.models[0]).toMatchObject({ expected_seconds: 30 });
+    expect(modelView(timed.parsed.models[0]!, 100n)).toMatchObject({ deadline_seconds: 30, expected_seconds: 30 });
+    expect(load(model({}, { expected_seconds: 31, deadline_seconds: 30 }))).toThrow(/models\.0\.expected_seconds: must not exceed deadline_seconds \(30\)/);
+    for (const bad of [0, -5, 2.5, '10']) expect(load(model({}, { expected_seconds: bad })), String(bad)).toThrow(/expected_seconds/);
+  });
+});

@@ -8,6 +8,10 @@ import { route } from './route.ts';
 export function generationRoutes(deps: CoreDeps): Router {
   const router = Router();
   route(router, '/generations', {
+    // The account's jobs, newest first, in the OpenAI list envelope (`limit`, `starting_after`, `status`).
+    get: async (req, res) => {
+      res.json(await callApi(deps, req, res, (core) => core.generations.list(req.query as never)));
+    },
     post: async (req, res) => {
       // RFC 7240: `Prefer: wait=N`; a preference we do not understand is ignored.
       const wait = /(?:^|[\s,;])wait=(\d{1,6})(?:$|[\s,;])/.exec(req.get('prefer') ?? '');

@@ -35,7 +35,11 @@ const LIMITS = {
     ['max_output_tokens', 'Max output tokens'],
     ['default_max_tokens', 'Default max tokens'],
   ],
-  media: [['deadline_seconds', 'Job deadline (seconds)']],
+  media: [
+    ['deadline_seconds', 'Job deadline (seconds)'],
+    // Optional: MCP generate's progress total (docs/catalog.md); empty leaves it as it is.
+    ['expected_seconds', 'Expected job time (seconds)'],
+  ],
 } as const;
 const limitsOf = (type: string) => (type === 'text' ? LIMITS.text : LIMITS.media);
 

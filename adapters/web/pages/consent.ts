@@ -5,7 +5,7 @@ import { html, notice, page } from '../html.ts';
 const ABILITIES = [
   'list the models and their prices (list_models, get_model)',
   'chat with text models (chat)',
-  'generate images, video, audio and 3D models, and follow those jobs (generate, get_generation)',
+  'generate images, video, audio and 3D models, and list and follow those jobs (generate, get_generation, list_generations)',
   'upload files as inputs (upload_file)',
   "read this account's balance (get_balance)",
 ];
