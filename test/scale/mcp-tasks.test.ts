@@ -2,6 +2,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CallToolResultSchema, CreateTaskResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ClusterProcess } from '../../scripts/support/cluster.ts';
 import { startTestCluster, type TestCluster } from './support.ts';
 
 /**
@@ -20,9 +21,9 @@ afterAll(async () => {
 });
 
 /** A client of one API instance, on its own port. */
-async function clientOf(instance: number, key: string): Promise<Client> {
-  const port = tc.cluster.apis[instance]!.port!;
-  const client = new Client({ name: `mas-scale-tasks-${instance}`, version: '1.0.0' });
+async function clientOf(instance: number | ClusterProcess, key: string): Promise<Client> {
+  const port = (typeof instance === 'number' ? tc.cluster.apis[instance]! : instance).port!;
+  const client = new Client({ name: `mas-scale-tasks-${port}`, version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${port}/api/v1/mcp`), { requestInit: { headers: { Authorization: `Bearer ${key}` } } }));
   await client.listTools();
   return client;
@@ -67,5 +68,22 @@ describe('MCP tasks across instances', () => {
     const reservations = await tc.sql.query<{ n: string }>(`select count(*)::text as n from ledger_entries where reference = $1 and kind = 'reservation'`, [task.taskId]);
     expect(releases.rows[0]!.n).toBe(reservations.rows[0]!.n);
     await Promise.all([first.close(), second.close()]);
+  });
+
+  it('a task outlives the instance that created it: a new instance started after it stopped answers it', async () => {
+    const { key } = await tc.fundedKey();
+    const creator = tc.cluster.apis[0]!;
+    const client = await clientOf(creator, key);
+    const { task } = await createTask(client, { model: 'mas/image-demo', settings: { size: 128, delay_ms: 3000 } });
+    await client.close();
+    await tc.cluster.front(tc.cluster.apis.filter((a) => a !== creator && a.running()));
+    creator.child.kill('SIGTERM');
+    await creator.exited;
+    const replacement = await tc.cluster.startApi();
+    await tc.cluster.front();
+    const fresh = await clientOf(replacement, key);
+    expect((await fresh.experimental.tasks.getTask(task.taskId)).taskId).toBe(task.taskId);
+    expect((await fresh.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema)).structuredContent).toMatchObject({ id: task.taskId, status: 'succeeded' });
+    await fresh.close();
   });
 });
