@@ -41,6 +41,7 @@ export const DEFINITIONS: ToolDefinition[] = TOOLS.map((t) => ({
   inputSchema: jsonSchema(t.input, 'input'),
   outputSchema: jsonSchema(t.output, 'output'),
   annotations: { title: t.title, ...t.annotations },
+  ...(t.execution ? { execution: t.execution } : {}),
 }));
 const BY_NAME = new Map(TOOLS.map((t) => [t.name, t]));
 const KNOWN_ARGUMENTS = new Map(DEFINITIONS.map((d) => [d.name, new Set(Object.keys(d.inputSchema.properties ?? {}))]));
@@ -66,6 +67,20 @@ export interface CallContext {
 }
 
 /**
+ * A tool's arguments, parsed with its zod schema; an unknown argument is refused by name.
+ * Throws a ZodError or a CoreError (toCoreError makes both an error naming the field).
+ */
+export function toolArguments<T extends Tool>(tool: T, args: Record<string, unknown> | undefined): z.output<T['input']> {
+  const given = args ?? {};
+  const known = KNOWN_ARGUMENTS.get(tool.name)!;
+  const unknown = Object.keys(given).find((k) => !known.has(k));
+  if (unknown !== undefined) throw invalid(unknown, `Unknown argument '${unknown}' for ${tool.name}. Its arguments are: ${[...known].join(', ') || 'none'}.`, 'unknown_argument');
+  const parsed = tool.input.safeParse(given);
+  if (!parsed.success) throw parsed.error;
+  return parsed.data as z.output<T['input']>;
+}
+
+/**
  * Calls one tool. Its arguments are parsed with its zod schema, and any error, its own or
  * core's, is an `isError` result naming the field; only an unknown tool or an internal fault
  * is thrown, as a JSON-RPC error.
@@ -74,12 +89,7 @@ export async function callTool(name: string, args: Record<string, unknown> | und
   const tool = BY_NAME.get(name);
   if (!tool) throw protocolError(ErrorCode.InvalidParams, `Unknown tool: ${name}. tools/list names the tools.`);
   try {
-    const given = args ?? {};
-    const unknown = Object.keys(given).find((k) => !KNOWN_ARGUMENTS.get(tool.name)!.has(k));
-    if (unknown !== undefined) throw invalid(unknown, `Unknown argument '${unknown}' for ${tool.name}. Its arguments are: ${[...KNOWN_ARGUMENTS.get(tool.name)!].join(', ') || 'none'}.`, 'unknown_argument');
-    const parsed = tool.input.safeParse(given);
-    if (!parsed.success) throw parsed.error;
-    const result = await tool.run(parsed.data, { core: ctx.core(ctx.signal), signal: ctx.signal, progress: ctx.progress, generateWaitSeconds: ctx.generateWaitSeconds });
+    const result = await tool.run(toolArguments(tool, args), { core: ctx.core(ctx.signal), signal: ctx.signal, progress: ctx.progress, generateWaitSeconds: ctx.generateWaitSeconds });
     return answer(result);
   } catch (err) {
     const core = toCoreError(err);

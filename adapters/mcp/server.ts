@@ -2,6 +2,7 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
 import { callTool, DEFINITIONS, INSTRUCTIONS, SERVER_INFO } from './dispatch.ts';
+import { callToolAsTask, methodOnly, parsed, registerTaskHandlers, TASKS_CAPABILITY } from './tasks.ts';
 import type { CoreCaller } from './tool.ts';
 
 export { TOOLS } from './dispatch.ts';
@@ -13,16 +14,23 @@ export interface McpServerOptions {
   logger: Logger;
   version: string;
   generateWaitSeconds: number;
+  /** How long a job's result is kept (RESULT_RETENTION_SECONDS): a task's ttl (tasks.ts). */
+  resultRetentionSeconds: number;
 }
 
 /**
  * An MCP server for one request (the transport is stateless) over `@modelcontextprotocol/sdk`
- * v1, for the 2025 revisions: tools/list and tools/call over the tools of dispatch.ts.
+ * v1, for the 2025 revisions: tools/list and tools/call over the tools of dispatch.ts, and
+ * 2025-11-25's tasks for `generate`, each task being its job row (tasks.ts).
  */
 export function createMcpServer(opts: McpServerOptions): Server {
-  const server = new Server({ ...SERVER_INFO, version: opts.version }, { capabilities: { tools: {} }, instructions: INSTRUCTIONS });
+  const server = new Server({ ...SERVER_INFO, version: opts.version }, { capabilities: { tools: {}, tasks: TASKS_CAPABILITY }, instructions: INSTRUCTIONS });
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: DEFINITIONS }));
-  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+  registerTaskHandlers(server, opts);
+  // The SDK's tools/call wrapper checks the request (invalid params when malformed: tasks.ts, methodOnly).
+  server.setRequestHandler(methodOnly('tools/call'), async (raw, extra) => {
+    const request = parsed(CallToolRequestSchema, raw);
+    if (request.params.task) return callToolAsTask(request.params.name, request.params.arguments, opts.core(extra.signal), opts);
     const token = extra._meta?.progressToken;
     const progress = async (message: string, done: number, total?: number) => {
       if (token === undefined) return;

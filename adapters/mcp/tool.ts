@@ -34,6 +34,8 @@ export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.Z
   input: I;
   output: O;
   annotations: { readOnlyHint: boolean; destructiveHint?: boolean; idempotentHint: boolean; openWorldHint: boolean };
+  /** Whether a client may run the tool as a task (2025-11-25 revision; adapters/mcp/tasks.ts). Absent: it may not. */
+  execution?: { taskSupport: 'optional' };
   run(args: z.output<I>, ctx: ToolContext): Promise<ToolAnswer<z.input<O>>>;
 }
 

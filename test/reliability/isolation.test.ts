@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBase62 } from '../../core/ids.ts';
 import { parseCoins } from '../../core/money/coins.ts';
@@ -142,6 +142,16 @@ async function tool(client: Client, name: string, args: Record<string, unknown>)
 }
 
 /** A made-up id of the same shape as `id`: same prefix, same length, same alphabet, and in no table. */
+/** A tasks/* request (MCP tasks, adapters/mcp/tasks.ts): its answer, or its JSON-RPC error as a refusal. */
+async function taskRequest(run: () => Promise<unknown>): Promise<Answer> {
+  try {
+    return { status: 200, text: JSON.stringify(await run()), refused: false };
+  } catch (err) {
+    const e = err as { code?: number; message?: string };
+    return { status: typeof e.code === 'number' ? e.code : 0, text: `jsonrpc ${e.code} ${e.message}`, refused: true };
+  }
+}
+
 function madeUpLike(id: string): string {
   const cut = id.indexOf('_') + 1;
   const rest = id.slice(cut);
@@ -272,6 +282,13 @@ describe('the isolation matrix', () => {
       // A job id as a list cursor: only B's own jobs are a position in B's list; A's is as unknown as a made-up one.
       add('generation', 'REST (B key)', `GET /generations?starting_after (${which})`, job, made.job, (id) => rest(`/generations?starting_after=${id}`));
       for (const [surface, client] of mcp) add('generation', surface, `list_generations starting_after (${which})`, job, made.job, (id) => tool(client, 'list_generations', { starting_after: id }));
+      // A task is its job (taskId = job id): the tasks/* requests of the 2025-11-25 revision.
+      for (const [surface, client] of mcp) {
+        add('generation', surface, `tasks/get (${which})`, job, made.job, (id) => taskRequest(() => client.experimental.tasks.getTask(id)));
+        add('generation', surface, `tasks/result (${which})`, job, made.job, (id) => taskRequest(() => client.experimental.tasks.getTaskResult(id, CallToolResultSchema)));
+        add('generation', surface, `tasks/cancel (${which})`, job, made.job, (id) => taskRequest(() => client.experimental.tasks.cancelTask(id)));
+        add('generation', surface, `tasks/list with the job as cursor (${which})`, job, made.job, (id) => taskRequest(() => client.experimental.tasks.listTasks(id)));
+      }
     }
     add('file', 'REST (B key)', 'GET /files/:id', aFileId, made.file, (id) => rest(`/files/${id}`));
     add('chat completion', 'REST (B key)', 'GET /chat/completions/:id', aChatId, made.chat, (id) => rest(`/chat/completions/${id}`));

@@ -9,8 +9,8 @@ const ended = (g: GenerationView) => g.status !== 'queued' && g.status !== 'runn
 /** Progress is sent about this often while `generate` waits (many clients give up after 60 s without it). */
 const PROGRESS_EVERY_SECONDS = 10;
 
-/** The text and the result link of a job, as both tools answer it. */
-function describe(g: GenerationView, waited?: number): { text: string; content: ContentBlock[] } {
+/** The text and the result link of a job, as both tools (and tasks/result, tasks.ts) answer it. */
+export function describe(g: GenerationView, waited?: number): { text: string; content: ContentBlock[] } {
   if (g.status === 'succeeded' && g.output) {
     return {
       text: `Job ${g.id} succeeded: ${g.output.url}\n(${g.output.mime_type}, ${g.output.bytes} bytes; the link expires at ${g.output.expires_at}, one hour after the job ended: call get_generation for a fresh one.) Cost: ${g.cost_coins} coins.`,
@@ -65,6 +65,8 @@ export const generate = defineTool({
   }),
   output: generationSchema,
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+  // A task (2025-11-25) is the job row itself: adapters/mcp/tasks.ts.
+  execution: { taskSupport: 'optional' },
   async run(args, { core, signal, progress, generateWaitSeconds }) {
     const { wait_seconds: wanted, ...request } = args;
     if (wanted !== undefined && wanted > generateWaitSeconds) {
