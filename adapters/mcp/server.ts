@@ -1,7 +1,7 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolRequestSchema, ListResourcesRequestSchema, ListToolsRequestSchema, ReadResourceRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
-import { callTool, DEFINITIONS, INSTRUCTIONS, SERVER_INFO } from './dispatch.ts';
+import { callTool, DEFINITIONS, INSTRUCTIONS, listResources, readResource, SERVER_INFO } from './dispatch.ts';
 import type { CoreCaller } from './tool.ts';
 
 export { TOOLS } from './dispatch.ts';
@@ -13,15 +13,20 @@ export interface McpServerOptions {
   logger: Logger;
   version: string;
   generateWaitSeconds: number;
+  /** PUBLIC_BASE_URL: the one origin the MCP Apps views' CSP allows (their result links). */
+  publicBaseUrl: string;
 }
 
 /**
  * An MCP server for one request (the transport is stateless) over `@modelcontextprotocol/sdk`
- * v1, for the 2025 revisions: tools/list and tools/call over the tools of dispatch.ts.
+ * v1, for the 2025 revisions: tools/list and tools/call over the tools of dispatch.ts, and
+ * resources/list and resources/read over its MCP Apps views (`ui://`).
  */
 export function createMcpServer(opts: McpServerOptions): Server {
-  const server = new Server({ ...SERVER_INFO, version: opts.version }, { capabilities: { tools: {} }, instructions: INSTRUCTIONS });
+  const server = new Server({ ...SERVER_INFO, version: opts.version }, { capabilities: { tools: {}, resources: {} }, instructions: INSTRUCTIONS });
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: DEFINITIONS }));
+  server.setRequestHandler(ListResourcesRequestSchema, () => listResources(opts.publicBaseUrl));
+  server.setRequestHandler(ReadResourceRequestSchema, (request) => readResource(request.params.uri, opts.publicBaseUrl));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const token = extra._meta?.progressToken;
     const progress = async (message: string, done: number, total?: number) => {

@@ -34,6 +34,8 @@ export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.Z
   input: I;
   output: O;
   annotations: { readOnlyHint: boolean; destructiveHint?: boolean; idempotentHint: boolean; openWorldHint: boolean };
+  /** The `ui://` resource (MCP Apps, adapters/mcp/apps/) that shows this tool's result in hosts that support them. */
+  ui?: string;
   run(args: z.output<I>, ctx: ToolContext): Promise<ToolAnswer<z.input<O>>>;
 }
 

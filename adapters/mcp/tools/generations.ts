@@ -2,6 +2,7 @@ import type { ContentBlock } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { invalid } from '../../../core/errors.ts';
 import { generationSchema, type GenerationView } from '../../../core/generations/views.ts';
+import { RESULT_VIEW_URI } from '../apps/index.ts';
 import { defineTool } from '../tool.ts';
 
 const ended = (g: GenerationView) => g.status !== 'queued' && g.status !== 'running';
@@ -52,6 +53,7 @@ export const generate = defineTool({
   }),
   output: generationSchema,
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+  ui: RESULT_VIEW_URI,
   async run(args, { core, signal, progress, generateWaitSeconds }) {
     const { wait_seconds: wanted, ...request } = args;
     if (wanted !== undefined && wanted > generateWaitSeconds) {
@@ -78,6 +80,7 @@ export const getGeneration = defineTool({
   input: z.object({ id: z.string().min(1).max(100).describe('The job id that generate returned, e.g. "gen_…".') }),
   output: generationSchema,
   annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+  ui: RESULT_VIEW_URI,
   async run(args, { core }) {
     const job = await core.generations.get({ id: args.id });
     const shown = describe(job);
