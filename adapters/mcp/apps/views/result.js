@@ -11,8 +11,12 @@ function mediaOf(job) {
   const label = `Result of ${job.id}${job.prompt ? `: ${truncate(job.prompt, 120)}` : ''}`;
   const kind = KIND_NAMES[mime.split('/')[0]];
   if (kind === 'image') return el('img', { class: 'media', src: url, alt: label });
-  if (kind === 'audio') return el('audio', { class: 'media', src: url, controls: true, preload: 'metadata', 'aria-label': label });
-  if (kind === 'video') return el('video', { class: 'media', src: url, controls: true, preload: 'metadata', playsinline: true, 'aria-label': label });
+  if (kind === 'audio' || kind === 'video') {
+    // A format this browser cannot play (the demo video is an AVI) says so, beside the file's link.
+    const note = el('p', { class: 'muted', hidden: true }, `This viewer cannot play ${mime}: open the file.`);
+    const player = el(kind, { class: 'media', src: url, controls: true, preload: 'metadata', playsinline: kind === 'video', 'aria-label': label, onerror: () => note.removeAttribute('hidden') });
+    return el('div', {}, player, note);
+  }
   if (KIND_3D.test(mime) || /\.(gltf|glb|obj)(\?|$)/.test(new URL(url).pathname)) return viewer3d(url, mime, label);
   return el('p', {}, `A ${mime} file.`);
 }
@@ -57,7 +61,7 @@ function refreshButton(job) {
 function renderJob(job, back) {
   const parts = [heading(job)];
   if (job.status === 'succeeded' && job.output) {
-    parts.push(mediaOf(job), details(job), el('p', {}, linkTo(app, job.output.url, 'Open the file', `Open the result of ${job.id}`), el('span', { class: 'muted' }, ' (the link expires; get_generation gives a fresh one)')));
+    parts.push(mediaOf(job), details(job), el('p', {}, linkTo(app, job.output.url, 'Open the file', `Open the file: the result of ${job.id}`), el('span', { class: 'muted' }, ' (the link expires; get_generation gives a fresh one)')));
   } else if (job.status === 'failed') {
     parts.push(el('p', { class: 'error' }, `Failed: ${truncate(job.error?.message ?? 'unknown error', 300)} (${job.error?.code ?? 'failed'}).`), details(job));
   } else if (job.status === 'canceled') {
