@@ -84,7 +84,7 @@ beforeAll(async () => {
   client = new Client({ name: 'mas-apps-browser-test', version: '1.0.0' });
   await client.connect(new StreamableHTTPClientTransport(new URL(`${h.base}/api/v1/mcp`), { requestInit: { headers: { Authorization: `Bearer ${key}` } } }));
   for (const [id, uri] of [['result', RESULT_VIEW_URI], ['models', MODEL_PICKER_URI]] as const) {
-    const doc = (await client.readResource({ uri })).contents[0] as { text: string; _meta: { ui: { csp: UiCsp } } };
+    const doc = (await client.readResource({ uri })).contents[0] as unknown as { text: string; _meta: { ui: { csp: UiCsp } } };
     views.set(id, { html: doc.text, csp: hostCsp(doc._meta.ui.csp) });
   }
   const bundled = await build({ stdin: { contents: HOST_SCRIPT, resolveDir: ROOT, loader: 'js' }, bundle: true, format: 'esm', platform: 'browser', write: false });
@@ -241,6 +241,18 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     await shown.frame.waitForSelector('.error');
     expect(await shown.frame.locator('main').innerText()).toMatch(/Failed: .*refunded/s);
     await expectClean(shown, 'failed');
+  });
+
+  it('shows a list of jobs (as list_generations answers), and one job from it', async () => {
+    const made = jobOf(await call('generate', { model: 'mas/image-demo', prompt: 'a kite', settings: { size: 128 } }));
+    const again = jobOf(await call('get_generation', { id: made.id }));
+    const list = { content: [{ type: 'text', text: '1 job' }], structuredContent: { object: 'list', data: [again], has_more: false } } as CallToolResult;
+    const shown = await mount('result', undefined, list);
+    await shown.frame.getByRole('button', { name: `Show job ${made.id}` }).click();
+    await shown.frame.waitForFunction('document.querySelector("img.media")?.complete && document.querySelector("img.media").naturalWidth === 128');
+    await shown.frame.getByRole('button', { name: 'Back to the list' }).click();
+    expect(await shown.frame.locator('ul.jobs li').count()).toBe(1);
+    await expectClean(shown, 'jobs');
   });
 
   it('lists the models with prices, and choosing one sends the host a message', async () => {

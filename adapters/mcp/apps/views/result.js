@@ -79,9 +79,10 @@ function renderList(list) {
   show(
     el('h1', {}, `${jobs.length} job${jobs.length === 1 ? '' : 's'}${list.has_more ? ' (more on the next page)' : ''}`),
     el('ul', { class: 'jobs' }, jobs.map((job) => el('li', {},
-      el('span', {}, el('span', { class: 'model-id' }, job.id), ' ', job.model, ' ', el('span', { class: `status ${job.status}` }, job.status)),
-      el('span', { class: 'price' }, job.status === 'succeeded' ? coins(job.cost_coins) : job.status === 'failed' || job.status === 'canceled' ? 'refunded' : `${coins(job.price_coins)} reserved`),
-      el('button', { type: 'button', 'aria-label': `Show job ${job.id}`, onclick: () => renderJob(job, again) }, 'Show'),
+      el('div', {}, el('span', { class: 'model-id' }, job.id), ' ', job.model, ' ', el('span', { class: `status ${job.status}` }, job.status)),
+      el('div', { class: 'choice' },
+        el('span', { class: 'price' }, job.status === 'succeeded' ? coins(job.cost_coins) : job.status === 'failed' || job.status === 'canceled' ? 'refunded' : `${coins(job.price_coins)} reserved`),
+        el('button', { type: 'button', 'aria-label': `Show job ${job.id}`, onclick: () => renderJob(job, again) }, 'Show')),
     ))),
   );
 }
@@ -207,7 +208,7 @@ function parseObj(text) {
 const VERTEX = `attribute vec3 p; attribute vec3 n; uniform mat4 m; varying vec3 vn;
 void main() { gl_Position = m * vec4(p, 1.0); vn = mat3(m) * n; }`;
 const FRAGMENT = `precision mediump float; varying vec3 vn;
-void main() { float l = 0.25 + 0.75 * max(dot(normalize(vn), normalize(vec3(0.4, 0.7, -0.6))), 0.0); gl_FragColor = vec4(vec3(0.36, 0.62, 0.88) * l, 1.0); }`;
+void main() { float l = 0.3 + 0.7 * abs(dot(normalize(vn), normalize(vec3(0.4, 0.7, -0.6)))); gl_FragColor = vec4(vec3(0.36, 0.62, 0.88) * l, 1.0); }`;
 
 function draw(canvas, mesh) {
   const gl = canvas.getContext('webgl', { preserveDrawingBuffer: true, antialias: true });

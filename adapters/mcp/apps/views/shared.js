@@ -1,6 +1,5 @@
 // Shared by the views (inlined after the ext-apps App bundle, which defines `App`). Browser code:
 // it builds the page with DOM calls (no innerHTML), so every value from a tool result is text.
-/* global App */
 
 /** An element with attributes and children (strings become text nodes). */
 function el(tag, attrs, ...children) {
