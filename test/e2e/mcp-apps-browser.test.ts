@@ -192,14 +192,16 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     const result = await call('generate', { model: 'mas/video-demo', prompt: 'waves', settings: { duration: 1 } });
     const job = jobOf(result);
     const shown = await mount('result', undefined, result);
-    await shown.frame.waitForSelector('video.media');
+    await shown.frame.waitForSelector('video.media', { state: 'attached' });
     expect(await shown.frame.getAttribute('video.media', 'src')).toBe(job.output!.url);
     expect(job.output!.mime_type).toMatch(/^video\//);
     // The demo's uncompressed AVI is not a format Chromium plays: the view says so instead of a blank player.
     await shown.frame.waitForFunction('document.querySelector("video.media").error !== null || document.querySelector("video.media").readyState >= 1');
     if (await shown.frame.evaluate('document.querySelector("video.media").error !== null')) {
       await expect(shown.frame.locator('text=cannot play').isVisible()).resolves.toBe(true);
+      await expect(shown.frame.locator('video.media').isHidden()).resolves.toBe(true);
     }
+    await expect(shown.frame.locator('a', { hasText: 'Open the file' }).getAttribute('href')).resolves.toBe(job.output!.url);
     await expectClean(shown, 'video');
   });
 

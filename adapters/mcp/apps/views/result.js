@@ -14,7 +14,10 @@ function mediaOf(job) {
   if (kind === 'audio' || kind === 'video') {
     // A format this browser cannot play (the demo video is an AVI) says so, beside the file's link.
     const note = el('p', { class: 'muted', hidden: true }, `This viewer cannot play ${mime}: open the file.`);
-    const player = el(kind, { class: 'media', src: url, controls: true, preload: 'metadata', playsinline: kind === 'video', 'aria-label': label, onerror: () => note.removeAttribute('hidden') });
+    const player = el(kind, { class: 'media', src: url, controls: true, preload: 'metadata', playsinline: kind === 'video', 'aria-label': label, onerror: () => {
+      player.setAttribute('hidden', '');
+      note.removeAttribute('hidden');
+    } });
     return el('div', {}, player, note);
   }
   if (KIND_3D.test(mime) || /\.(gltf|glb|obj)(\?|$)/.test(new URL(url).pathname)) return viewer3d(url, mime, label);
