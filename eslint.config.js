@@ -15,6 +15,16 @@ export default tseslint.config(
     },
   },
   {
+    // The MCP Apps views: browser scripts, inlined one after another into one document
+    // (adapters/mcp/apps/index.ts), so shared.js's functions are used by the other files.
+    files: ['adapters/mcp/apps/views/*.js'],
+    languageOptions: {
+      sourceType: 'module',
+      globals: { window: 'readonly', document: 'readonly', Node: 'readonly', URL: 'readonly', fetch: 'readonly', TextDecoder: 'readonly', atob: 'readonly', Intl: 'readonly', App: 'readonly' },
+    },
+    rules: { '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^(_|el$|when$|coins$|truncate$|show$|connectApp$|linkTo$)' }] },
+  },
+  {
     // Core holds the business rules and knows nothing of the transports that call it.
     files: ['core/**/*.ts'],
     rules: {

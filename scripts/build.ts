@@ -11,7 +11,7 @@ import { bundleWorkflowCode } from '@temporalio/worker';
  * it with plain node; no transpiler is loaded at run time (tests and scripts still run the
  * TypeScript sources through tsx). Three steps:
  *  1. tsc emits dist/ from the sources (tsconfig.build.json: relative `.ts` imports become `.js`);
- *  2. the files the code reads beside itself (page assets, the common-password list, and docs/,
+ *  2. the files the code reads beside itself (page assets, the MCP Apps views, the common-password list, and docs/,
  *     which the public /docs pages render: dist/docs, as docs/ is beside the sources) are copied;
  *  3. the workflows are bundled once, here, into dist/workflows/bundle.js: a worker started from
  *     dist/ loads that file instead of running webpack at every start (seconds of CPU and about
@@ -50,7 +50,7 @@ export async function build(): Promise<void> {
   const status = await new Promise<number | null>((resolve, reject) => tsc.once('error', reject).once('exit', resolve));
   if (status !== 0) throw new Error(`tsc failed (exit ${status})`);
 
-  for (const asset of ['adapters/web/assets', 'core/accounts/common-passwords.txt', 'docs']) {
+  for (const asset of ['adapters/web/assets', 'adapters/mcp/apps/views', 'core/accounts/common-passwords.txt', 'docs']) {
     await fs.cp(path.join(root, asset), path.join(next, asset), { recursive: true });
   }
 

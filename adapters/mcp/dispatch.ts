@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { invalid } from '../../core/errors.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { toolError } from './errors.ts';
+import { appResourceContents, appResources, appToolMeta } from './apps/index.ts';
 import { answer, type CoreCaller, type Tool } from './tool.ts';
 import { chat } from './tools/chat.ts';
 import { getBalance } from './tools/balance.ts';
@@ -42,6 +43,7 @@ export const DEFINITIONS: ToolDefinition[] = TOOLS.map((t) => ({
   outputSchema: jsonSchema(t.output, 'output'),
   annotations: { title: t.title, ...t.annotations },
   ...(t.execution ? { execution: t.execution } : {}),
+  ...(t.ui ? { _meta: appToolMeta(t.ui) } : {}),
 }));
 const BY_NAME = new Map(TOOLS.map((t) => [t.name, t]));
 const KNOWN_ARGUMENTS = new Map(DEFINITIONS.map((d) => [d.name, new Set(Object.keys(d.inputSchema.properties ?? {}))]));
@@ -52,6 +54,21 @@ const KNOWN_ARGUMENTS = new Map(DEFINITIONS.map((d) => [d.name, new Set(Object.k
  */
 export function protocolError(code: ErrorCode, message: string): Error {
   return Object.assign(new Error(message), { code });
+}
+
+/** The MCP Apps views (`ui://`, adapters/mcp/apps/) as resources/list describes them; their CSP allows only `publicBaseUrl`. */
+export function listResources(publicBaseUrl: string) {
+  return { resources: appResources(publicBaseUrl) };
+}
+
+/** The spec's "Resource not found" (-32002). */
+export const RESOURCE_NOT_FOUND = -32002;
+
+/** One view's HTML for resources/read; an unknown uri is the spec's resource-not-found error, never a 500. */
+export function readResource(uri: string, publicBaseUrl: string) {
+  const contents = appResourceContents(uri, publicBaseUrl);
+  if (!contents) throw Object.assign(protocolError(RESOURCE_NOT_FOUND as ErrorCode, `Resource not found: ${uri.slice(0, 200)}. resources/list names the resources.`), { data: { uri: uri.slice(0, 200) } });
+  return { contents: [contents] };
 }
 
 /** What one tool call needs from its transport. */

@@ -72,7 +72,7 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
       sendErrorBody(res, status, { message, type, param: null, code });
       return;
     }
-    const server = createMcpServer({ core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, resultRetentionSeconds: deps.config.resultRetentionSeconds });
+    const server = createMcpServer({ core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl });
     const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, maxRequestBodySize: MCP_MAX_BODY_BYTES });
     res.once('close', () => {
       void transport.close();

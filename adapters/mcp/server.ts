@@ -1,7 +1,7 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { CallToolRequestSchema, ListToolsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolRequestSchema, ListResourcesRequestSchema, ListToolsRequestSchema, ReadResourceRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from 'pino';
-import { callTool, DEFINITIONS, INSTRUCTIONS, SERVER_INFO } from './dispatch.ts';
+import { callTool, DEFINITIONS, INSTRUCTIONS, listResources, readResource, SERVER_INFO } from './dispatch.ts';
 import { callToolAsTask, methodOnly, parsed, registerTaskHandlers, TASKS_CAPABILITY } from './tasks.ts';
 import type { CoreCaller } from './tool.ts';
 
@@ -16,16 +16,21 @@ export interface McpServerOptions {
   generateWaitSeconds: number;
   /** How long a job's result is kept (RESULT_RETENTION_SECONDS): a task's ttl (tasks.ts). */
   resultRetentionSeconds: number;
+  /** PUBLIC_BASE_URL: the one origin the MCP Apps views' CSP allows (their result links). */
+  publicBaseUrl: string;
 }
 
 /**
  * An MCP server for one request (the transport is stateless) over `@modelcontextprotocol/sdk`
  * v1, for the 2025 revisions: tools/list and tools/call over the tools of dispatch.ts, and
- * 2025-11-25's tasks for `generate`, each task being its job row (tasks.ts).
+ * 2025-11-25's tasks for `generate`, each task being its job row (tasks.ts), and
+ * resources/list and resources/read over its MCP Apps views (`ui://`).
  */
 export function createMcpServer(opts: McpServerOptions): Server {
-  const server = new Server({ ...SERVER_INFO, version: opts.version }, { capabilities: { tools: {}, tasks: TASKS_CAPABILITY }, instructions: INSTRUCTIONS });
+  const server = new Server({ ...SERVER_INFO, version: opts.version }, { capabilities: { tools: {}, resources: {}, tasks: TASKS_CAPABILITY }, instructions: INSTRUCTIONS });
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: DEFINITIONS }));
+  server.setRequestHandler(ListResourcesRequestSchema, () => listResources(opts.publicBaseUrl));
+  server.setRequestHandler(ReadResourceRequestSchema, (request) => readResource(request.params.uri, opts.publicBaseUrl));
   registerTaskHandlers(server, opts);
   // The SDK's tools/call wrapper checks the request (invalid params when malformed: tasks.ts, methodOnly).
   server.setRequestHandler(methodOnly('tools/call'), async (raw, extra) => {

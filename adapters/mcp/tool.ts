@@ -36,6 +36,8 @@ export interface Tool<I extends z.ZodType = z.ZodType, O extends z.ZodType = z.Z
   annotations: { readOnlyHint: boolean; destructiveHint?: boolean; idempotentHint: boolean; openWorldHint: boolean };
   /** Whether a client may run the tool as a task (2025-11-25 revision; adapters/mcp/tasks.ts). Absent: it may not. */
   execution?: { taskSupport: 'optional' };
+  /** The `ui://` resource (MCP Apps, adapters/mcp/apps/) that shows this tool's result in hosts that support them. */
+  ui?: string;
   run(args: z.output<I>, ctx: ToolContext): Promise<ToolAnswer<z.input<O>>>;
 }
 

@@ -13,12 +13,12 @@ import { ROOT } from './process.ts';
  */
 export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 
-export async function launchChromium(): Promise<Browser> {
+export async function launchChromium(extraArgs: string[] = []): Promise<Browser> {
   if (!existsSync(CHROMIUM)) {
     throw new Error(`No Chromium at ${CHROMIUM}: install Debian's chromium (apt-get install chromium, as .ci/run does) or set CHROMIUM_PATH.`);
   }
   // As root, Chromium's sandbox cannot start: --no-sandbox (tests only browse this machine's server).
-  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: process.getuid?.() === 0 ? ['--no-sandbox'] : [] });
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: [...(process.getuid?.() === 0 ? ['--no-sandbox'] : []), ...extraArgs] });
 }
 
 /** Where screenshots go: test/artifacts/ (git-ignored; CI keeps them). */

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { invalid } from '../../../core/errors.ts';
 import { generationListSchema } from '../../../core/generations/list-generations.ts';
 import { generationSchema, type GenerationView } from '../../../core/generations/views.ts';
+import { RESULT_VIEW_URI } from '../apps/index.ts';
 import { defineTool } from '../tool.ts';
 
 const ended = (g: GenerationView) => g.status !== 'queued' && g.status !== 'running';
@@ -67,6 +68,7 @@ export const generate = defineTool({
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
   // A task (2025-11-25) is the job row itself: adapters/mcp/tasks.ts.
   execution: { taskSupport: 'optional' },
+  ui: RESULT_VIEW_URI,
   async run(args, { core, signal, progress, generateWaitSeconds }) {
     const { wait_seconds: wanted, ...request } = args;
     if (wanted !== undefined && wanted > generateWaitSeconds) {
@@ -127,6 +129,7 @@ export const getGeneration = defineTool({
   input: z.object({ id: z.string().min(1).max(100).describe('The job id that generate returned, e.g. "gen_…".') }),
   output: generationSchema,
   annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+  ui: RESULT_VIEW_URI,
   async run(args, { core }) {
     const job = await core.generations.get({ id: args.id });
     const shown = describe(job);
@@ -157,6 +160,8 @@ export const listGenerations = defineTool({
   }),
   output: generationListSchema,
   annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+  // The result viewer shows a list of jobs too (adapters/mcp/apps/views/result.js).
+  ui: RESULT_VIEW_URI,
   async run(args, { core }) {
     const page = await core.generations.list(args);
     const which = args.status ? ` ${args.status}` : '';

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { modelViewSchema } from '../../../core/catalog/views.ts';
+import { MODEL_PICKER_URI } from '../apps/index.ts';
 import { defineTool } from '../tool.ts';
 
 const TYPES = ['text', 'image', 'video', 'audio', '3d'] as const;
@@ -13,6 +14,7 @@ export const listModels = defineTool({
   input: z.object({ type: z.enum(TYPES).optional().describe('Only models of this kind, e.g. "image". Omit for all.') }),
   output: z.object({ object: z.literal('list'), data: z.array(modelViewSchema) }),
   annotations: { readOnlyHint: true, idempotentHint: true, openWorldHint: false },
+  ui: MODEL_PICKER_URI,
   async run(args, { core }) {
     const list = await core.models.list(args.type ? { type: args.type } : {});
     const lines = list.data.map((m) => `- ${m.id} (${m.type}): ${m.name}${m.paid_only ? ', paid accounts only' : ''}`);

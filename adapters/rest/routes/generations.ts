@@ -46,6 +46,10 @@ export function generationRoutes(deps: CoreDeps): Router {
       res.setHeader('Content-Type', out.mimeType);
       res.setHeader('Content-Disposition', `inline; filename="${out.filename}"`);
       res.setHeader('Cache-Control', 'private, max-age=300');
+      // The signature is the only credential (no cookie), so other origins may read it: the MCP
+      // Apps result viewer shows it from a host's sandboxed frame (adapters/mcp/apps/).
+      res.setHeader('Access-Control-Allow-Origin', '*');
+      res.setHeader('Cross-Origin-Resource-Policy', 'cross-origin');
       // Streamed from storage, with Range, ETag and HEAD (adapters/rest/download.ts).
       sendStoredObject(req, res, out.object);
     },
