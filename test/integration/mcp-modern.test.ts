@@ -133,3 +133,30 @@ describe('MCP 2026-07-28 (v2 SDK)', () => {
     expect(await odd.text()).toContain('2026-07-28');
   });
 });
+
+describe('MCP 2026-07-28: what is not offered, and the limits', () => {
+  const META = { 'io.modelcontextprotocol/protocolVersion': '2026-07-28', 'io.modelcontextprotocol/clientInfo': { name: 't', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} };
+  const post = (key: string, method: string, params: Record<string, unknown>, body?: string) =>
+    fetch(`${h.base}/api/v1/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${key}`, 'mcp-protocol-version': '2026-07-28', 'mcp-method': method },
+      body: body ?? JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: { ...params, _meta: META } }),
+    });
+
+  it('subscriptions/listen is acknowledged with nothing subscribed and ends at once', async () => {
+    const { key } = await funded();
+    const res = await post(key, 'subscriptions/listen', { notifications: { toolsListChanged: true } });
+    expect(res.status).toBe(200);
+    // The stream ends by itself: reading it to the end returns.
+    const stream = await res.text();
+    expect(stream).toContain('"notifications":{}');
+    expect(stream).toContain('"resultType":"complete"');
+  });
+
+  it('a body over 16 MiB is refused with 413 on the 2026-07-28 path, never a 500', async () => {
+    const { key } = await funded();
+    const big = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'upload_file', arguments: { content: 'A'.repeat(17 * 1024 * 1024), filename: 'big.bin' }, _meta: META } });
+    const res = await post(key, 'tools/call', {}, big);
+    expect(res.status).toBe(413);
+  });
+});
