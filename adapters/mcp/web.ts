@@ -42,10 +42,23 @@ export async function sendWebResponse(res: ExpressResponse, response: globalThis
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
-      if (!res.write(value)) await new Promise<void>((resolve) => res.once('drain', resolve).once('close', resolve));
+      if (!res.write(value)) await drained(res);
     }
   } catch {
     // The client went away (the reader was cancelled): nothing is left to answer.
   }
   res.end();
+}
+
+/** Resolves when the response can take more, or is gone; leaves no listener behind. */
+function drained(res: ExpressResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.once('drain', done);
+    res.once('close', done);
+  });
 }
