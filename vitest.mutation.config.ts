@@ -33,6 +33,9 @@ export const MUTATION_TESTS = [
   'test/integration/generation-billing.test.ts',
   'test/integration/keys.test.ts',
   'test/integration/oauth.test.ts',
+  // Loopback OAuth: one resource for localhost, 127.0.0.1 and [::1] at the default base URL (core/oauth resourceFor).
+  'test/unit/oauth-loopback.test.ts',
+  'test/integration/oauth-loopback.test.ts',
   'test/integration/app-connections.test.ts',
   'test/integration/rate-limit.test.ts',
   'test/integration/rate-limit-redis.test.ts',

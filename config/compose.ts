@@ -129,7 +129,13 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       apiPricePercent: BigInt(env.API_PRICE_PERCENT),
       signupOpen: env.SIGNUP === 'open',
       // The issuer is the service; its tokens are for the MCP server, where the MCP adapter is mounted.
-      oauth: { issuer: env.PUBLIC_BASE_URL, resource: mcpResourceUrl(env.PUBLIC_BASE_URL), httpClientIdHosts: env.INPUT_URL_ALLOWLIST },
+      oauth: {
+        issuer: env.PUBLIC_BASE_URL,
+        resource: mcpResourceUrl(env.PUBLIC_BASE_URL),
+        // At the default address, the service is on this computer, reached as localhost, 127.0.0.1 or [::1].
+        loopbackAliases: env.PUBLIC_BASE_URL_IS_DEFAULT,
+        httpClientIdHosts: env.INPUT_URL_ALLOWLIST,
+      },
       payments: {
         currency: env.STRIPE_CURRENCY,
         topUpMinCents: env.TOPUP_MIN_USD,

@@ -142,6 +142,8 @@ const envSchema = z
     CATALOG_FILE: path.resolve(env.CATALOG_FILE),
     PLANS_FILE: path.resolve(env.PLANS_FILE),
     PUBLIC_BASE_URL: publicBaseUrl(env),
+    /** PUBLIC_BASE_URL was not set: the default http://localhost:$PORT (OAuth then takes any loopback host as this one). */
+    PUBLIC_BASE_URL_IS_DEFAULT: env.PUBLIC_BASE_URL === undefined,
   }));
 
 export type Env = z.output<typeof envSchema>;

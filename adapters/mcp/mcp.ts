@@ -1,5 +1,6 @@
 import { hostHeaderValidation } from '@modelcontextprotocol/sdk/server/middleware/hostHeaderValidation.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
+import { isLegacyRequest } from '@modelcontextprotocol/server';
 import { Router, type Request, type Response } from 'express';
 import type { Logger } from 'pino';
 import type { Credential } from '../../core/auth/principals.ts';
@@ -10,8 +11,10 @@ import { toCoreError } from '../../core/trpc.ts';
 import type { HttpAdapter } from '../http/app.ts';
 import { sendErrorBody } from '../http/error-body.ts';
 import { protectedResourceMetadataUrl } from './oauth.ts';
-import { mcpResourceUrl } from './resource.ts';
-import { createMcpServer } from './server.ts';
+import { baseUrlFor, mcpResourceUrl } from './resource.ts';
+import { createModernHandler, createModernServer } from './modern.ts';
+import { createMcpServer, type McpServerOptions } from './server.ts';
+import { sendWebResponse, toWebRequest } from './web.ts';
 
 export interface McpOptions {
   publicBaseUrl: string;
@@ -49,7 +52,8 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
   });
 
   const resource = mcpResourceUrl(opts.publicBaseUrl);
-  const resourceMetadata = protectedResourceMetadataUrl(opts.publicBaseUrl);
+  // The metadata's URL at the host the client used, when PUBLIC_BASE_URL is the loopback default (docs/oauth.md).
+  const resourceMetadata = (req: Request) => protectedResourceMetadataUrl(baseUrlFor(opts.publicBaseUrl, deps.config.oauth.loopbackAliases, req.headers.host));
   // A fixed route label for metrics: the connector link's key must never become a label.
   // With `Authorization: Bearer`, the token may be a key or an app's OAuth access token for this
   // resource; the connector link carries a key only.
@@ -66,21 +70,38 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
       if (!failure) throw err;
       const status = failure.code === 'unauthorized' ? 401 : 503;
       // RFC 9728, section 5.1: a client that has no token yet finds the authorization server from here.
-      if (status === 401) res.setHeader('WWW-Authenticate', challenge(credential, resourceMetadata));
+      if (status === 401) res.setHeader('WWW-Authenticate', challenge(credential, resourceMetadata(req)));
       const hint = status === 401 ? ' Send a key as "Authorization: Bearer <key>", use your connector link, or connect with OAuth.' : '';
       const { message, type, code } = publicError(failure, `${failure.message}${hint}`);
       sendErrorBody(res, status, { message, type, param: null, code });
       return;
     }
-    const server = createMcpServer({ core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl });
-    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, maxRequestBodySize: MCP_MAX_BODY_BYTES });
-    res.once('close', () => {
-      void transport.close();
-      void server.close();
-    });
-    await server.connect(transport);
-    await transport.handleRequest(req, res);
+    const options: McpServerOptions = { core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl };
+    const request = toWebRequest(req, res);
+    // The protocol revision decides the binding: the 2025 revisions (no per-request envelope) go
+    // to the v1 SDK, as before; 2026-07-28 to the v2 SDK. The SDK's own classification, read
+    // from a clone of the body under the same size limit.
+    if (await isLegacyRequest(request, undefined, { maxRequestBodySize: MCP_MAX_BODY_BYTES })) {
+      const server = createMcpServer(options);
+      const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, maxRequestBodySize: MCP_MAX_BODY_BYTES });
+      res.once('close', () => {
+        void transport.close();
+        void server.close();
+      });
+      await server.connect(transport);
+      await sendWebResponse(res, await transport.handleRequest(request));
+      return;
+    }
+    modernOptions.set(request, options);
+    await sendWebResponse(res, await modern.fetch(request));
   };
+  // The v2 handler makes each request's server from the options the door checked for that request.
+  const modernOptions = new WeakMap<globalThis.Request, McpServerOptions>();
+  const modern = createModernHandler((request) => {
+    const options = request && modernOptions.get(request);
+    if (!options) throw new Error('MCP request without its checked credential');
+    return createModernServer(options);
+  }, MCP_MAX_BODY_BYTES);
 
   router.post('/', handle('/api/v1/mcp', (req) => ({ kind: 'bearer', token: bearer(req), resource })));
   router.post('/:key', handle('/api/v1/mcp/:key', (req) => ({ kind: 'bearer', token: String(req.params.key) })));

@@ -11,7 +11,7 @@ import { createCaller } from '../../core/router.ts';
 import type { RateLimiter } from '../../core/ports.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import type { HttpAdapter } from '../http/app.ts';
-import { MCP_PATH, mcpResourceUrl } from './resource.ts';
+import { baseUrlFor, MCP_PATH, mcpResourceUrl } from './resource.ts';
 
 /**
  * The OAuth authorization server that MCP clients (Claude, ChatGPT, Cursor, VS Code) use to
@@ -139,13 +139,16 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
     },
   };
 
-  const resourceMetadata = {
-    resource: mcpResourceUrl(base),
+  // The resource is the MCP server at the host the client used (baseUrlFor); the authorization
+  // server stays PUBLIC_BASE_URL's, so its metadata, issuer and endpoints are one.
+  const loopbackAliases = deps.config.oauth.loopbackAliases;
+  const resourceMetadata = (req: Request) => ({
+    resource: mcpResourceUrl(baseUrlFor(base, loopbackAliases, req.headers.host)),
     authorization_servers: [base],
     bearer_methods_supported: ['header'],
     resource_name: 'Model Access Service (MCP)',
     resource_documentation: `${base}/api/v1/docs`,
-  };
+  });
   const serverMetadata = {
     issuer: base,
     authorization_endpoint: `${base}/authorize`,
@@ -164,10 +167,10 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
     client_id_metadata_document_supported: true,
     service_documentation: `${base}/api/v1/docs`,
   };
-  const metadata = (doc: object) => (_req: Request, res: Response) => {
+  const metadata = (doc: (req: Request) => object) => (req: Request, res: Response) => {
     res.setHeader('Access-Control-Allow-Origin', '*');
     res.setHeader('Cache-Control', 'public, max-age=3600');
-    res.json(doc);
+    res.json(doc(req));
   };
 
   const router = Router();
@@ -184,7 +187,7 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
     res.status(204).end();
   });
   router.get(PROTECTED_RESOURCE_PATHS, label('/.well-known/oauth-protected-resource'), metadata(resourceMetadata));
-  router.get('/.well-known/oauth-authorization-server', label('/.well-known/oauth-authorization-server'), metadata(serverMetadata));
+  router.get('/.well-known/oauth-authorization-server', label('/.well-known/oauth-authorization-server'), metadata(() => serverMetadata));
   router.use('/token', label('/token'), endpointLimit('token', opts.windowLimiter), tokenHandler({ provider, rateLimit: false }));
   router.use('/register', label('/register'), endpointLimit('register', opts.windowLimiter), clientRegistrationHandler({ clientsStore: provider.clientsStore, rateLimit: false }));
   router.use('/revoke', label('/revoke'), endpointLimit('revoke', opts.windowLimiter), revocationHandler({ provider, rateLimit: false }));

@@ -25,6 +25,12 @@ export interface OAuthConfig {
   issuer: string;
   /** The one protected resource tokens are for: the MCP server's URL (RFC 8707, RFC 9728). */
   resource: string;
+  /**
+   * PUBLIC_BASE_URL was not set, so the service is at its default loopback address
+   * (http://localhost:$PORT): the MCP server's URL at `localhost`, `127.0.0.1` or `[::1]` is one
+   * resource (`resourceFor`). With an explicit PUBLIC_BASE_URL, `resource` alone is.
+   */
+  loopbackAliases: boolean;
   /** Hosts whose client metadata documents may use plain http (INPUT_URL_ALLOWLIST, tests). */
   httpClientIdHosts: string[];
 }
@@ -110,6 +116,26 @@ export function canonicalResource(raw: string): string | undefined {
   }
 }
 
+const LOOPBACK_HOSTS = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/**
+ * The protected resource a request names, as tokens are bound to it: the configured resource
+ * (canonical) when `raw` names it, else undefined. With the default loopback base URL, the same
+ * URL at another loopback host (`127.0.0.1` for `localhost`, `[::1]`) names it too: a client on
+ * the person's computer reaches the service by any of them (docs/oauth.md).
+ */
+export function resourceFor(config: Pick<OAuthConfig, 'resource' | 'loopbackAliases'>, raw: string): string | undefined {
+  const expected = canonicalResource(config.resource)!;
+  const given = canonicalResource(raw);
+  if (given === undefined) return undefined;
+  if (given === expected) return expected;
+  if (!config.loopbackAliases) return undefined;
+  const url = new URL(given);
+  if (!LOOPBACK_HOSTS.has(url.hostname)) return undefined;
+  url.hostname = new URL(expected).hostname;
+  return canonicalResource(url.href) === expected ? expected : undefined;
+}
+
 const CHALLENGE = /^[A-Za-z0-9_-]{43}$/;
 
 /**
@@ -124,7 +150,7 @@ export async function checkAuthorization(deps: Deps, em: EntityManager, input: z
   if (input.code_challenge_method !== 'S256') return fail('invalid_request', 'Only code_challenge_method=S256 is supported.');
   if (!CHALLENGE.test(input.code_challenge)) return fail('invalid_request', 'code_challenge must be the base64url SHA-256 of the code verifier (43 characters).');
   const expected = canonicalResource(deps.config.oauth.resource)!;
-  const resource = input.resource === undefined ? expected : canonicalResource(input.resource);
+  const resource = input.resource === undefined ? expected : resourceFor(deps.config.oauth, input.resource);
   if (resource !== expected) {
     return fail('invalid_target', `This server issues tokens only for its MCP server, ${deps.config.oauth.resource}.`);
   }

@@ -5,7 +5,7 @@ import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { CoreError, unauthorized } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { displayPrefix, generateKeySecret, hashKey } from '../keys/key-secret.ts';
-import { canonicalResource, checkConnectionRoom, pkceMatches } from './authorize.ts';
+import { canonicalResource, checkConnectionRoom, pkceMatches, resourceFor, type OAuthConfig } from './authorize.ts';
 import { clientIdSchema } from './clients.ts';
 import { redirectHost } from './redirects.ts';
 
@@ -23,6 +23,7 @@ export const REFRESH_TOKEN_TTL_SECONDS = 90 * 24 * 3600;
 
 interface Deps {
   clock: () => Date;
+  config: { oauth: Pick<OAuthConfig, 'resource' | 'loopbackAliases'> };
 }
 
 export interface TokenResponse {
@@ -115,7 +116,7 @@ export async function exchangeCode(deps: Deps, em: EntityManager, input: z.outpu
     if (time(code.expires_at) <= now.getTime()) return { error: grant('The authorization code has expired; start the authorization again.') };
     if (input.redirect_uri !== undefined && input.redirect_uri !== code.redirect_uri) return { error: grant('redirect_uri does not match the one of the authorization request.') };
     if (!pkceMatches(input.code_verifier, code.code_challenge)) return { error: grant('code_verifier does not match the code challenge.') };
-    if (input.resource !== undefined && canonicalResource(input.resource) !== code.resource) return { error: target('The resource does not match the one that was authorized.') };
+    if (input.resource !== undefined && resourceFor(deps.config.oauth, input.resource) !== code.resource) return { error: target('The resource does not match the one that was authorized.') };
 
     await tx.execute('select id from accounts where id = ? for update', [code.account_id]);
     await checkConnectionRoom(tx, code.account_id);
@@ -171,7 +172,7 @@ export async function refreshTokens(deps: Deps, em: EntityManager, input: z.outp
     if (time(token.expires_at) <= now.getTime() || (token.connection_expires_at && time(token.connection_expires_at) <= now.getTime())) {
       return { error: grant('The refresh token has expired. Sign in again.') };
     }
-    if (input.resource !== undefined && canonicalResource(input.resource) !== token.resource) return { error: target('The resource does not match the one that was authorized.') };
+    if (input.resource !== undefined && resourceFor(deps.config.oauth, input.resource) !== token.resource) return { error: target('The resource does not match the one that was authorized.') };
     await tx.execute('update oauth_tokens set rotated_at = ? where token_hash = ?', [now, hashSecret(input.refresh_token)]);
     return {
       tokens: await issueTokens(tx, now, { connectionId: token.connection_id, clientId: token.client_id, resource: token.resource, expiresAt: dateOrNull(token.connection_expires_at) }),

@@ -44,8 +44,8 @@ export function testDeps(
     autoTopUps?: AutoTopUpStarter;
     storageDir?: string;
     mediaProviders?: Record<string, ProviderConfig>;
-    /** PUBLIC_BASE_URL: the OAuth issuer and the MCP resource derive from it. */
-    publicBaseUrl?: string;
+    /** PUBLIC_BASE_URL: the OAuth issuer and the MCP resource derive from it. null: not set (the default http://localhost:$PORT, PORT from `env`). */
+    publicBaseUrl?: string | null;
     /** More settings, as environment variables (STRIPE_SECRET_KEY, TOPUP_MIN_USD, …). */
     env?: Record<string, string>;
     /** The subscription plans (PLANS_FILE's). */
@@ -56,7 +56,7 @@ export function testDeps(
 ): CoreDeps {
   const env = loadEnv({
     DATA_DIR: path.join(os.tmpdir(), 'mas-test-data'),
-    PUBLIC_BASE_URL: opts.publicBaseUrl ?? 'http://localhost',
+    ...(opts.publicBaseUrl === null ? {} : { PUBLIC_BASE_URL: opts.publicBaseUrl ?? 'http://localhost' }),
     // Test servers for input URLs listen on 127.0.0.1; everything else stays refused.
     INPUT_URL_ALLOWLIST: '127.0.0.1',
     RATE_LIMIT_PER_MINUTE: String(opts.perMinute ?? 100_000),

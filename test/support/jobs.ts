@@ -42,6 +42,8 @@ export async function startJobHarness(
     worker?: boolean;
     /** PUBLIC_BASE_URL is the served URL itself (OAuth: the issuer and the MCP resource must be reachable); else http://localhost. */
     publicBaseUrlIsServed?: boolean;
+    /** PUBLIC_BASE_URL is not set: its default, http://localhost:<the served port> (loopback OAuth, docs/oauth.md). */
+    publicBaseUrlIsDefault?: boolean;
   } = {},
 ): Promise<JobHarness> {
   // The port is taken first, so that PUBLIC_BASE_URL can name it; the app answers once it exists.
@@ -49,8 +51,9 @@ export async function startJobHarness(
     const s = createServer();
     s.listen(0, '127.0.0.1', () => resolve(s));
   });
-  const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
-  const publicBaseUrl = opts.publicBaseUrlIsServed ? base : 'http://localhost';
+  const port = (server.address() as { port: number }).port;
+  const base = `http://127.0.0.1:${port}`;
+  const publicBaseUrl = opts.publicBaseUrlIsServed ? base : opts.publicBaseUrlIsDefault ? `http://localhost:${port}` : 'http://localhost';
   const orm = await openTestOrm();
   await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
   await seedModels(orm.em.fork(), validateCatalog(TEST_CATALOG, 50n));
@@ -63,7 +66,7 @@ export async function startJobHarness(
     ...(opts.retentionSeconds ? { retentionSeconds: opts.retentionSeconds } : {}),
     ...(opts.mediaProviders ? { mediaProviders: opts.mediaProviders } : {}),
     providers: createProviderRegistry({ local: { kind: 'local' } }),
-    publicBaseUrl,
+    ...(opts.publicBaseUrlIsDefault ? { publicBaseUrl: null, env: { PORT: String(port) } } : { publicBaseUrl }),
   });
   const worker =
     opts.worker === false

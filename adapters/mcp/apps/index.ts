@@ -27,7 +27,7 @@ export function appToolMeta(resourceUri: string): Record<string, unknown> {
 }
 
 /** The resource metadata a host reads to sandbox the view (McpUiResourceMeta). */
-export interface AppResourceMeta {
+export interface AppResourceMeta extends Record<string, unknown> {
   ui: { csp: { connectDomains: string[]; resourceDomains: string[] }; prefersBorder: boolean };
 }
 
