@@ -18,7 +18,8 @@ export const appConnectionSchema = z
     spend_cap_coins: coinsSchema.nullable(),
     spent_coins: coinsSchema.describe('what its key has been charged so far'),
     expires_at: isoTimeSchema.nullable(),
-    created_at: isoTimeSchema,
+    created_at: isoTimeSchema.describe('when the app was first connected'),
+    reconnected_at: isoTimeSchema.nullable().describe('when the person last approved it again, which replaced its tokens, cap and lifetime (docs/oauth.md)'),
     last_used_at: isoTimeSchema.nullable(),
     revoked_at: isoTimeSchema.nullable(),
   })
@@ -35,6 +36,7 @@ interface Row {
   spent_micro: string;
   expires_at: Date | null;
   created_at: Date;
+  reconnected_at: Date | null;
   last_used_at: Date | null;
   revoked_at: Date | null;
 }
@@ -51,13 +53,14 @@ function view(r: Row): AppConnectionView {
     spent_coins: coinsToJson(BigInt(r.spent_micro)),
     expires_at: iso(r.expires_at),
     created_at: new Date(r.created_at).toISOString(),
+    reconnected_at: iso(r.reconnected_at),
     last_used_at: iso(r.last_used_at ?? null),
     revoked_at: iso(r.revoked_at),
   };
 }
 
 /** Spend is what the connection's key was charged: its captures in the ledger. */
-const SELECT = `select c.id, c.client_name, c.redirect_host, c.spend_cap_micro::text, c.expires_at, c.created_at, c.revoked_at,
+const SELECT = `select c.id, c.client_name, c.redirect_host, c.spend_cap_micro::text, c.expires_at, c.created_at, c.reconnected_at, c.revoked_at,
     greatest(c.last_used_at, k.last_used_at) as last_used_at,
     coalesce((select -sum(e.amount_micro) from ledger_entries e join holds h on h.id = e.hold_id
               where e.account_id = c.account_id and e.kind = 'capture' and h.metadata->>'key_id' = c.key_id), 0)::text as spent_micro
