@@ -695,13 +695,13 @@ describe('reconnecting an app', () => {
   });
 
   /** A live connection row of this account, made as before the reconnecting rule (duplicates were possible then). */
-  async function insertConnection(accountId: string, clientId: string, name: string, host: string, createdAt: Date): Promise<string> {
+  async function insertConnection(accountId: string, clientId: string, name: string, host: string, createdAt: Date, expiresAt: Date | null = null): Promise<string> {
     const keyId = `key_${randomBytes(10).toString('hex')}`;
     const id = `app_${randomBytes(10).toString('hex')}`;
     await h.orm.em.fork().execute(`insert into api_keys (id, account_id, name, prefix, key_hash, kind) values (?, ?, 'App', 'mas_x', ?, 'app')`, [keyId, accountId, randomBytes(32).toString('hex')]);
     await h.orm.em.fork().execute(
-      `insert into app_connections (id, account_id, key_id, client_id, client_name, redirect_host, created_at) values (?, ?, ?, ?, ?, ?, ?)`,
-      [id, accountId, keyId, clientId, name, host, createdAt],
+      `insert into app_connections (id, account_id, key_id, client_id, client_name, redirect_host, created_at, expires_at) values (?, ?, ?, ?, ?, ?, ?, ?)`,
+      [id, accountId, keyId, clientId, name, host, createdAt, expiresAt],
     );
     return id;
   }
@@ -732,6 +732,18 @@ describe('reconnecting an app', () => {
     const refused = await person.browser.post('/authorize', { ...fields, _csrf: csrf, decision: 'allow', spend_cap_coins: '', lifetime: '30' });
     expect(refused.headers.get('location')).toBeNull();
     expect(await refused.text()).toContain('Disconnect one first');
+  });
+
+  it('an expired connection is not revived either: connecting again makes a new one and leaves it as it was', async () => {
+    const person = await signUp();
+    const clientId = await registerClient([CALLBACK], 'Expired app');
+    const expired = await insertConnection(person.accountId, clientId, 'Expired app', '127.0.0.1', new Date(Date.now() - 86_400_000), new Date(Date.now() - 1000));
+    const app = await connectApp(person, { clientId });
+    expect(app.connectionId).not.toBe(expired);
+    expect((await rows(person.accountId)).map((r) => [r.id, r.reconnected_at, r.revoked_at])).toEqual([
+      [expired, null, null],
+      [app.connectionId, null, null],
+    ]);
   });
 
   it('a revoked connection is not revived: connecting again makes a new one', async () => {
