@@ -1,6 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { notFound } from '../errors.ts';
+import { liveConnectionsOf } from '../oauth/authorize.ts';
 import { coinsToJson } from '../money/coins.ts';
 import { coinsSchema, isoTimeSchema } from '../views.ts';
 
@@ -69,6 +70,19 @@ const SELECT = `select c.id, c.client_name, c.redirect_host, c.spend_cap_micro::
 export async function listAppConnections(em: EntityManager, accountId: string) {
   const rows = await em.execute<Row[]>(`${SELECT} where c.account_id = ? order by c.created_at desc, c.id`, [accountId]);
   return { object: 'list' as const, data: rows.map(view) };
+}
+
+export const liveAppConnectionInput = z.object({ client_id: z.string().max(2000), name: z.string().max(200), redirect_host: z.string().max(300) });
+
+/**
+ * The account's live connection of this app, which allowing it again would replace (docs/oauth.md,
+ * "Reconnecting an app"), for the consent page to say so; null when there is none.
+ */
+export async function liveAppConnection(em: EntityManager, accountId: string, input: z.output<typeof liveAppConnectionInput>, now: Date): Promise<AppConnectionView | null> {
+  const [live] = await liveConnectionsOf(em, accountId, { clientId: input.client_id, name: input.name, host: input.redirect_host }, now);
+  if (!live) return null;
+  const [row] = await em.execute<Row[]>(`${SELECT} where c.id = ?`, [live.id]);
+  return view(row!);
 }
 
 /** Revokes the account's connection and its key, at once and for good; another account's is as unknown as a missing one. Idempotent. */

@@ -654,6 +654,12 @@ describe('reconnecting an app', () => {
     const [before] = await rows(person.accountId);
     const spent = (await listAppConnections(h.orm.em.fork(), person.accountId)).data[0]!.spent_coins;
 
+    // The consent page says what allowing again does, with the spend so far; a new app's does not.
+    const { page: consent } = await consentPage(person, { clientId, redirectUri: CALLBACK, challenge: pkce().challenge, state: 's' });
+    expect(consent).toContain(`Allowing again replaces that connection: its earlier sign-in stops, and the spend cap you choose here also counts the ${spent} coins`);
+    const { page: fresh } = await consentPage(person, { clientId: await registerClient([CALLBACK], 'Never connected'), redirectUri: CALLBACK, challenge: pkce().challenge, state: 's' });
+    expect(fresh).not.toContain('replaces that connection');
+
     const second = await connectApp(person, { clientId, capCoins: '20', lifetime: '7' });
     expect(second.connectionId).toBe(first.connectionId);
     const after = await rows(person.accountId);
