@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { revokeAnyKey, revokeKeyInput } from './admin/actions/actions.ts';
 import { audited, reasonSchema } from './admin/audit.ts';
 import { adminRouter } from './admin/router.ts';
-import { appConnectionIdInput, listAppConnections, revokeAppConnection } from './apps/connections.ts';
+import { appConnectionIdInput, listAppConnections, liveAppConnection, liveAppConnectionInput, revokeAppConnection } from './apps/connections.ts';
 import { accountOverview } from './accounts/account-overview.ts';
 import { accountRef, accountView, createAccount, createAccountInput, getAccount } from './accounts/accounts.ts';
 import { historyCsv, historyCsvInput } from './accounts/history-csv.ts';
@@ -240,6 +240,8 @@ export const appRouter = router({
     usage: sessionProcedure.input(usageInput).query(({ ctx, input }) => accountUsage(ctx.em, ctx.principal.accountId, input, ctx.deps.clock())),
     apps: router({
       list: sessionProcedure.query(({ ctx }) => listAppConnections(ctx.em, ctx.principal.accountId)),
+      /** The live connection of an app that allowing it again replaces (the consent page says so), or null. */
+      live: sessionProcedure.input(liveAppConnectionInput).query(({ ctx, input }) => liveAppConnection(ctx.em, ctx.principal.accountId, input, ctx.deps.clock())),
       revoke: sessionProcedure.input(appConnectionIdInput).mutation(({ ctx, input }) => revokeAppConnection(ctx.em, ctx.principal.accountId, input.id)),
     }),
     generations: router({

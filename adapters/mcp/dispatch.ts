@@ -5,6 +5,7 @@ import { invalid } from '../../core/errors.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { toolError } from './errors.ts';
 import { appResourceContents, appResources, appToolMeta } from './apps/index.ts';
+import { portableSchema } from './portable-schema.ts';
 import { answer, type CoreCaller, type Tool } from './tool.ts';
 import { chat } from './tools/chat.ts';
 import { getBalance } from './tools/balance.ts';
@@ -31,7 +32,8 @@ export const INSTRUCTIONS =
 
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): ToolDefinition['inputSchema'] {
   const { $schema: _drop, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>;
-  return rest as ToolDefinition['inputSchema'];
+  // Strict clients warn about bare {} and type arrays: rewritten into their exact equivalents.
+  return portableSchema(rest) as ToolDefinition['inputSchema'];
 }
 
 /** The tools as tools/list describes them: their JSON Schemas are made once, not per request. */

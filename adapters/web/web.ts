@@ -453,7 +453,9 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
       return sendPageError(req, res, err);
     }
     allowFormTo(res, checked.request.redirect_uri);
-    send(res, consentPage({ email: me.email, csrf: kit.csrfToken(req, res) }, { authorization: checked, balance: String(me.balance.coins) }));
+    const { client } = checked;
+    const replaces = await core(req).account.apps.live({ client_id: client.id, name: client.name, redirect_host: client.redirect_host });
+    send(res, consentPage({ email: me.email, csrf: kit.csrfToken(req, res) }, { authorization: checked, balance: String(me.balance.coins), replaces }));
   });
 
   router.post('/authorize', label('/authorize'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {

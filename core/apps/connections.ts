@@ -1,6 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { notFound } from '../errors.ts';
+import { liveConnectionsOf } from '../oauth/authorize.ts';
 import { coinsToJson } from '../money/coins.ts';
 import { coinsSchema, isoTimeSchema } from '../views.ts';
 
@@ -18,7 +19,8 @@ export const appConnectionSchema = z
     spend_cap_coins: coinsSchema.nullable(),
     spent_coins: coinsSchema.describe('what its key has been charged so far'),
     expires_at: isoTimeSchema.nullable(),
-    created_at: isoTimeSchema,
+    created_at: isoTimeSchema.describe('when the app was first connected'),
+    reconnected_at: isoTimeSchema.nullable().describe('when the person last approved it again, which replaced its tokens, cap and lifetime (docs/oauth.md)'),
     last_used_at: isoTimeSchema.nullable(),
     revoked_at: isoTimeSchema.nullable(),
   })
@@ -35,6 +37,7 @@ interface Row {
   spent_micro: string;
   expires_at: Date | null;
   created_at: Date;
+  reconnected_at: Date | null;
   last_used_at: Date | null;
   revoked_at: Date | null;
 }
@@ -51,13 +54,14 @@ function view(r: Row): AppConnectionView {
     spent_coins: coinsToJson(BigInt(r.spent_micro)),
     expires_at: iso(r.expires_at),
     created_at: new Date(r.created_at).toISOString(),
+    reconnected_at: iso(r.reconnected_at),
     last_used_at: iso(r.last_used_at ?? null),
     revoked_at: iso(r.revoked_at),
   };
 }
 
 /** Spend is what the connection's key was charged: its captures in the ledger. */
-const SELECT = `select c.id, c.client_name, c.redirect_host, c.spend_cap_micro::text, c.expires_at, c.created_at, c.revoked_at,
+const SELECT = `select c.id, c.client_name, c.redirect_host, c.spend_cap_micro::text, c.expires_at, c.created_at, c.reconnected_at, c.revoked_at,
     greatest(c.last_used_at, k.last_used_at) as last_used_at,
     coalesce((select -sum(e.amount_micro) from ledger_entries e join holds h on h.id = e.hold_id
               where e.account_id = c.account_id and e.kind = 'capture' and h.metadata->>'key_id' = c.key_id), 0)::text as spent_micro
@@ -66,6 +70,19 @@ const SELECT = `select c.id, c.client_name, c.redirect_host, c.spend_cap_micro::
 export async function listAppConnections(em: EntityManager, accountId: string) {
   const rows = await em.execute<Row[]>(`${SELECT} where c.account_id = ? order by c.created_at desc, c.id`, [accountId]);
   return { object: 'list' as const, data: rows.map(view) };
+}
+
+export const liveAppConnectionInput = z.object({ client_id: z.string().max(2000), name: z.string().max(200), redirect_host: z.string().max(300) });
+
+/**
+ * The account's live connection of this app, which allowing it again would replace (docs/oauth.md,
+ * "Reconnecting an app"), for the consent page to say so; null when there is none.
+ */
+export async function liveAppConnection(em: EntityManager, accountId: string, input: z.output<typeof liveAppConnectionInput>, now: Date): Promise<AppConnectionView | null> {
+  const [live] = await liveConnectionsOf(em, accountId, { clientId: input.client_id, name: input.name, host: input.redirect_host }, now);
+  if (!live) return null;
+  const [row] = await em.execute<Row[]>(`${SELECT} where c.id = ?`, [live.id]);
+  return view(row!);
 }
 
 /** Revokes the account's connection and its key, at once and for good; another account's is as unknown as a missing one. Idempotent. */

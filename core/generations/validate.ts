@@ -38,20 +38,43 @@ function deadlineProblem(model: MediaModel, spec: SettingSpec, value: number): s
 
 function settingProblem(spec: SettingSpec, value: unknown): string | undefined {
   switch (spec.type) {
-    case 'enum':
-      return spec.options.includes(value as string | number) ? undefined : `must be one of ${spec.options.map((o) => JSON.stringify(o)).join(', ')}`;
+    case 'enum': {
+      if (spec.options.includes(value as string | number)) return undefined;
+      return `must be one of ${optionsKind(spec.options, value)}${spec.options.map((o) => JSON.stringify(o)).join(', ')}, got ${described(value)}`;
+    }
     case 'integer':
     case 'number':
-      if (typeof value !== 'number' || !Number.isFinite(value)) return `must be a number`;
-      if (spec.type === 'integer' && !Number.isInteger(value)) return 'must be a whole number';
+      if (typeof value !== 'number' || !Number.isFinite(value)) return `must be a number, got ${described(value)}`;
+      if (spec.type === 'integer' && !Number.isInteger(value)) return `must be a whole number, got ${described(value)}`;
       if (!/^-?\d+(\.\d{1,6})?$/.test(String(value))) return 'has more than 6 decimals';
-      return value < spec.min || value > spec.max ? `must be between ${spec.min} and ${spec.max}` : undefined;
+      return value < spec.min || value > spec.max ? `must be between ${spec.min} and ${spec.max}, got ${described(value)}` : undefined;
     case 'boolean':
-      return typeof value === 'boolean' ? undefined : 'must be true or false';
+      return typeof value === 'boolean' ? undefined : `must be true or false, got ${described(value)}`;
     case 'string':
-      if (typeof value !== 'string') return 'must be a string';
-      return value.length > spec.max_length ? `must be at most ${spec.max_length} characters` : undefined;
+      if (typeof value !== 'string') return `must be a string, got ${described(value)}`;
+      return value.length > spec.max_length ? `must be at most ${spec.max_length} characters, got ${value.length}` : undefined;
   }
+}
+
+/**
+ * When every option is of one JSON type and the value is of another (the string "256" for the
+ * number 256, a common slip of clients that send every setting as text), names the options'
+ * type: "the numbers ". Empty otherwise.
+ */
+function optionsKind(options: (string | number)[], value: unknown): string {
+  const kinds = new Set(options.map((o) => typeof o));
+  if (kinds.size !== 1 || kinds.has(typeof value as 'string')) return '';
+  return kinds.has('number') ? 'the numbers ' : 'the strings ';
+}
+
+/** A JSON value as an error message names it, with its type: the string "256", the number 3.5, null, a list. */
+export function described(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)}`;
+  if (typeof value === 'number') return `the number ${value}`;
+  if (typeof value === 'boolean') return `the boolean ${value}`;
+  return 'an object'; // settings come from JSON: nothing else is left
 }
 
 /** What an input value may name besides a URL: one of the account's uploaded files. */

@@ -185,10 +185,12 @@ export async function approveAuthorization(deps: Deps, em: EntityManager, princi
   const checked = await checkAuthorization(deps, em, input);
   if (checked.object === 'authorization_redirect') return checked;
   const cap = parseCap(input.spend_cap_coins);
-  await checkConnectionRoom(em, principal.accountId);
-  const code = newSecret('mas_ac_');
   const now = deps.clock();
   const { request, client } = checked;
+  // Approving an app that is connected already replaces its connection: no room is needed.
+  const app = { clientId: client.id, name: client.name, host: redirectHost(request.redirect_uri) };
+  if ((await liveConnectionsOf(em, principal.accountId, app, now)).length === 0) await checkConnectionRoom(em, principal.accountId);
+  const code = newSecret('mas_ac_');
   // Codes expired for an hour are of no use to anyone: a few are swept on each approval.
   await em.execute(`delete from oauth_codes where code_hash in (select code_hash from oauth_codes where expires_at < ? limit 100)`, [new Date(now.getTime() - 3_600_000)]);
   await em.execute(
@@ -214,6 +216,26 @@ export async function approveAuthorization(deps: Deps, em: EntityManager, princi
 export async function denyAuthorization(deps: Deps, em: EntityManager, input: z.output<typeof authorizationRequestInput>): Promise<AuthorizationRedirect> {
   const { redirectUri } = await checkClient(deps, em, input);
   return redirectTo(deps, redirectUri, input.state, { error: 'access_denied', error_description: 'The person did not allow access.' });
+}
+
+/**
+ * The account's live (neither revoked nor expired) connections of one app, newest first: the
+ * same client_id, or the same name signing in through the same host (a client registered again
+ * gets a new client_id). Reconnecting replaces them (docs/oauth.md, "Reconnecting an app").
+ */
+export async function liveConnectionsOf(
+  em: EntityManager,
+  accountId: string,
+  app: { clientId: string; name: string; host: string },
+  now: Date,
+  lock = false,
+): Promise<{ id: string; key_id: string }[]> {
+  return em.execute<{ id: string; key_id: string }[]>(
+    `select id, key_id from app_connections
+      where account_id = ? and revoked_at is null and (expires_at is null or expires_at > ?) and (client_id = ? or (client_name = ? and redirect_host = ?))
+      order by created_at desc, id desc${lock ? ' for update' : ''}`,
+    [accountId, now, app.clientId, app.name, app.host],
+  );
 }
 
 /** Refuses a new connection when the account already has the most it may have. */

@@ -5,7 +5,7 @@ import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { CoreError, unauthorized } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { displayPrefix, generateKeySecret, hashKey } from '../keys/key-secret.ts';
-import { canonicalResource, checkConnectionRoom, pkceMatches, resourceFor, type OAuthConfig } from './authorize.ts';
+import { canonicalResource, checkConnectionRoom, liveConnectionsOf, pkceMatches, resourceFor, type OAuthConfig } from './authorize.ts';
 import { clientIdSchema } from './clients.ts';
 import { redirectHost } from './redirects.ts';
 
@@ -100,8 +100,8 @@ async function issueTokens(em: EntityManager, now: Date, c: { connectionId: stri
 
 /**
  * Exchanges an authorization code: checks the client, the redirect URI, the PKCE verifier and
- * the resource against what the code was bound to, then makes the app connection, with its
- * own key (`kind = 'app'`, whose secret nobody ever sees), and its first tokens.
+ * the resource against what the code was bound to, then makes the app connection (or replaces
+ * the one the account has with this app) and its first tokens.
  */
 export async function exchangeCode(deps: Deps, em: EntityManager, input: z.output<typeof exchangeCodeInput>): Promise<TokenResponse> {
   const now = deps.clock();
@@ -119,29 +119,62 @@ export async function exchangeCode(deps: Deps, em: EntityManager, input: z.outpu
     if (input.resource !== undefined && resourceFor(deps.config.oauth, input.resource) !== code.resource) return { error: target('The resource does not match the one that was authorized.') };
 
     await tx.execute('select id from accounts where id = ? for update', [code.account_id]);
-    await checkConnectionRoom(tx, code.account_id);
-    const keyId = newId('key');
-    const secret = generateKeySecret();
-    await tx.execute(`insert into api_keys (id, account_id, name, prefix, key_hash, created_at, kind) values (?, ?, ?, ?, ?, ?, 'app')`, [
-      keyId,
-      code.account_id,
-      `App: ${code.client_name}`.slice(0, 100),
-      displayPrefix(secret),
-      hashKey(secret),
-      now,
-    ]);
-    const connectionId = newId('app');
     const expiresAt = code.lifetime_days === null ? null : new Date(now.getTime() + code.lifetime_days * 86_400_000);
-    await tx.execute(
-      `insert into app_connections (id, account_id, key_id, client_id, client_name, redirect_host, spend_cap_micro, expires_at, created_at, last_used_at)
-       values (?, ?, ?, ?, ?, ?, ?::bigint, ?, ?, ?)`,
-      [connectionId, code.account_id, keyId, code.client_id, code.client_name, redirectHost(code.redirect_uri), code.spend_cap_micro, expiresAt, now, now],
-    );
+    const connectionId = (await reconnect(tx, now, code, expiresAt)) ?? (await connect(tx, now, code, expiresAt));
     await tx.execute('update oauth_codes set used_at = ?, connection_id = ? where code_hash = ?', [now, connectionId, hashSecret(input.code)]);
     return { tokens: await issueTokens(tx, now, { connectionId, clientId: code.client_id, resource: code.resource, expiresAt }) };
   });
   if ('error' in outcome) throw outcome.error;
   return outcome.tokens;
+}
+
+/**
+ * A new connection for the code, with its own key (`kind = 'app'`, whose secret nobody ever
+ * sees), if the account has room for one more.
+ */
+async function connect(tx: EntityManager, now: Date, code: CodeRow, expiresAt: Date | null): Promise<string> {
+  await checkConnectionRoom(tx, code.account_id);
+  const keyId = newId('key');
+  const secret = generateKeySecret();
+  await tx.execute(`insert into api_keys (id, account_id, name, prefix, key_hash, created_at, kind) values (?, ?, ?, ?, ?, ?, 'app')`, [
+    keyId,
+    code.account_id,
+    `App: ${code.client_name}`.slice(0, 100),
+    displayPrefix(secret),
+    hashKey(secret),
+    now,
+  ]);
+  const connectionId = newId('app');
+  await tx.execute(
+    `insert into app_connections (id, account_id, key_id, client_id, client_name, redirect_host, spend_cap_micro, expires_at, created_at, last_used_at)
+     values (?, ?, ?, ?, ?, ?, ?::bigint, ?, ?, ?)`,
+    [connectionId, code.account_id, keyId, code.client_id, code.client_name, redirectHost(code.redirect_uri), code.spend_cap_micro, expiresAt, now, now],
+  );
+  return connectionId;
+}
+
+/**
+ * Reconnecting an app the account already has connected (docs/oauth.md, "Reconnecting an app")
+ * replaces that connection in place: one row per app, as GitHub and OpenRouter keep one
+ * authorization per app (liveConnectionsOf says which connections are the same app). The kept
+ * connection (the newest live one) takes the new approval's spend cap and lifetime and the new
+ * client_id; its earlier tokens are deleted, so the app's previous sign-in stops at once; its key
+ * stays, so its spend so far (which the cap counts) and its jobs carry over. Older live
+ * duplicates (made before this rule) are revoked. Undefined when there is nothing to replace.
+ */
+async function reconnect(tx: EntityManager, now: Date, code: CodeRow, expiresAt: Date | null): Promise<string | undefined> {
+  const host = redirectHost(code.redirect_uri);
+  const live = await liveConnectionsOf(tx, code.account_id, { clientId: code.client_id, name: code.client_name, host }, now, true);
+  const [kept, ...older] = live;
+  if (!kept) return undefined;
+  for (const o of older) await revokeConnection(tx, o.id);
+  await tx.execute('delete from oauth_tokens where connection_id = ?', [kept.id]);
+  await tx.execute(
+    `update app_connections set client_id = ?, client_name = ?, redirect_host = ?, spend_cap_micro = ?::bigint, expires_at = ?, reconnected_at = ?, last_used_at = ? where id = ?`,
+    [code.client_id, code.client_name, host, code.spend_cap_micro, expiresAt, now, now, kept.id],
+  );
+  await tx.execute('update api_keys set name = ? where id = ?', [`App: ${code.client_name}`.slice(0, 100), kept.key_id]);
+  return kept.id;
 }
 
 interface TokenRow {

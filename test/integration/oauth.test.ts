@@ -4,6 +4,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listAppConnections, revokeAppConnection } from '../../core/apps/connections.ts';
+import { MAX_ACTIVE_APP_CONNECTIONS } from '../../core/oauth/authorize.ts';
 import { createContext } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit } from '../../core/money/wallet.ts';
@@ -625,5 +627,139 @@ describe('client ID metadata documents', () => {
     expect(res.status).toBe(400);
     expect(res.headers.get('location')).toBeNull();
     expect(await res.text()).toContain('its client_id is not its own URL');
+  });
+});
+
+// Reconnecting an app (docs/oauth.md, "Reconnecting an app"): the new approval replaces the
+// connection in place. One row, both dates; the old sign-in's tokens stop; the key, its spend
+// (which the cap counts) and its jobs carry over; the new cap and lifetime apply.
+describe('reconnecting an app', () => {
+  const rows = async (accountId: string) =>
+    h.orm.em
+      .fork()
+      .execute<{ id: string; client_id: string; created_at: Date; reconnected_at: Date | null; revoked_at: Date | null; spend_cap_micro: string | null; key_id: string }[]>(
+        'select id, client_id, created_at, reconnected_at, revoked_at, spend_cap_micro::text, key_id from app_connections where account_id = ? order by created_at',
+        [accountId],
+      );
+
+  it('the same client twice: one connection with both dates; the old tokens stop, the spend carries over under the new cap', async () => {
+    const person = await signUp();
+    await fund(person, '100');
+    const clientId = await registerClient([CALLBACK], 'Reconnecting client');
+    const first = await connectApp(person, { clientId, capCoins: '50' });
+    const client = await mcpClient(first.access);
+    const chat = await callTool(client, 'chat', { model: 'mas/echo', prompt: 'hello', max_tokens: 8 });
+    expect(chat.isError, toolText(chat)).toBeFalsy();
+    await client.close();
+    const [before] = await rows(person.accountId);
+    const spent = (await listAppConnections(h.orm.em.fork(), person.accountId)).data[0]!.spent_coins;
+
+    // The consent page says what allowing again does, with the spend so far; a new app's does not.
+    const { page: consent } = await consentPage(person, { clientId, redirectUri: CALLBACK, challenge: pkce().challenge, state: 's' });
+    expect(consent).toContain(`Allowing again replaces that connection: its earlier sign-in stops, and the spend cap you choose here also counts the ${spent} coins`);
+    const { page: fresh } = await consentPage(person, { clientId: await registerClient([CALLBACK], 'Never connected'), redirectUri: CALLBACK, challenge: pkce().challenge, state: 's' });
+    expect(fresh).not.toContain('replaces that connection');
+
+    const second = await connectApp(person, { clientId, capCoins: '20', lifetime: '7' });
+    expect(second.connectionId).toBe(first.connectionId);
+    const after = await rows(person.accountId);
+    expect(after).toHaveLength(1);
+    expect(after[0]).toMatchObject({ id: first.connectionId, key_id: before!.key_id, revoked_at: null, spend_cap_micro: '20000000' });
+    expect(new Date(after[0]!.created_at).getTime()).toBe(new Date(before!.created_at).getTime());
+    expect(after[0]!.reconnected_at).not.toBeNull();
+
+    // The earlier sign-in is replaced: its access token is refused, its refresh token unknown (and its use revokes nothing).
+    expect(await mcpStatus(first.access)).toBe(401);
+    expect(oauthError(await refresh(clientId, first.refresh))).toBe('invalid_grant');
+    expect(await mcpStatus(second.access)).toBe(200);
+    expect((await connection(first.connectionId)).revoked_at).toBeNull();
+
+    // The account's list and page: one row, its first date and the re-connection, the spend so far.
+    const [listed] = (await listAppConnections(h.orm.em.fork(), person.accountId)).data;
+    expect(listed).toMatchObject({ id: first.connectionId, spent_coins: spent, spend_cap_coins: 20, reconnected_at: expect.any(String) });
+    expect(spent).toBeGreaterThan(0);
+    const page = await (await person.browser.fetch('/account/apps')).text();
+    expect(page.match(/Reconnecting client/g)).toHaveLength(2); // the name, and the revoke button's label
+    expect(page).toContain(', re-connected ');
+  });
+
+  it('a client registered again under the same name and redirect host replaces it too; another app does not', async () => {
+    const person = await signUp();
+    const first = await connectApp(person, { clientId: await registerClient([CALLBACK], 'Registers every run') });
+    const again = await connectApp(person, { clientId: await registerClient([CALLBACK], 'Registers every run') });
+    expect(again.connectionId).toBe(first.connectionId);
+    expect(await mcpStatus(first.access)).toBe(401);
+    expect(await mcpStatus(again.access)).toBe(200);
+    const other = await connectApp(person, { clientId: await registerClient([CALLBACK], 'Another app') });
+    expect(other.connectionId).not.toBe(first.connectionId);
+    const all = await rows(person.accountId);
+    expect(all.map((r) => [r.id, r.client_id])).toEqual([
+      [first.connectionId, again.clientId],
+      [other.connectionId, other.clientId],
+    ]);
+    expect(await mcpStatus(again.access)).toBe(200);
+  });
+
+  /** A live connection row of this account, made as before the reconnecting rule (duplicates were possible then). */
+  async function insertConnection(accountId: string, clientId: string, name: string, host: string, createdAt: Date, expiresAt: Date | null = null): Promise<string> {
+    const keyId = `key_${randomBytes(10).toString('hex')}`;
+    const id = `app_${randomBytes(10).toString('hex')}`;
+    await h.orm.em.fork().execute(`insert into api_keys (id, account_id, name, prefix, key_hash, kind) values (?, ?, 'App', 'mas_x', ?, 'app')`, [keyId, accountId, randomBytes(32).toString('hex')]);
+    await h.orm.em.fork().execute(
+      `insert into app_connections (id, account_id, key_id, client_id, client_name, redirect_host, created_at, expires_at) values (?, ?, ?, ?, ?, ?, ?, ?)`,
+      [id, accountId, keyId, clientId, name, host, createdAt, expiresAt],
+    );
+    return id;
+  }
+
+  it('two live duplicates from before: the newer is kept and replaced, the older revoked with its key', async () => {
+    const person = await signUp();
+    const clientId = await registerClient([CALLBACK], 'Duplicated app');
+    const older = await insertConnection(person.accountId, clientId, 'Duplicated app', '127.0.0.1', new Date(Date.now() - 2 * 86_400_000));
+    const newer = await insertConnection(person.accountId, clientId, 'Duplicated app', '127.0.0.1', new Date(Date.now() - 86_400_000));
+    const app = await connectApp(person, { clientId });
+    expect(app.connectionId).toBe(newer);
+    expect(await connection(older)).toMatchObject({ revoked_at: expect.anything(), key_revoked_at: expect.anything() });
+    expect(await connection(newer)).toMatchObject({ revoked_at: null, key_revoked_at: null });
+    expect((await rows(person.accountId)).filter((r) => r.revoked_at === null).map((r) => r.id)).toEqual([newer]);
+  });
+
+  it(`at ${MAX_ACTIVE_APP_CONNECTIONS} connected apps, one of them can still be connected again; a new one cannot`, async () => {
+    const person = await signUp();
+    const clientId = await registerClient([CALLBACK], 'Full house app');
+    const app = await connectApp(person, { clientId });
+    for (let i = 1; i < MAX_ACTIVE_APP_CONNECTIONS; i++) await insertConnection(person.accountId, `https://other${i}.example/c`, `Other ${i}`, `other${i}.example`, new Date());
+    const again = await connectApp(person, { clientId, capCoins: '3' });
+    expect(again.connectionId).toBe(app.connectionId);
+    expect(await mcpStatus(again.access)).toBe(200);
+    // A new app is refused on the consent page, as before.
+    const { challenge } = pkce();
+    const { fields, csrf } = await consentPage(person, { clientId: await registerClient([CALLBACK], 'One too many'), redirectUri: CALLBACK, challenge, state: 's' });
+    const refused = await person.browser.post('/authorize', { ...fields, _csrf: csrf, decision: 'allow', spend_cap_coins: '', lifetime: '30' });
+    expect(refused.headers.get('location')).toBeNull();
+    expect(await refused.text()).toContain('Disconnect one first');
+  });
+
+  it('an expired connection is not revived either: connecting again makes a new one and leaves it as it was', async () => {
+    const person = await signUp();
+    const clientId = await registerClient([CALLBACK], 'Expired app');
+    const expired = await insertConnection(person.accountId, clientId, 'Expired app', '127.0.0.1', new Date(Date.now() - 86_400_000), new Date(Date.now() - 1000));
+    const app = await connectApp(person, { clientId });
+    expect(app.connectionId).not.toBe(expired);
+    expect((await rows(person.accountId)).map((r) => [r.id, r.reconnected_at, r.revoked_at])).toEqual([
+      [expired, null, null],
+      [app.connectionId, null, null],
+    ]);
+  });
+
+  it('a revoked connection is not revived: connecting again makes a new one', async () => {
+    const person = await signUp();
+    const clientId = await registerClient([CALLBACK], 'Revoked then back');
+    const first = await connectApp(person, { clientId });
+    await revokeAppConnection(h.orm.em.fork(), person.accountId, first.connectionId);
+    const second = await connectApp(person, { clientId });
+    expect(second.connectionId).not.toBe(first.connectionId);
+    expect(await mcpStatus(first.access)).toBe(401);
+    expect(await mcpStatus(second.access)).toBe(200);
   });
 });

@@ -153,7 +153,7 @@ export function appsPage(nav: Nav, v: { apps: AppConnectionView[] }) {
   <tbody>${v.apps.length === 0
     ? html`<tr><td colspan="8">No connected apps.</td></tr>`
     : v.apps.map(
-        (a) => html`<tr><td>${a.name}</td><td>${a.redirect_host}</td><td>${day(a.created_at)}</td><td>${day(a.last_used_at)}</td><td class="num">${a.spent_coins}</td>
+        (a) => html`<tr><td>${a.name}</td><td>${a.redirect_host}</td><td>${day(a.created_at)}${a.reconnected_at ? html`, re-connected ${day(a.reconnected_at)}` : ''}</td><td>${day(a.last_used_at)}</td><td class="num">${a.spent_coins}</td>
   <td class="num">${a.spend_cap_coins ?? 'none'}</td><td>${day(a.expires_at)}</td>
   <td>${a.revoked_at
     ? html`revoked ${day(a.revoked_at)}`

@@ -1,3 +1,4 @@
+import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import type { AuthorizationView } from '../../../core/oauth/authorize.ts';
 import { html, notice, page } from '../html.ts';
 
@@ -22,7 +23,7 @@ export interface ConsentValues {
  */
 export function consentPage(
   nav: { email: string; csrf: string },
-  v: { authorization: AuthorizationView; balance: string; values?: ConsentValues; error?: string },
+  v: { authorization: AuthorizationView; balance: string; values?: ConsentValues; error?: string; replaces?: AppConnectionView | null },
 ) {
   const { client, request } = v.authorization;
   const lifetime = v.values?.lifetime ?? '30';
@@ -33,6 +34,9 @@ export function consentPage(
 <section class="consent">
   <p><strong>${client.name}</strong> wants to use your account <strong>${nav.email}</strong> through this service's MCP server.</p>
   <p class="warning">It signs in through <strong class="redirect-host">${client.redirect_host}</strong>. Allow it only if you started this from that app.${client.kind === 'metadata_document' ? html` The app is described at <code>${client.id}</code>.` : ''}</p>
+${v.replaces
+    ? html`<p class="reconnect">You connected this app on ${v.replaces.created_at.slice(0, 10)}. Allowing again replaces that connection: its earlier sign-in stops, and the spend cap you choose here also counts the ${v.replaces.spent_coins} coins it has spent so far.</p>`
+    : ''}
   <h2>It will be able to</h2>
   <ul>${ABILITIES.map((a) => html`<li>${a}</li>`)}</ul>
   <p>and <strong>spend this account's coins</strong> on them, as an API key does (your balance: ${v.balance} coins). It will not see your password or your API keys, and cannot change your account.</p>

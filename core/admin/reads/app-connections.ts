@@ -22,6 +22,7 @@ interface Row {
   spent_micro: string;
   expires_at: Date | string | null;
   created_at: Date | string;
+  reconnected_at: Date | string | null;
   last_used_at: Date | string | null;
   revoked_at: Date | string | null;
 }
@@ -41,13 +42,14 @@ const view = (r: Row): AdminAppConnectionView => ({
   spent_coins: coinsToJson(BigInt(r.spent_micro)),
   expires_at: iso(r.expires_at),
   created_at: iso(r.created_at)!,
+  reconnected_at: iso(r.reconnected_at),
   last_used_at: iso(r.last_used_at),
   revoked_at: iso(r.revoked_at),
 });
 
 /** Spend is what the connection's key was charged, as the account pages count it (core/apps/connections.ts). */
 const SELECT = `select c.id, c.account_id, c.key_id, c.client_id, c.client_name, c.redirect_host, c.spend_cap_micro::text, c.expires_at, c.created_at,
-    c.revoked_at, greatest(c.last_used_at, k.last_used_at) as last_used_at,
+    c.reconnected_at, c.revoked_at, greatest(c.last_used_at, k.last_used_at) as last_used_at,
     coalesce((select -sum(e.amount_micro) from ledger_entries e join holds h on h.id = e.hold_id
               where e.account_id = c.account_id and e.kind = 'capture' and h.metadata->>'key_id' = c.key_id), 0)::text as spent_micro
   from app_connections c join api_keys k on k.id = c.key_id`;
