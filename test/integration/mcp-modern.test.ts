@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueAccessToken, makeAppConnection } from '../support/apps.ts';
 import { makeAccount, makeKey } from '../support/db.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
+import { MODEL_PICKER_URI, RESULT_VIEW_URI } from '../../adapters/mcp/apps/index.ts';
 
 /**
  * The 2026-07-28 revision over the v2 SDK (adapters/mcp/modern.ts), through the v2 client
@@ -62,8 +63,8 @@ describe('MCP 2026-07-28 (v2 SDK)', () => {
     expect(client.getNegotiatedProtocolVersion()).toBe('2026-07-28');
     expect(client.getServerVersion()).toMatchObject({ name: 'model-access-service', title: 'Model Access Service' });
     expect(client.getInstructions()).toMatch(/coins/);
-    // Only tools are served: no subscriptions, resources, prompts or logging are advertised.
-    expect(Object.keys(client.getServerCapabilities() ?? {})).toEqual(['tools']);
+    // Tools, and the MCP Apps views as resources: no subscriptions, prompts or logging are advertised.
+    expect(Object.keys(client.getServerCapabilities() ?? {}).sort()).toEqual(['resources', 'tools']);
 
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(['list_models', 'get_model', 'chat', 'generate', 'upload_file', 'get_generation', 'get_balance']));
@@ -142,6 +143,25 @@ describe('MCP 2026-07-28: what is not offered, and the limits', () => {
       headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${key}`, 'mcp-protocol-version': '2026-07-28', 'mcp-method': method },
       body: body ?? JSON.stringify({ jsonrpc: '2.0', id: 1, method, params: { ...params, _meta: META } }),
     });
+
+  it('serves the MCP Apps views as on the 2025 revisions, and lists no 2025-only task vocabulary', async () => {
+    const { key } = await funded();
+    const { client } = await connect('header', key);
+    const { resources } = await client.listResources();
+    expect(resources.map((r) => r.uri).sort()).toEqual([MODEL_PICKER_URI, RESULT_VIEW_URI].sort());
+    const read = await client.readResource({ uri: RESULT_VIEW_URI });
+    const view = read.contents[0] as { mimeType?: string; text?: string; _meta?: { ui?: { csp?: { resourceDomains?: string[] } } } };
+    expect(view.mimeType).toBe('text/html;profile=mcp-app');
+    expect(view.text).toMatch(/^<!doctype html>/i);
+    // One origin, PUBLIC_BASE_URL's (the harness's is http://localhost).
+    expect(view._meta?.ui?.csp?.resourceDomains).toEqual(['http://localhost']);
+    await expect(client.readResource({ uri: 'ui://model-access-service/nothing.html' })).rejects.toThrow(/Resource not found/);
+    const { tools } = await client.listTools();
+    const generate = tools.find((t) => t.name === 'generate') as Record<string, unknown>;
+    expect(generate._meta).toMatchObject({ ui: { resourceUri: RESULT_VIEW_URI } });
+    expect(generate.execution).toBeUndefined();
+    await client.close();
+  });
 
   it('subscriptions/listen is acknowledged with nothing subscribed and ends at once', async () => {
     const { key } = await funded();
