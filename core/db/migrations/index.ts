@@ -33,6 +33,7 @@ import { Migration20261202010000_route_margin } from './Migration20261202010000_
 import { Migration20261202020000_upstream_cancel } from './Migration20261202020000_upstream_cancel.ts';
 import { Migration20261203000000_key_limits } from './Migration20261203000000_key_limits.ts';
 import { Migration20261203010000_mail } from './Migration20261203010000_mail.ts';
+import { Migration20261206000000_trace_id } from './Migration20261206000000_trace_id.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -71,4 +72,5 @@ export const migrations = [
   { name: 'Migration20261202020000_upstream_cancel', class: Migration20261202020000_upstream_cancel },
   { name: 'Migration20261203000000_key_limits', class: Migration20261203000000_key_limits },
   { name: 'Migration20261203010000_mail', class: Migration20261203010000_mail },
+  { name: 'Migration20261206000000_trace_id', class: Migration20261206000000_trace_id },
 ];
