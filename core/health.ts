@@ -12,12 +12,25 @@ export async function checkReady(em: EntityManager): Promise<{ status: 'ok'; dat
 }
 
 /**
- * What /metrics reads of the database at each scrape (docs/observability.md): the holds open
- * now and what they hold, the jobs queued and running now, and, for the jobs that started or
+ * What /metrics reads of the database at each scrape (docs/observability.md): the coins spent
+ * (captured) since the previous call, the holds open now and what they hold, the jobs queued and running now, and, for the jobs that started or
  * ended after `since` (the database's clock, as the previous call returned it), how long each
  * waited in the queue (created → started) and ran (started → ended). `now` is the next `since`.
  */
-export async function operationalFigures(em: EntityManager, since: Date | undefined) {
+export async function operationalFigures(em: EntityManager, since: Date | undefined, afterEntry?: string) {
+  // Spend: the captures written after the last ledger entry the previous call saw (the
+  // primary key's range; the first call only finds where the ledger ends).
+  const [spend] = await em.execute<{ spent_micro: string; last_entry: string | null }[]>(
+    afterEntry === undefined
+      ? `select '0' as spent_micro, (select max(id) from ledger_entries)::text as last_entry`
+      : `select coalesce(-sum(amount_micro) filter (where kind = 'capture'), 0)::text as spent_micro, max(id)::text as last_entry from ledger_entries where id > ?::bigint`,
+    afterEntry === undefined ? [] : [afterEntry],
+  );
+  const spent = { spentMicro: BigInt(spend!.spent_micro), lastEntry: spend!.last_entry ?? afterEntry ?? '0' };
+  return { ...spent, ...(await jobsAndHolds(em, since)) };
+}
+
+async function jobsAndHolds(em: EntityManager, since: Date | undefined) {
   const [counts] = await em.execute<{ holds_open: number; held_micro: string; jobs_queued: number; jobs_running: number; now: Date }[]>(
     `select (select count(*)::int from holds where status = 'open') as holds_open,
             (select coalesce(sum(amount_micro), 0)::text from holds where status = 'open') as held_micro,

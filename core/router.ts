@@ -85,7 +85,9 @@ export const appRouter = router({
   health: router({
     ready: publicProcedure.query(({ ctx }) => checkReady(ctx.em)),
     /** For /metrics only (adapters/http/operations.ts): counts and durations, no ids. */
-    figures: publicProcedure.input(z.object({ since: z.date().optional() })).query(({ ctx, input }) => operationalFigures(ctx.em, input.since)),
+    figures: publicProcedure
+      .input(z.object({ since: z.date().optional(), afterEntry: z.string().regex(/^\d{1,19}$/).optional() }))
+      .query(({ ctx, input }) => operationalFigures(ctx.em, input.since, input.afterEntry)),
   }),
 
   models: router({

@@ -75,7 +75,8 @@ export function createHttpApp(opts: HttpAppOptions): Express {
     opts.metrics ??
     createHttpMetrics({
       routes: opts.deps.routeBreakers,
-      figures: (since) => createCaller(createContext(opts.deps, { kind: 'none' }, { requestId: 'metrics' })).health.figures(since ? { since } : {}),
+      figures: (since, afterEntry) =>
+        createCaller(createContext(opts.deps, { kind: 'none' }, { requestId: 'metrics' })).health.figures({ ...(since ? { since } : {}), ...(afterEntry ? { afterEntry } : {}) }),
     });
   const app = express();
   app.disable('x-powered-by');

@@ -6,6 +6,9 @@ import { upstreamMetrics } from '../providers/telemetry.ts';
 
 /** What /metrics reads of the database at each scrape (core health.figures). */
 export interface OperationalFigures {
+  /** Coins captured since the previous read (micro-coins), and the last ledger entry seen: the next read's `afterEntry`. */
+  spentMicro: bigint;
+  lastEntry: string;
   holdsOpen: number;
   heldMicro: bigint;
   jobsQueued: number;
@@ -34,7 +37,7 @@ export interface RouteFigures {
  * `routes`, each model route's breaker (docs/providers.md, "Routes, fallback and breakers"),
  * labelled by the route's `provider/model` only.
  */
-export function createHttpMetrics(opts: { routes?: RouteFigures | undefined; figures?: ((since: Date | undefined) => Promise<OperationalFigures>) | undefined } = {}): HttpMetrics {
+export function createHttpMetrics(opts: { routes?: RouteFigures | undefined; figures?: ((since: Date | undefined, afterEntry: string | undefined) => Promise<OperationalFigures>) | undefined } = {}): HttpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   if (opts.routes) routeMetrics(registry, opts.routes);
@@ -73,13 +76,15 @@ export function createHttpMetrics(opts: { routes?: RouteFigures | undefined; fig
  * started or ended since the previous one (by the database's clock). Every API instance reads
  * the same jobs, so sum them over one instance, not over all (docs/observability.md).
  */
-function operationalMetrics(registry: Registry, read: (since: Date | undefined) => Promise<OperationalFigures>): void {
+function operationalMetrics(registry: Registry, read: (since: Date | undefined, afterEntry: string | undefined) => Promise<OperationalFigures>): void {
   let since: Date | undefined;
+  let afterEntry: string | undefined;
   let scrape: Promise<OperationalFigures | undefined> | undefined;
   const figures = () =>
-    (scrape ??= read(since)
+    (scrape ??= read(since, afterEntry)
       .then((f) => {
         since = f.now;
+        afterEntry = f.lastEntry;
         return f;
       })
       // A database away: these series are left out of this scrape, the others stay.
@@ -95,6 +100,15 @@ function operationalMetrics(registry: Registry, read: (since: Date | undefined) 
         if (f) this.set(value(f));
       },
     });
+  new Counter({
+    name: 'mas_spent_coins_total',
+    help: 'Coins captured from wallets (chat and media usage), counted from this process start; every instance counts the same ledger',
+    registers: [registry],
+    async collect() {
+      const f = await figures();
+      if (f && f.spentMicro > 0n) this.inc(Number(f.spentMicro) / 1_000_000);
+    },
+  });
   gauge('mas_holds_open', 'Reservations open now (chat requests and media jobs in flight)', (f) => f.holdsOpen);
   gauge('mas_holds_open_coins', 'Coins held by the open reservations', (f) => Number(f.heldMicro) / 1_000_000);
   gauge('mas_jobs_queued', 'Media jobs accepted and not started yet', (f) => f.jobsQueued);
