@@ -1,6 +1,7 @@
 import { SpanKind, type Attributes, type Span } from '@opentelemetry/api';
 import { Counter, Histogram, Registry, type Metric } from 'prom-client';
 import { captureContent, errorType, failSpan, inSpan, tracer, tracingOn } from '../../core/telemetry.ts';
+import { countChatTokens } from '../../core/chat/tokens.ts';
 import type { ChatProvider, InputReader, MediaJobSpec, MediaProvider, ProviderChatRequest, ProviderEvent } from '../../core/ports.ts';
 
 /**
@@ -89,6 +90,11 @@ export function observedChatProvider(provider: string, inner: ChatProvider): Cha
         if (outputTokens !== undefined) tokenUsage.observe({ ...labels, gen_ai_token_type: 'output' }, outputTokens);
         if (span) {
           if (inputTokens !== undefined) span.setAttribute('gen_ai.usage.input_tokens', inputTokens);
+          else if (!failure) {
+            // The upstream did not say (the demo model reports only its output): our count, as billed.
+            span.setAttribute('gen_ai.usage.input_tokens', countChatTokens(request.messages));
+            span.setAttribute('mas.usage.input_counted', true);
+          }
           if (outputTokens !== undefined) span.setAttribute('gen_ai.usage.output_tokens', outputTokens);
           if (signal.aborted) span.setAttribute('mas.aborted', true);
           if (captureContent()) span.setAttribute('gen_ai.output.messages', JSON.stringify([{ role: 'assistant', parts: [{ type: 'text', content: output }] }]));

@@ -41,7 +41,7 @@ describe('the Grafana dashboard', () => {
     const checked = await checkPromql(await ensurePromqlCheck(), exprs.map((e) => e.replaceAll('$__rate_interval', '5m')));
     expect(checked.filter((c) => c.error)).toEqual([]);
     // A parser that accepted anything would fail here.
-    expect((await checkPromql(await ensurePromqlCheck(), ['sum by (route) (rate(x[5m])'])))[0]!.error).toBeTruthy();
+    expect((await checkPromql(await ensurePromqlCheck(), ['sum by (route) (rate(x[5m])']))[0]!.error).toBeTruthy();
 
     const account = await makeAccount(orm, { coins: '10' });
     const { key } = await makeKey(orm, account.id);

@@ -10,7 +10,7 @@ const execFileAsync = promisify(execFile);
 
 /**
  * Prometheus' own PromQL parser (github.com/prometheus/prometheus/promql/parser, the Go module
- * of Prometheus v3.6, tagged v0.316.0), as a small program (test/support/promql-check/main.go)
+ * of Prometheus 3, tagged v0.316.0), as a small program (test/support/promql-check/main.go)
  * built once under ~/.cache/mas with Go: it reads a JSON list of expressions and answers, for
  * each, its parse error or the metric names it selects. Building only the parser, not the whole
  * of Prometheus or promtool, keeps the first build to a couple of minutes.

@@ -23,7 +23,7 @@ func main() {
 	out := []result{}
 	for _, e := range exprs {
 		r := result{Expr: e, Metrics: []string{}}
-		node, err := parser.ParseExpr(e)
+		node, err := parser.NewParser(parser.Options{}).ParseExpr(e)
 		if err != nil {
 			r.Error = err.Error()
 		} else {
