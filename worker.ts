@@ -6,10 +6,13 @@ import { createLogger } from './config/logger.ts';
 import { manageProcessLifecycle } from './config/process-lifecycle.ts';
 import { ensureSchedules } from './config/temporal.ts';
 import { startWorker, type RunningWorker } from './workflows/worker.ts';
+import { startTelemetry } from './config/telemetry.ts';
 
 /** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
 const env = loadEnvOrExit();
 const logger = createLogger(env.LOG_LEVEL, undefined, env.LOG_FORMAT);
+// Off (no OTEL_EXPORTER_OTLP_ENDPOINT), nothing is started (config/telemetry.ts).
+const telemetry = startTelemetry({ role: 'worker', logger });
 // Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
 const lifecycle = manageProcessLifecycle(logger, { stopTimeoutMs: env.SHUTDOWN_TIMEOUT_SECONDS * 1000 + 60_000 });
 
@@ -28,6 +31,7 @@ try {
     logger,
     taskQueue: env.TEMPORAL_TASK_QUEUE,
     shutdownGraceSeconds: env.SHUTDOWN_TIMEOUT_SECONDS,
+    tracing: telemetry,
   });
 } catch (err) {
   await failedToStart(err, logger);
@@ -38,6 +42,7 @@ process.stdout.write(`Model Access Service worker running on task queue ${env.TE
 const stopped = (async () => {
   const failed = await worker.done.then(() => false, () => true);
   await runtime.close();
+  await telemetry?.shutdown();
   logger.info('worker stopped');
   if (failed) process.exitCode = 1;
 })();

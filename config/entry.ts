@@ -6,6 +6,7 @@ import { loadEnvOrExit, type Env } from './env.ts';
 import { createLogger } from './logger.ts';
 import { manageProcessLifecycle } from './process-lifecycle.ts';
 import { RoleConfigError, startService, type ServiceRole } from './service.ts';
+import { startTelemetry } from './telemetry.ts';
 
 /**
  * A start-up that cannot go on: what the operator must fix is one line on stderr (a bad catalog or plans file,
@@ -27,6 +28,8 @@ export async function failedToStart(err: unknown, logger: Logger): Promise<never
 export async function runServer(role: ServiceRole): Promise<void> {
   const env: Env = loadEnvOrExit();
   const logger = createLogger(env.LOG_LEVEL, undefined, env.LOG_FORMAT);
+  // Before anything serves: off (no OTEL_EXPORTER_OTLP_ENDPOINT), nothing is started (config/telemetry.ts).
+  const telemetry = startTelemetry({ role, logger });
   // Signals, the npm that started us going away, uncaught errors: one graceful stop (config/process-lifecycle.ts).
   const lifecycle = manageProcessLifecycle(logger, {
     stopTimeoutMs: (env.SHUTDOWN_READINESS_DELAY_SECONDS + env.SHUTDOWN_TIMEOUT_SECONDS) * 1000 + 60_000,
@@ -45,7 +48,11 @@ export async function runServer(role: ServiceRole): Promise<void> {
       onTemporalUi: (url) => process.stdout.write(`Temporal Web UI (embedded dev server): ${url}\n`),
     });
     process.stdout.write(`Model Access Service listening on ${baseUrl}${role === 'api' ? ` (API instance, port ${service.port})` : ''}\n`);
-    lifecycle.setStop(() => service.stop());
+    lifecycle.setStop(async () => {
+      await service.stop();
+      // The spans still buffered leave before the process does.
+      await telemetry?.shutdown();
+    });
   } catch (err) {
     await failedToStart(err, logger);
   }

@@ -1,3 +1,5 @@
+import { OpenTelemetryWorkflowClientInterceptor } from '@temporalio/interceptors-opentelemetry';
+import { tracingOn } from '../core/telemetry.ts';
 import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import proto from '@temporalio/proto';
 import type { Logger } from 'pino';
@@ -52,7 +54,8 @@ export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL
     address,
     namespace: env.TEMPORAL_NAMESPACE,
     uiUrl: env.TEMPORAL_UI_URL?.replace(/\/+$/, '') ?? embedded?.uiUrl,
-    client: new Client({ connection, namespace: env.TEMPORAL_NAMESPACE }),
+    // Tracing on: starting a workflow is a span whose context travels in the workflow's headers (workflows/tracing.ts).
+    client: new Client({ connection, namespace: env.TEMPORAL_NAMESPACE, ...(tracingOn() ? { interceptors: { workflow: [new OpenTelemetryWorkflowClientInterceptor()] } } : {}) }),
     close,
   };
 }

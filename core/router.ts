@@ -44,7 +44,7 @@ import { createGeneration } from './generations/create-generation.ts';
 import { listGenerations, listGenerationsInput } from './generations/list-generations.ts';
 import { getGeneration, readGenerationOutput, waitForGeneration, waitInput } from './generations/read-generation.ts';
 import { createGenerationInput, generationIdInput } from './generations/schema.ts';
-import { checkReady } from './health.ts';
+import { checkReady, operationalFigures } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
 import { createKey, createKeyInput, getKey, keyIdInput, keyInfo, listKeys, revokeKey, updateKey, updateKeyInput, type LimitChecks } from './keys/keys.ts';
 import { createKeyFor, listKeysOf } from './operators/account-keys.ts';
@@ -84,6 +84,10 @@ const spooledUpload = z.custom<SpooledUpload>((v) => typeof v === 'object' && v 
 export const appRouter = router({
   health: router({
     ready: publicProcedure.query(({ ctx }) => checkReady(ctx.em)),
+    /** For /metrics only (adapters/http/operations.ts): counts and durations, no ids. */
+    figures: publicProcedure
+      .input(z.object({ since: z.date().optional(), afterEntry: z.string().regex(/^\d{1,19}$/).optional() }))
+      .query(({ ctx, input }) => operationalFigures(ctx.em, input.since, input.afterEntry)),
   }),
 
   models: router({

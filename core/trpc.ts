@@ -10,6 +10,8 @@ import type { AdminPrincipal, InternalPrincipal, SessionPrincipal, SpendingPrinc
 import { authenticateSession } from './auth/sessions.ts';
 import { requireVerifiedEmail } from './auth/verified-email.ts';
 import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
+import { annotate, errorType, inSpan, tracingOn } from './telemetry.ts';
+import { SpanStatusCode } from '@opentelemetry/api';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
 
@@ -21,14 +23,38 @@ export const createCallerFactory = t.createCallerFactory;
  * built on exactly one of them; none checks a credential itself.
  */
 
+/**
+ * Tracing on (core/telemetry.ts): every procedure call is a span `core <path>` (`core
+ * chat.complete`), under the request's; a failure is marked with its error code. Off: the
+ * middleware passes straight through. The base procedures below add the caller's account and
+ * key to it once the credential is checked (`annotatePrincipal`).
+ */
+const tracedProcedure = t.procedure.use(({ path, type, next }) => {
+  if (!tracingOn()) return next();
+  return inSpan(`core ${path}`, () => ({ 'mas.procedure': path, 'mas.procedure.type': type }), async (span) => {
+    const result = await next();
+    if (!result.ok && span) {
+      const code = toCoreError(result.error)?.code ?? errorType(result.error);
+      span.setAttribute('error.type', code);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: code });
+    }
+    return result;
+  });
+});
+
+/** The caller's ids on the procedure's span: never the credential itself. */
+function annotatePrincipal(p: { accountId: string; keyId?: string }): void {
+  annotate(() => ({ 'mas.account_id': p.accountId, ...(p.keyId ? { 'mas.key_id': p.keyId } : {}) }));
+}
+
 /** No caller identity needed: health checks, public documents, signed links. */
-export const publicProcedure = t.procedure;
+export const publicProcedure = tracedProcedure;
 
 /**
  * Spends an account's coins: an API key (`Authorization: Bearer`), checked on every call and
  * counted against its per-minute limit; its account is `ctx.principal`.
  */
-export const spendingProcedure = t.procedure.use(async ({ ctx, next }) => {
+export const spendingProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const principal = await spenderOf(ctx);
   await consumeRateLimit(ctx, principal);
   return next({ ctx: { ...ctx, principal } });
@@ -39,7 +65,7 @@ export const spendingProcedure = t.procedure.use(async ({ ctx, next }) => {
  * that must refuse a bad key at its door (MCP answers 401 before it speaks the protocol) and
  * counts each call of a use case instead.
  */
-export const spenderCheckProcedure = t.procedure.use(async ({ ctx, next }) => {
+export const spenderCheckProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const principal = await spenderOf(ctx);
   return next({ ctx: { ...ctx, principal } });
 });
@@ -51,9 +77,10 @@ export const spenderCheckProcedure = t.procedure.use(async ({ ctx, next }) => {
  * key in the same statement, before anything is spent; and a call on a cached key that fails
  * for any reason checks the key again, so a revoked key is answered 401, never another error.
  */
-export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
+export const chatProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const bearer = bearerOf(ctx);
   const principal: SpendingPrincipal = isAppToken(bearer) ? await spenderOf(ctx) : await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { recent: true, now: ctx.deps.clock() });
+  annotatePrincipal(principal);
   // Throws `unauthorized` when the cached key has been revoked since.
   const recheck = async () => {
     if (principal.fromCache) await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { now: ctx.deps.clock() });
@@ -68,9 +95,10 @@ export const chatProcedure = t.procedure.use(async ({ ctx, next }) => {
 });
 
 /** A person signed in to the account pages: their account is `ctx.principal.accountId`. */
-export const sessionProcedure = t.procedure.use(async ({ ctx, next }) => {
+export const sessionProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   if (ctx.credential.kind !== 'session') throw unauthorized('session');
   const principal: SessionPrincipal = await authenticateSession(ctx.em, ctx.credential.token, ctx.deps.clock());
+  annotatePrincipal(principal);
   return next({ ctx: { ...ctx, principal } });
 });
 
@@ -79,9 +107,10 @@ export const sessionProcedure = t.procedure.use(async ({ ctx, next }) => {
  * `spendingProcedure` (a customer's back office), or a person signed in to the account pages.
  * One use case, whichever of the two calls it.
  */
-export const payerProcedure = t.procedure.use(async ({ ctx, next }) => {
+export const payerProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   if (ctx.credential.kind === 'session') {
     const principal: SessionPrincipal = await authenticateSession(ctx.em, ctx.credential.token, ctx.deps.clock());
+    annotatePrincipal(principal);
     return next({ ctx: { ...ctx, principal } });
   }
   const principal = await spenderOf(ctx);
@@ -106,13 +135,13 @@ export const verifiedPayerProcedure = payerProcedure.use(async ({ ctx, next }) =
 });
 
 /** Reads for operators: an admin token of any role, or the internal caller (the CLI). */
-export const adminProcedure = t.procedure.use(async ({ ctx, next }) => {
+export const adminProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const principal: AdminPrincipal | InternalPrincipal = await operatorOf(ctx);
   return next({ ctx: { ...ctx, principal } });
 });
 
 /** Actions of operators (accounts, credits, keys of any account, the catalog): the `operator` role, or the internal caller. */
-export const operatorProcedure = t.procedure.use(async ({ ctx, next }) => {
+export const operatorProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const principal: AdminPrincipal | InternalPrincipal = await operatorOf(ctx);
   if (principal.kind === 'admin' && principal.role !== 'operator') {
     throw new CoreError('forbidden', 'This action needs an admin token with the operator role.', { reason: 'operator_role_required' });
@@ -132,7 +161,7 @@ async function operatorOf(ctx: CoreContext): Promise<AdminPrincipal | InternalPr
 }
 
 /** The service's own steps (workflow activities, sweeps): only in-process callers, never a network adapter. */
-export const internalProcedure = t.procedure.use(({ ctx, next }) => {
+export const internalProcedure = tracedProcedure.use(({ ctx, next }) => {
   if (ctx.credential.kind !== 'internal') throw new CoreError('forbidden', 'This operation is internal.', { reason: 'internal_only' });
   const principal: InternalPrincipal = { kind: 'internal' };
   return next({ ctx: { ...ctx, principal } });
@@ -145,10 +174,15 @@ export const internalProcedure = t.procedure.use(({ ctx, next }) => {
  */
 async function spenderOf(ctx: CoreContext): Promise<SpendingPrincipal> {
   const bearer = bearerOf(ctx);
-  if (!isAppToken(bearer)) return authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { now: ctx.deps.clock() });
+  if (!isAppToken(bearer)) {
+    const principal = await authenticate(ctx.deps.keys, bearer, ctx.deps.lastUsed, { now: ctx.deps.clock() });
+    annotatePrincipal(principal);
+    return principal;
+  }
   const resource = ctx.credential.kind === 'bearer' ? ctx.credential.resource : undefined;
   const principal = await authenticateAppToken(ctx.em, bearer!, resource, ctx.deps.clock());
   ctx.deps.lastUsed.touch(principal.keyId);
+  annotatePrincipal(principal);
   return principal;
 }
 

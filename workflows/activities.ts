@@ -7,6 +7,7 @@ import { refusedOnMerits } from '../core/generations/upstream.ts';
 import { createInternalCaller } from '../core/internal/router.ts';
 import { MediaProviderError } from '../core/ports.ts';
 import type { RouteFailure } from './shared.ts';
+import { annotate } from '../core/telemetry.ts';
 
 /**
  * Activities call core's internal steps through its internal router, as the internal caller.
@@ -38,15 +39,15 @@ export function createActivities(deps: CoreDeps) {
     // An account's auto top-up workflow.
     chargeSavedCardForAutoTopUp: (accountId: string, chargeId: string): Promise<string> => core().payments.autoTopUp({ account: accountId, charge: chargeId }),
     // A job's workflow, in order.
-    markJobRunning: (id: string) => core().jobs.begin({ id }),
+    markJobRunning: (id: string) => (jobSpan(id), core().jobs.begin({ id })),
     // With a route (`provider/model`), one route's try: the history shows which route each submit went to.
-    submitJobToProvider: (id: string, route?: RouteTry) => providerStep(core().jobs.submit({ id, ...(route ? { route } : {}) })),
+    submitJobToProvider: (id: string, route?: RouteTry) => (jobSpan(id), providerStep(core().jobs.submit({ id, ...(route ? { route } : {}) }))),
     askProviderForJobState: (provider: string, handle: string) => providerStep(core().jobs.poll({ provider, handle })),
     copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> =>
-      providerStep(heartbeating(() => core().jobs.store({ id, provider, handle }))),
-    chargeAndCompleteJob: (id: string, output: StoredOutput) => core().jobs.complete({ id, output }),
-    refundAndFailJob: (id: string, error: JobError) => core().jobs.fail({ id, error }),
-    refundAndCancelJob: (id: string) => core().jobs.cancel({ id }),
+      (jobSpan(id), providerStep(heartbeating(() => core().jobs.store({ id, provider, handle })))),
+    chargeAndCompleteJob: (id: string, output: StoredOutput) => (jobSpan(id), core().jobs.complete({ id, output })),
+    refundAndFailJob: (id: string, error: JobError) => (jobSpan(id), core().jobs.fail({ id, error })),
+    refundAndCancelJob: (id: string) => (jobSpan(id), core().jobs.cancel({ id })),
     cancelJobAtProvider: (provider: string, handle: string) => core().jobs.cancelUpstream({ provider, handle }),
     // From the handle on the job's row, once per handle (the API or the sweep may have asked already); never throws.
     cancelJobAtProviderOnce: (id: string): Promise<boolean> => core().jobs.cancelUpstreamOf({ id }),
@@ -66,6 +67,11 @@ export function createActivities(deps: CoreDeps) {
     deliverGenerationWebhook: steps.deliverJobWebhook,
     deleteGenerationResult: (id: string) => core().jobs.deleteResult({ id }),
   };
+}
+
+/** Tracing on: the activity's span (the Temporal interceptor's) names the job it works on. */
+function jobSpan(id: string): void {
+  annotate(() => ({ 'mas.job_id': id }));
 }
 
 export type Activities = ReturnType<typeof createActivities>;

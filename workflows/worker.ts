@@ -6,15 +6,20 @@ import pino, { type Logger } from 'pino';
 import type { CoreDeps } from '../core/context.ts';
 import { createActivities } from './activities.ts';
 import { TASK_QUEUE } from './shared.ts';
+import { activityInterceptors, workerSinks, WORKFLOW_INTERCEPTOR_MODULE, type WorkerTracing } from './tracing.ts';
 
 /**
  * The workflow code: the bundle `npm run build` made (dist/workflows/bundle.js, beside this
  * file when it runs from dist/), or else the sources, bundled by webpack at start (tests, tsx).
  */
-function workflowCode(): { workflowBundle: { codePath: string } } | { workflowsPath: string } {
+function workflowCode(): { workflowBundle: { codePath: string } } | { workflowsPath: string; interceptors: { workflowModules: string[] } } {
   const bundle = fileURLToPath(new URL('./bundle.js', import.meta.url));
   if (existsSync(bundle)) return { workflowBundle: { codePath: bundle } };
-  return { workflowsPath: fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './index.ts' : './index.js', import.meta.url)) };
+  return {
+    workflowsPath: fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './index.ts' : './index.js', import.meta.url)),
+    // The bundle `npm run build` makes has the same (scripts/build.ts).
+    interceptors: { workflowModules: [WORKFLOW_INTERCEPTOR_MODULE] },
+  };
 }
 
 export interface RunningWorker {
@@ -92,6 +97,13 @@ export function installTemporalRuntime(logger: Logger): void {
   }
 }
 
+function withActivityInterceptors<T extends object>(code: T, tracing: WorkerTracing | undefined): T {
+  const activity = activityInterceptors(tracing);
+  if (!activity || activity.length === 0) return code;
+  const existing = (code as { interceptors?: object }).interceptors ?? {};
+  return { ...code, interceptors: { ...existing, activity } };
+}
+
 /** A Temporal worker for this service's workflows and activities. */
 export async function startWorker(opts: {
   deps: CoreDeps;
@@ -110,6 +122,8 @@ export async function startWorker(opts: {
    * processes): a shutdown waits for the grace period's cancellations to be honoured.
    */
   shutdownForceSeconds?: number;
+  /** Tracing on (config/telemetry.ts): where the workflow and activity spans go (workflows/tracing.ts). */
+  tracing?: WorkerTracing | undefined;
 }): Promise<RunningWorker> {
   installTemporalRuntime(opts.logger);
   const connection = await NativeConnection.connect({ address: opts.address });
@@ -117,7 +131,8 @@ export async function startWorker(opts: {
     connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue ?? TASK_QUEUE,
-    ...workflowCode(),
+    ...withActivityInterceptors(workflowCode(), opts.tracing),
+    sinks: workerSinks(opts.tracing),
     activities: createActivities(opts.deps),
     shutdownGraceTime: `${opts.shutdownGraceSeconds ?? 0}s`,
     ...(opts.shutdownForceSeconds !== undefined ? { shutdownForceTime: `${opts.shutdownForceSeconds}s` } : {}),

@@ -3,8 +3,12 @@ import helmet from 'helmet';
 import type { Logger } from 'pino';
 import type { CoreDeps } from '../../core/context.ts';
 import { requestLogger } from './logging.ts';
+import { traceRequests } from './tracing.ts';
+import { tracingOn } from '../../core/telemetry.ts';
 import { createHttpMetrics, type HttpMetrics } from './metrics.ts';
 import { sendUnknownRoute } from './error-body.ts';
+import { createContext } from '../../core/context.ts';
+import { createCaller } from '../../core/router.ts';
 import { operationsRoutes, sendError } from './operations.ts';
 
 /**
@@ -67,13 +71,21 @@ export interface HttpAppOptions {
  */
 export function createHttpApp(opts: HttpAppOptions): Express {
   const { logger } = opts;
-  const metrics = opts.metrics ?? createHttpMetrics({ routes: opts.deps.routeBreakers });
+  const metrics =
+    opts.metrics ??
+    createHttpMetrics({
+      routes: opts.deps.routeBreakers,
+      figures: (since, afterEntry) =>
+        createCaller(createContext(opts.deps, { kind: 'none' }, { requestId: 'metrics' })).health.figures({ ...(since ? { since } : {}), ...(afterEntry ? { afterEntry } : {}) }),
+    });
   const app = express();
   app.disable('x-powered-by');
   // No ETag: it hashes every JSON body, and API answers (balances, completions) are not cached.
   app.set('etag', false);
   app.set('trust proxy', opts.trustProxy ?? false);
 
+  // Tracing on (config/telemetry.ts): a server span around everything else; off, not mounted at all.
+  if (tracingOn()) app.use(traceRequests());
   app.use(requestLogger(logger));
   app.use(metrics.middleware);
   // Shutting down: every answer closes its connection, so that a balancer keeping connections

@@ -2,6 +2,24 @@ import type { RequestHandler } from 'express';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { RouteCounts } from '../providers/breakers.ts';
 import type { RouteHealth } from '../../core/ports.ts';
+import { upstreamMetrics } from '../providers/telemetry.ts';
+
+/** What /metrics reads of the database at each scrape (core health.figures). */
+export interface OperationalFigures {
+  /** Coins captured since the previous read (micro-coins), and the last ledger entry seen: the next read's `afterEntry`. */
+  spentMicro: bigint;
+  lastEntry: string;
+  holdsOpen: number;
+  heldMicro: bigint;
+  jobsQueued: number;
+  jobsRunning: number;
+  /** The database's clock: the next call's `since`. */
+  now: Date;
+  /** Queue seconds of the jobs that started since `since`. */
+  started: number[];
+  /** Run seconds of the jobs that ended since `since`, with how they ended. */
+  ended: { seconds: number; status: string }[];
+}
 
 export interface HttpMetrics {
   registry: Registry;
@@ -19,10 +37,13 @@ export interface RouteFigures {
  * `routes`, each model route's breaker (docs/providers.md, "Routes, fallback and breakers"),
  * labelled by the route's `provider/model` only.
  */
-export function createHttpMetrics(opts: { routes?: RouteFigures | undefined } = {}): HttpMetrics {
+export function createHttpMetrics(opts: { routes?: RouteFigures | undefined; figures?: ((since: Date | undefined, afterEntry: string | undefined) => Promise<OperationalFigures>) | undefined } = {}): HttpMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
   if (opts.routes) routeMetrics(registry, opts.routes);
+  // The GenAI metrics of the upstream calls made in this process (adapters/providers/telemetry.ts).
+  for (const metric of upstreamMetrics) registry.registerMetric(metric);
+  if (opts.figures) operationalMetrics(registry, opts.figures);
   const requests = new Counter({
     name: 'http_requests_total',
     help: 'HTTP requests by method, route and status',
@@ -47,6 +68,73 @@ export function createHttpMetrics(opts: { routes?: RouteFigures | undefined } = 
     next();
   };
   return { registry, middleware };
+}
+
+/**
+ * Holds open, jobs queued and running (gauges), and the queue and run time of jobs
+ * (histograms), read from the database once per scrape: each scrape observes the jobs that
+ * started or ended since the previous one (by the database's clock). Every API instance reads
+ * the same jobs, so sum them over one instance, not over all (docs/observability.md).
+ */
+function operationalMetrics(registry: Registry, read: (since: Date | undefined, afterEntry: string | undefined) => Promise<OperationalFigures>): void {
+  let since: Date | undefined;
+  let afterEntry: string | undefined;
+  let scrape: Promise<OperationalFigures | undefined> | undefined;
+  const figures = () =>
+    (scrape ??= read(since, afterEntry)
+      .then((f) => {
+        since = f.now;
+        afterEntry = f.lastEntry;
+        return f;
+      })
+      // A database away: these series are left out of this scrape, the others stay.
+      .catch(() => undefined)
+      .finally(() => setImmediate(() => (scrape = undefined))));
+  const gauge = (name: string, help: string, value: (f: OperationalFigures) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        const f = await figures();
+        if (f) this.set(value(f));
+      },
+    });
+  new Counter({
+    name: 'mas_spent_coins_total',
+    help: 'Coins captured from wallets (chat and media usage), counted from this process start; every instance counts the same ledger',
+    registers: [registry],
+    async collect() {
+      const f = await figures();
+      if (f && f.spentMicro > 0n) this.inc(Number(f.spentMicro) / 1_000_000);
+    },
+  });
+  gauge('mas_holds_open', 'Reservations open now (chat requests and media jobs in flight)', (f) => f.holdsOpen);
+  gauge('mas_holds_open_coins', 'Coins held by the open reservations', (f) => Number(f.heldMicro) / 1_000_000);
+  gauge('mas_jobs_queued', 'Media jobs accepted and not started yet', (f) => f.jobsQueued);
+  gauge('mas_jobs_running', 'Media jobs running now', (f) => f.jobsRunning);
+  const buckets = [0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
+  new Histogram({
+    name: 'mas_job_queue_time_seconds',
+    help: 'How long media jobs waited between acceptance and their start',
+    buckets,
+    registers: [registry],
+    async collect() {
+      const f = await figures();
+      for (const s of f?.started ?? []) this.observe(s);
+    },
+  });
+  new Histogram({
+    name: 'mas_job_run_time_seconds',
+    help: 'How long media jobs ran, from their start to their end, by how they ended',
+    labelNames: ['status'],
+    buckets,
+    registers: [registry],
+    async collect() {
+      const f = await figures();
+      for (const e of f?.ended ?? []) this.observe({ status: e.status }, e.seconds);
+    },
+  });
 }
 
 const STATE_VALUE = { closed: 0, half_open: 1, open: 2 } as const;

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import { circuitBreaker, CircuitState, handleAll, type CircuitBreakerPolicy, type IBreaker } from 'cockatiel';
 import type { RouteBreakers, RouteHealth, RouteOutcome, RoutePass } from '../../core/ports.ts';
+import { noteChatCall } from './telemetry.ts';
 
 /**
  * One cockatiel circuit breaker per route, held in this process. A breaker opens after
@@ -99,6 +100,8 @@ export function createRouteBreakers(options: BreakerOptions): InProcessBreakers 
     return r;
   };
   const note = (name: string, outcome: RouteOutcome) => {
+    // The GenAI duration and the upstream errors on /metrics (adapters/providers/telemetry.ts).
+    noteChatCall(name, outcome);
     const r = route(name);
     if (r.latencies.length < LATENCY_SAMPLES) r.latencies.push(outcome.latencyMs);
     else r.latencies[r.next] = outcome.latencyMs;

@@ -9,6 +9,7 @@ import { elevenLabsProvider } from './media/elevenlabs.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 import { anthropicProvider } from './anthropic.ts';
+import { observedChatProvider, observedMediaProvider } from './telemetry.ts';
 
 /** Builds the providers named in the catalog file; upstream keys come from the environment; `log` is the operator's, for what upstreams said. */
 export function createProviderRegistry(
@@ -23,6 +24,8 @@ export function createProviderRegistry(
     else if (config.kind === 'openai-compatible') providers.set(name, openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers, log: upstreamLog }));
     else if (config.kind === 'anthropic') providers.set(name, anthropicProvider({ ...upstream(config, env), version: config.anthropic_version, log: upstreamLog }));
   }
+  // Every upstream call a span (tracing on) and metrics (adapters/providers/telemetry.ts).
+  for (const [name, provider] of providers) providers.set(name, observedChatProvider(name, provider));
   return { get: (name) => providers.get(name) };
 }
 
@@ -55,6 +58,7 @@ export function createMediaProviderRegistry(
       providers.set(name, elevenLabsProvider({ ...upstream(config, env), maxResultBytes: config.max_result_mb * 1_048_576, log: opts.log }));
     }
   }
+  for (const [name, provider] of providers) providers.set(name, observedMediaProvider(name, provider));
   return { get: (name) => providers.get(name) };
 }
 

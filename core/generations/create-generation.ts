@@ -1,3 +1,4 @@
+import { activeTraceId, annotate } from '../telemetry.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { Logger } from 'pino';
 import { requireModelAllowed, type SpendingPrincipal } from '../auth/principals.ts';
@@ -121,9 +122,11 @@ async function acceptJob(
     metadata: { kind: 'generation', model: job.model.id, key_id: principal.keyId, ...(principal.kind === 'app_connection' ? { app_connection_id: principal.connectionId } : {}) },
   });
   await tx.execute(
-    `insert into generations (id, account_id, key_id, model_id, prompt, settings, inputs, price_micro, hold_id, webhook_url)
-     values (?, ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::bigint, ?, ?)`,
-    [id, principal.accountId, principal.keyId, job.model.id, job.prompt, JSON.stringify(job.settings), JSON.stringify(job.inputs), job.price.toString(), holdId, job.webhookUrl],
+    `insert into generations (id, account_id, key_id, model_id, prompt, settings, inputs, price_micro, hold_id, webhook_url, trace_id)
+     values (?, ?, ?, ?, ?, ?::jsonb, ?::jsonb, ?::bigint, ?, ?, ?)`,
+    [id, principal.accountId, principal.keyId, job.model.id, job.prompt, JSON.stringify(job.settings), JSON.stringify(job.inputs), job.price.toString(), holdId, job.webhookUrl, activeTraceId() ?? null],
   );
+  // Tracing on: the submit's span names the job (core/telemetry.ts).
+  annotate(() => ({ 'mas.job_id': id }));
   return id;
 }

@@ -31,6 +31,8 @@ export interface JobRow {
   upstream_handle?: string | null;
   /** What the job cost upstream, in micro-coins, once it succeeded (null when unknown). */
   upstream_cost_micro?: string | null;
+  /** The OpenTelemetry trace id of the request that submitted it, when tracing was on (docs/observability.md). */
+  trace_id?: string | null;
 }
 
 export interface StoredOutput {

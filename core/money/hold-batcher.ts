@@ -2,7 +2,8 @@ import type DataLoader from 'dataloader';
 import { statementBatcher, withRetry, type Execute } from '../db/batch.ts';
 import { newId } from '../ids.ts';
 import type { Micro } from './coins.ts';
-import { checkReservation, endOutcome, reserveOutcome, type HoldOutcome, type ReserveInput } from './holds.ts';
+import { dbSpan } from '../telemetry.ts';
+import { checkReservation, endAttributes, endOutcome, reserveAttributes, reserveOutcome, type HoldOutcome, type ReserveInput } from './holds.ts';
 
 type ReserveRow = { i: number; status: string; available: string | null };
 type EndRow = { i: number; status: string; captured: string | null; amount: string | null };
@@ -51,15 +52,15 @@ export class HoldBatcher {
   async reserve(input: BatchedReserve): Promise<{ holdId: string }> {
     checkReservation(input);
     const item = { ...input, holdId: input.holdId ?? newId('hold') };
-    return reserveOutcome(await this.reserves.load(item), input, item.holdId);
+    return reserveOutcome(await dbSpan('mas_reserve_many', () => reserveAttributes(input, item.holdId), () => this.reserves.load(item)), input, item.holdId);
   }
 
   async settle(holdId: string, actual: Micro): Promise<HoldOutcome> {
-    return endOutcome(await this.endings.load({ holdId, actual, outcome: 'settled' }), holdId, actual);
+    return endOutcome(await dbSpan('mas_end_hold_many', () => endAttributes(holdId, actual, 'settled'), () => this.endings.load({ holdId, actual, outcome: 'settled' })), holdId, actual);
   }
 
   async release(holdId: string): Promise<HoldOutcome> {
-    return endOutcome(await this.endings.load({ holdId, actual: 0n, outcome: 'released' }), holdId, 0n);
+    return endOutcome(await dbSpan('mas_end_hold_many', () => endAttributes(holdId, 0n, 'released'), () => this.endings.load({ holdId, actual: 0n, outcome: 'released' })), holdId, 0n);
   }
 }
 

@@ -1,3 +1,5 @@
+import type { Attributes } from '@opentelemetry/api';
+import { coins, dbSpan } from '../telemetry.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { CoreError, notFound, unauthorized } from '../errors.ts';
 import { newId } from '../ids.ts';
@@ -31,9 +33,11 @@ export interface ReserveInput {
 export async function reserve(em: EntityManager, input: ReserveInput): Promise<{ holdId: string }> {
   checkReservation(input);
   const holdId = input.holdId ?? newId('hold');
-  const rows = await em.execute<{ status: string; available: string | null }[]>(
-    'select status, available::text from mas_reserve(?, ?, ?::bigint, ?, ?::timestamptz, ?::jsonb)',
-    [holdId, input.accountId, input.amount.toString(), input.reference, input.expiresAt.toISOString(), JSON.stringify(input.metadata ?? {})],
+  const rows = await dbSpan('mas_reserve', () => reserveAttributes(input, holdId), () =>
+    em.execute<{ status: string; available: string | null }[]>(
+      'select status, available::text from mas_reserve(?, ?, ?::bigint, ?, ?::timestamptz, ?::jsonb)',
+      [holdId, input.accountId, input.amount.toString(), input.reference, input.expiresAt.toISOString(), JSON.stringify(input.metadata ?? {})],
+    ),
   );
   return reserveOutcome(rows[0]!, input, holdId);
 }
@@ -49,11 +53,23 @@ export function release(em: EntityManager, holdId: string): Promise<HoldOutcome>
 }
 
 async function endHold(em: EntityManager, holdId: string, actual: Micro, outcome: 'settled' | 'released'): Promise<HoldOutcome> {
-  const rows = await em.execute<{ status: string; captured: string | null; amount: string | null }[]>(
-    'select status, captured::text, amount::text from mas_end_hold(?, ?::bigint, ?)',
-    [holdId, actual.toString(), outcome],
+  const rows = await dbSpan('mas_end_hold', () => endAttributes(holdId, actual, outcome), () =>
+    em.execute<{ status: string; captured: string | null; amount: string | null }[]>(
+      'select status, captured::text, amount::text from mas_end_hold(?, ?::bigint, ?)',
+      [holdId, actual.toString(), outcome],
+    ),
   );
   return endOutcome(rows[0]!, holdId, actual);
+}
+
+/** The reservation's span attributes (docs/observability.md): ids and amounts, in coins. */
+export function reserveAttributes(input: ReserveInput, holdId: string): Attributes {
+  return { 'mas.hold_id': holdId, 'mas.account_id': input.accountId, 'mas.reserved_coins': coins(input.amount), 'mas.reference': input.reference };
+}
+
+/** The settle's or release's span attributes: `mas.cost_coins` is what the settle asks to capture. */
+export function endAttributes(holdId: string, actual: Micro, outcome: 'settled' | 'released'): Attributes {
+  return { 'mas.hold_id': holdId, 'mas.hold.outcome': outcome, 'mas.cost_coins': coins(actual) };
 }
 
 export function checkReservation(input: ReserveInput): void {

@@ -79,6 +79,11 @@ export const Generation = builder.loadableObject('Generation', {
     holdId: t.exposeString('hold_id'),
     workflowId: t.exposeString('workflow_id', { description: "The Temporal workflow id: the job's id." }),
     runId: t.exposeString('run_id', { nullable: true, description: 'The Temporal run id of its workflow, recorded when it started (null for a job whose workflow has not started)' }),
+    traceId: t.exposeString('trace_id', {
+      nullable: true,
+      description:
+        "The OpenTelemetry trace id of the request that submitted the job: one trace with the submit, the workflow, its activities, the upstream calls and the settle or refund (docs/observability.md). Null when tracing was off or the request was not sampled.",
+    }),
     temporalUiUrl: t.string({
       nullable: true,
       description:

@@ -38,6 +38,8 @@ function view(job: JobRow, signer: UrlSigner) {
     provider: job.provider ?? null,
     route_model: job.route_model ?? null,
     upstream_cost_coins: job.upstream_cost_micro != null ? coinsToJson(BigInt(job.upstream_cost_micro)) : null,
+    // The OpenTelemetry trace of its submit, workflow and activities (docs/observability.md); null when not traced.
+    trace_id: job.trace_id ?? null,
   };
 }
 export type AdminGenerationView = ReturnType<typeof view>;

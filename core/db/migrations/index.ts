@@ -34,6 +34,7 @@ import { Migration20261202020000_upstream_cancel } from './Migration202612020200
 import { Migration20261203000000_key_limits } from './Migration20261203000000_key_limits.ts';
 import { Migration20261203010000_mail } from './Migration20261203010000_mail.ts';
 import { Migration20261205030000_app_reconnect } from './Migration20261205030000_app_reconnect.ts';
+import { Migration20261206000000_trace_id } from './Migration20261206000000_trace_id.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -73,4 +74,5 @@ export const migrations = [
   { name: 'Migration20261203000000_key_limits', class: Migration20261203000000_key_limits },
   { name: 'Migration20261203010000_mail', class: Migration20261203010000_mail },
   { name: 'Migration20261205030000_app_reconnect', class: Migration20261205030000_app_reconnect },
+  { name: 'Migration20261206000000_trace_id', class: Migration20261206000000_trace_id },
 ];
