@@ -1,5 +1,6 @@
 import { Readable } from 'node:stream';
 import type { Request as ExpressRequest, Response as ExpressResponse } from 'express';
+import { drained } from '../http/drained.ts';
 
 /**
  * Node's request and response as the web-standard Request and Response that both MCP SDK
@@ -48,17 +49,4 @@ export async function sendWebResponse(res: ExpressResponse, response: globalThis
     // The client went away (the reader was cancelled): nothing is left to answer.
   }
   res.end();
-}
-
-/** Resolves when the response can take more, or is gone; leaves no listener behind. */
-function drained(res: ExpressResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.once('drain', done);
-    res.once('close', done);
-  });
 }

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { toCoreError } from '../../core/trpc.ts';
 import { tagErrorCode } from '../http/error-body.ts';
 import { coreErrorBody } from './errors.ts';
+import { drained } from '../http/drained.ts';
 
 /**
  * Sends chunks as server-sent events, `data: {json}` each, then `data: [DONE]`, as the OpenAI
@@ -76,16 +77,4 @@ async function streamEvents(res: Response, chunks: AsyncIterable<unknown>, logge
   } finally {
     res.end();
   }
-}
-
-function drained(res: Response): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.once('drain', done);
-    res.once('close', done);
-  });
 }

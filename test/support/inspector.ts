@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { firstUseBuild, masCacheDir } from '../../adapters/embedded/first-use-build.ts';
+import { type RunResult, runCollected } from './process.ts';
 
 /**
  * The MCP Inspector CLI, as agent developers run it (`npx @modelcontextprotocol/inspector --cli`),
@@ -41,17 +42,9 @@ export async function ensureInspector(): Promise<string> {
 }
 
 /** Runs the Inspector CLI with these arguments; resolves with its exit code and output, whatever the code. */
-export async function runInspectorCli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export async function runInspectorCli(args: string[], env: Record<string, string> = {}): Promise<RunResult> {
   const launcher = await ensureInspector();
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [launcher, '--cli', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runCollected(process.execPath, [launcher, '--cli', ...args], { env: { ...process.env, ...env } });
 }
 
 /** npm on the PATH of this process, which puts the pinned Node first under `npm exec`. */
