@@ -7,6 +7,9 @@ import { manageProcessLifecycle } from './config/process-lifecycle.ts';
 import { ensureSchedules } from './config/temporal.ts';
 import { startWorker, type RunningWorker } from './workflows/worker.ts';
 import { startTelemetry } from './config/telemetry.ts';
+import { createWorkerMetrics } from './adapters/http/metrics.ts';
+import { serveWorkerMetrics } from './adapters/http/worker-metrics.ts';
+import type { Server } from 'node:http';
 
 /** `npm run worker`: a Temporal worker alone, so workers scale apart from API instances. */
 const env = loadEnvOrExit();
@@ -18,6 +21,7 @@ const lifecycle = manageProcessLifecycle(logger, { stopTimeoutMs: env.SHUTDOWN_T
 
 let runtime!: Runtime;
 let worker!: RunningWorker;
+let metricsServer: Server | undefined;
 try {
   // A worker never migrates an external database (`npm run migrate` does, once): it refuses to start while one is pending.
   runtime = await openRuntime(env, logger, { temporal: true, migrations: 'check', changes: true });
@@ -33,6 +37,16 @@ try {
     shutdownGraceSeconds: env.SHUTDOWN_TIMEOUT_SECONDS,
     tracing: telemetry,
   });
+  // Its own /metrics, when asked for: the media upstream calls it makes and its breakers (docs/observability.md).
+  if (env.WORKER_METRICS_PORT !== undefined) {
+    metricsServer = await serveWorkerMetrics(createWorkerMetrics({ routes: runtime.deps.routeBreakers }), {
+      port: env.WORKER_METRICS_PORT,
+      host: env.HOST,
+      token: env.METRICS_TOKEN,
+      logger,
+    });
+    logger.info({ port: env.WORKER_METRICS_PORT }, 'worker metrics on /metrics');
+  }
 } catch (err) {
   await failedToStart(err, logger);
 }
@@ -41,6 +55,7 @@ process.stdout.write(`Model Access Service worker running on task queue ${env.TE
 // Stopped by a signal, or on its own after a fatal worker error (exit code 1).
 const stopped = (async () => {
   const failed = await worker.done.then(() => false, () => true);
+  await new Promise((resolve) => (metricsServer ? metricsServer.close(resolve) : resolve(undefined)));
   await runtime.close();
   await telemetry?.shutdown();
   logger.info('worker stopped');

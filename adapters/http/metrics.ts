@@ -71,6 +71,20 @@ export function createHttpMetrics(opts: { routes?: RouteFigures | undefined; fig
 }
 
 /**
+ * A worker's own metrics (`npm run worker` with WORKER_METRICS_PORT): its process, the upstream
+ * calls of the media jobs it runs in the GenAI conventions (adapters/providers/telemetry.ts), and
+ * its routes' breakers. An API instance that runs the worker in its own process (RUN_WORKER)
+ * shows the same series on its /metrics already.
+ */
+export function createWorkerMetrics(opts: { routes?: RouteFigures | undefined } = {}): Registry {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  if (opts.routes) routeMetrics(registry, opts.routes);
+  for (const metric of upstreamMetrics) registry.registerMetric(metric);
+  return registry;
+}
+
+/**
  * Holds open, jobs queued and running (gauges), and the queue and run time of jobs
  * (histograms), read from the database once per scrape: each scrape observes the jobs that
  * started or ended since the previous one (by the database's clock). Every API instance reads
