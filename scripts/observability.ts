@@ -288,8 +288,13 @@ async function main(): Promise<void> {
     const logs = await fs.readFile(logFile, 'utf8');
     check(/"trace_id":"[0-9a-f]{32}","span_id":"[0-9a-f]{16}"/.test(logs), 'logs: lines written inside a span carry trace_id and span_id');
   } finally {
+    // Jaeger first (its command line names this run's folder, which stopServer sweeps for leftovers).
+    if (jaeger && jaeger.exitCode === null) {
+      const exited = new Promise((resolve) => jaeger!.once('exit', resolve));
+      jaeger.kill('SIGTERM');
+      await Promise.race([exited, sleep(10_000)]);
+    }
     if (server) await stopServer(say, server, work);
-    jaeger?.kill('SIGTERM');
     if (failures.length > 0) await printServerErrors(say, logFile);
     if (process.env.OBSERVABILITY_KEEP_DATA === '1') say(`kept ${work}`);
     else await fs.rm(work, { recursive: true, force: true }).catch(() => undefined);

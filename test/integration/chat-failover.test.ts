@@ -301,13 +301,16 @@ if (!hasRedis && !inCi) console.warn('chat-failover.test.ts: skipping the Redis-
 
 describe.runIf(hasRedis || inCi)('breakers shared through Redis', () => {
   it("two instances count one route's failures together; once open, neither calls it; one probe for both after the cool-down, reopening or closing it; both show the shared state; a Retry-After holds for both", async () => {
+    // The asks that must fall inside one cool-down take a few hundred ms on a quiet machine and
+    // once took more than a second on a loaded one (a second probe went out): 4 s leaves room.
+    const COOL_DOWN_S = 4;
     const port = await freePort();
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((resolve, reject) => {
       redis!.stdout!.on('data', (c: Buffer) => c.toString().includes('Ready to accept connections') && resolve());
       redis!.once('exit', (code) => reject(new Error(`redis-server exited with ${code}`)));
     });
-    const env = { REDIS_URL: `redis://127.0.0.1:${port}`, BREAKER_FAILURES: '2', BREAKER_WINDOW_SECONDS: '60', BREAKER_COOL_DOWN_SECONDS: '1' };
+    const env = { REDIS_URL: `redis://127.0.0.1:${port}`, BREAKER_FAILURES: '2', BREAKER_WINDOW_SECONDS: '60', BREAKER_COOL_DOWN_SECONDS: String(COOL_DOWN_S) };
     const [one, two] = [await instance(env), await instance(env)];
     const ask = (svc: { base: string }) => new OpenAI({ apiKey: key, baseURL: `${svc.base}/api/v1`, maxRetries: 0 }).chat.completions.create({ model: `${P}/shared`, messages, max_tokens: 10 });
     const onA = () => calls(a, 'usage:11:30');
@@ -334,7 +337,7 @@ describe.runIf(hasRedis || inCi)('breakers shared through Redis', () => {
     expect(await state(two)).toEqual({ route: 'a/usage:11:30', state: 'open', recentFailures: 2 });
 
     // After the cool-down: one probe for the deployment; it fails, and the route is open again for both.
-    await new Promise((r) => setTimeout(r, 1100));
+    await new Promise((r) => setTimeout(r, COOL_DOWN_S * 1000 + 100));
     a.script.push('error');
     await ask(two);
     expect(onA()).toBe(start + 3);
@@ -345,7 +348,7 @@ describe.runIf(hasRedis || inCi)('breakers shared through Redis', () => {
 
     // The next probe: while it is out (a slow stream read up to its first chunk), the other
     // instance skips the route.
-    await new Promise((r) => setTimeout(r, 1100));
+    await new Promise((r) => setTimeout(r, COOL_DOWN_S * 1000 + 100));
     a.script.push('slow');
     const probe = await new OpenAI({ apiKey: key, baseURL: `${one.base}/api/v1`, maxRetries: 0 }).chat.completions.create({ model: `${P}/shared`, messages, max_tokens: 100, stream: true });
     const chunks = probe[Symbol.asyncIterator]();

@@ -101,13 +101,15 @@ describe('accepting a job', () => {
     const catalog = { get: (em: never, id: string, o: unknown) => (asked.push(o), base.catalog.get(em, id, o as never)) } as unknown as ModelCatalog;
     const { starter, started } = fakeStarter();
     const me = await customer();
-    const { generation, replayed } = await createGeneration(
+    const { generation, replayed, expected_seconds } = await createGeneration(
       { ...base, catalog, clock: () => now, generations: starter },
       orm.em.fork(),
       me,
       req({ model: IMAGE, prompt: 'a lighthouse', settings: { size: '1024' } }),
     );
     expect(replayed).toBe(false);
+    // No expected duration in its catalog entry: none is told (MCP progress then sends no total).
+    expect(expected_seconds).toBeNull();
     expect(asked[0]).toEqual({ at: now });
     const hold = await holdOf(generation.id);
     // (10 coins x 2.5) at 50 %: 12.5 coins.
@@ -116,6 +118,13 @@ describe('accepting a job', () => {
     expect(hold.metadata).toStrictEqual({ kind: 'generation', model: IMAGE, key_id: me.keyId });
     expect(started).toEqual([expect.objectContaining({ jobId: generation.id, accountId: me.accountId, keyId: me.keyId, model: IMAGE, modelType: 'image', priceMicro: 12_500_000n })]);
     expect((await loadJob(orm.em.fork(), generation.id)).workflow_run_id).toBe(`run-${generation.id}`);
+  });
+
+  it("tells the model's expected duration from the catalog (MCP progress reports against it)", async () => {
+    const me = await customer();
+    const { starter } = fakeStarter();
+    const { expected_seconds } = await createGeneration({ ...base, generations: starter }, orm.em.fork(), me, req({ model: 'test/timed-image', prompt: 'x' }));
+    expect(expected_seconds).toBe(12);
   });
 
   it("an app's job names its connection in the hold, which its spend cap counts", async () => {

@@ -110,6 +110,41 @@ describe('tracing on', () => {
     expect(attr(core, 'error.type')).toMatch(/^upstream_/);
   });
 
+  it('OTEL_GENAI_CAPTURE_CONTENT puts the prompt and the completion on the upstream span, streamed or not; off, neither', async () => {
+    const account = await makeAccount(orm, { coins: '10' });
+    const { key } = await makeKey(orm, account.id);
+    const upstreamSpans = async (stream: boolean) => {
+      exporter.reset();
+      const res = await fetch(`${api.url}/api/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'test/ok', stream, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 20 }),
+      });
+      const text = await res.text();
+      expect(res.status).toBe(200);
+      await vi.waitFor(() => expect(exporter.getFinishedSpans().some((s) => s.name === 'chat ok')).toBe(true));
+      return { span: exporter.getFinishedSpans().find((s) => s.name === 'chat ok')!, text };
+    };
+    try {
+      setTracing({ on: true, captureContent: true });
+      for (const stream of [false, true]) {
+        const { span, text } = await upstreamSpans(stream);
+        expect(JSON.parse(String(attr(span, 'gen_ai.input.messages')))).toEqual([{ role: 'user', content: 'Say hello' }]);
+        const [output] = JSON.parse(String(attr(span, 'gen_ai.output.messages'))) as { role: string; parts: { content: string }[] }[];
+        expect(output!.role).toBe('assistant');
+        // What the customer got is what the span recorded.
+        const words = output!.parts[0]!.content.split(' ').filter(Boolean);
+        expect(words.length).toBeGreaterThan(0);
+        for (const w of words) expect(text).toContain(w);
+      }
+    } finally {
+      setTracing({ on: true });
+    }
+    const { span } = await upstreamSpans(true);
+    expect(attr(span, 'gen_ai.input.messages')).toBeUndefined();
+    expect(attr(span, 'gen_ai.output.messages')).toBeUndefined();
+  });
+
   it("the MCP connector link is traced under its route: the key is in no span's name or attributes", async () => {
     const account = await makeAccount(orm, { coins: '10' });
     const { key } = await makeKey(orm, account.id);
