@@ -93,7 +93,7 @@ const envSchema = z
     /** On SIGTERM, how long an API instance keeps serving with /readyz failing before it stops accepting (for balancers that probe readiness). */
     SHUTDOWN_READINESS_DELAY_SECONDS: z.coerce.number().int().min(0).max(300).default(0),
     METRICS_TOKEN: optional,
-    /** `npm run worker` only: serve the worker's own /metrics (its media upstream calls, its breakers) on this port. Unset: none. */
+    /** The worker process (`npm run worker`, npm start's child) serves its own /metrics (its media upstream calls, its breakers) on this port. Unset: none. */
     WORKER_METRICS_PORT: optional.pipe(z.string().regex(/^\d+$/, 'must be a port number').transform(Number).pipe(z.number().int().min(1).max(65535)).optional()),
     /** false; true: one proxy (the balancer) in front; a number: that many proxies in front. */
     TRUST_PROXY: z
