@@ -7,6 +7,8 @@ import { nodeConditions } from './vitest.node-conditions.ts';
  */
 export const MUTATION_TESTS = [
   'test/unit/coins.test.ts',
+  // The span names and attributes of the reservation and the settle (core/money/holds.ts, hold-batcher.ts) and the job's trace id.
+  'test/integration/tracing.test.ts',
   'test/unit/coins-edges.test.ts',
   'test/unit/pricing.test.ts',
   'test/unit/pricing-edges.test.ts',

@@ -1,10 +1,13 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { context, trace } from '@opentelemetry/api';
+import { context, SpanKind, trace } from '@opentelemetry/api';
 import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../config/logger.ts';
 import { setTracing, tracingOn } from '../../core/telemetry.ts';
+import { release, reserve, settle } from '../../core/money/holds.ts';
+import { parseCoins } from '../../core/money/coins.ts';
+import type { GenerationStarter } from '../../core/ports.ts';
 import { tracingConfigured } from '../../config/telemetry.ts';
 import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.ts';
 import { useTestCatalog } from '../support/catalog.ts';
@@ -143,6 +146,55 @@ describe('tracing on', () => {
     const { span } = await upstreamSpans(true);
     expect(attr(span, 'gen_ai.input.messages')).toBeUndefined();
     expect(attr(span, 'gen_ai.output.messages')).toBeUndefined();
+  });
+
+  it('a single reservation and its end (the media path) are database spans with their ids and amounts', async () => {
+    const account = await makeAccount(orm, { coins: '10' });
+    exporter.reset();
+    const em = orm.em.fork();
+    const soon = () => new Date(Date.now() + 60_000);
+    const kept = await reserve(em, { accountId: account.id, amount: parseCoins('2'), reference: 'job_a', expiresAt: soon() });
+    await settle(em, kept.holdId, parseCoins('1.5'));
+    const given = await reserve(em, { accountId: account.id, amount: parseCoins('1'), reference: 'job_b', expiresAt: soon() });
+    await release(em, given.holdId);
+    const spans = exporter.getFinishedSpans();
+    const reserves = spans.filter((s) => s.name === 'mas_reserve');
+    expect(reserves.map((s) => s.attributes)).toEqual([
+      expect.objectContaining({ 'db.system.name': 'postgresql', 'db.operation.name': 'mas_reserve', 'mas.hold_id': kept.holdId, 'mas.account_id': account.id, 'mas.reserved_coins': 2, 'mas.reference': 'job_a' }),
+      expect.objectContaining({ 'mas.hold_id': given.holdId, 'mas.reserved_coins': 1, 'mas.reference': 'job_b' }),
+    ]);
+    const ends = spans.filter((s) => s.name === 'mas_end_hold');
+    expect(ends.map((s) => s.attributes)).toEqual([
+      expect.objectContaining({ 'db.operation.name': 'mas_end_hold', 'mas.hold_id': kept.holdId, 'mas.hold.outcome': 'settled', 'mas.cost_coins': 1.5 }),
+      expect.objectContaining({ 'mas.hold_id': given.holdId, 'mas.hold.outcome': 'released', 'mas.cost_coins': 0 }),
+    ]);
+    for (const s of [...reserves, ...ends]) expect(s.kind).toBe(SpanKind.CLIENT);
+  });
+
+  it("a job's submit names the job on its core span and stores the request's trace id on the job row", async () => {
+    const account = await makeAccount(orm, { coins: '10' });
+    const { key } = await makeKey(orm, account.id);
+    const starter: GenerationStarter = { start: async (job) => `run-${job.jobId}`, cancel: async () => undefined, state: async () => 'open' as never, deliverWebhook: async () => undefined };
+    const jobsApi = await startTestApi(orm, { generations: starter });
+    try {
+      exporter.reset();
+      const res = await fetch(`${jobsApi.url}/api/v1/generations`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'test/image', prompt: 'a lighthouse' }),
+      });
+      const job = (await res.json()) as { id: string };
+      expect(res.status).toBe(202);
+      await vi.waitFor(() => expect(exporter.getFinishedSpans().some((s) => s.name === 'POST /api/v1/generations')).toBe(true));
+      const server = exporter.getFinishedSpans().find((s) => s.name === 'POST /api/v1/generations')!;
+      const core = exporter.getFinishedSpans().find((s) => s.name === 'core generations.create')!;
+      expect(attr(core, 'mas.job_id')).toBe(job.id);
+      expect(core.spanContext().traceId).toBe(server.spanContext().traceId);
+      const [row] = await orm.em.fork().execute<{ trace_id: string | null }[]>('select trace_id from generations where id = ?', [job.id]);
+      expect(row!.trace_id).toBe(server.spanContext().traceId);
+    } finally {
+      await jobsApi.close();
+    }
   });
 
   it("the MCP connector link is traced under its route: the key is in no span's name or attributes", async () => {
