@@ -277,6 +277,13 @@ export const SQL_MUTANTS: SqlMutant[] = [
     replace: "if false then\n              status := 'key_spend_limit_reached'",
   },
   {
+    id: 'reserve-many-limited-keys-inverted',
+    fn: 'mas_reserve_many',
+    what: "inverted condition: the batch asks for the room of the keys without a limit instead of those with one, so a limited key's chat is never refused",
+    find: "if x.metadata->>'key_id' = any(limited) then",
+    replace: "if x.metadata->>'key_id' <> all(limited) then",
+  },
+  {
     id: 'reserve-many-key-expiry-ignored',
     fn: 'mas_reserve_many',
     what: 'dropped condition: a key cached before its expiry still reserves after it',

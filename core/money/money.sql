@@ -336,7 +336,7 @@ AS $function$
               where h.metadata ? 'key_id' and h.metadata->>'key_id' = p_key_id
                 and h.ended_at >= mas_key_period_start(k.spend_limit_period) and h.status = 'settled'
             ), 0)::bigint
-        from api_keys k where k.id = p_key_id
+        from api_keys k where k.id = p_key_id and k.spend_limit_micro is not null
       $function$
 ;
 
@@ -443,6 +443,7 @@ AS $function$
         l_reference text[] := '{}';
         l_hold text[] := '{}';
         room bigint;
+        limited text[];         -- the keys of the batch that have a spend limit (locked)
       begin
         -- See migration reserve_commits_async: the settle's synchronous commit makes this durable.
         perform set_config('synchronous_commit', 'off', true);
@@ -452,10 +453,11 @@ AS $function$
             and c.id in (select e->'metadata'->>'app_connection_id' from jsonb_array_elements(p_items) e)
           order by c.id for update;
         -- Then the keys of the batch that have a spend limit, in id order, still before any wallet.
-        perform 1 from api_keys k
-          where k.spend_limit_micro is not null
-            and k.id in (select e->'metadata'->>'key_id' from jsonb_array_elements(p_items) e)
-          order by k.id for update;
+        select coalesce(array_agg(l.id), '{}') into limited from (
+          select k.id from api_keys k
+            where k.spend_limit_micro is not null
+              and k.id in (select e->'metadata'->>'key_id' from jsonb_array_elements(p_items) e)
+            order by k.id for update) l;
         for x in
           select * from jsonb_to_recordset(p_items)
             as t (i int, hold_id text, account_id text, amount bigint, reference text, expires_at timestamptz, metadata jsonb, key_id text)
@@ -482,7 +484,7 @@ AS $function$
               continue;
             end if;
           end if;
-          if x.metadata ? 'key_id' then
+          if x.metadata->>'key_id' = any(limited) then
             room := mas_key_spend_room(x.metadata->>'key_id');
             if room < x.amount then
               status := 'key_spend_limit_reached'; available := greatest(room, 0);

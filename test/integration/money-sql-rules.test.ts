@@ -352,4 +352,40 @@ describe("a key's spend limit", () => {
     expect((await reserveMany([{ hold: holdId(), accountId: a, amount: 1n, metadata: { key_id: key }, keyId: key }]))[0]).toMatchObject({ status: 'key_revoked' });
     expect(await wallet(a)).toEqual({ sub: 0n, pur: 99n, held: 1n });
   });
+  it('a key without a limit: a reservation reads none of its past holds (one at a time or in a batch); with a limit it sums them', async () => {
+    // The hot path's regression of issue 34 (bench/RESULTS.md, "Chat throughput after issue 34"):
+    // every batched reservation summed all the settled holds of its key, limit or not.
+    const a = await account(0n, 1000n);
+    const free = (await makeKey(orm, a)).id;
+    const limited = await limitedKey(a, 1000n);
+    for (const key of [free, limited]) {
+      await db.query(
+        `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, metadata, expires_at, created_at, ended_at)
+         select 'hold_rules_past_' || $1 || '_' || n, $2, 1, 0, 1, 'settled', 1, 'rules', jsonb_build_object('key_id', $1::text), now(), now(), now() from generate_series(1, 40) n`,
+        [key, a],
+      );
+    }
+    /**
+     * Rows of holds fetched through an index by this reservation: this session's counts not yet
+     * reported (pg_stat_xact_user_tables), before and after it in one transaction, within which
+     * they are not reported.
+     */
+    const holdsFetched = async (reservation: () => Promise<unknown>) => {
+      const fetched = async () => Number((await db.query<{ n: string }>(`select idx_tup_fetch::text as n from pg_stat_xact_user_tables where relname = 'holds'`)).rows[0]!.n);
+      await db.query('begin');
+      try {
+        const before = await fetched();
+        await reservation();
+        return (await fetched()) - before;
+      } finally {
+        await db.query('commit');
+      }
+    };
+    expect(await holdsFetched(() => reserveMany([{ hold: holdId(), accountId: a, amount: 1n, metadata: { key_id: free }, keyId: free }]))).toBeLessThan(5);
+    expect(await holdsFetched(() => reserve(holdId(), a, 1n, { key_id: free }))).toBeLessThan(5);
+    expect(await holdsFetched(() => reserveMany([{ hold: holdId(), accountId: a, amount: 1n, metadata: { key_id: limited }, keyId: limited }]))).toBeGreaterThanOrEqual(40);
+    expect(await keyRoom(limited)).toBe(1000n - 40n - 1n);
+    expect(await keyRoom(free)).toBeNull();
+    await expectBalanced(a);
+  });
 });

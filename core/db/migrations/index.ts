@@ -35,6 +35,7 @@ import { Migration20261203000000_key_limits } from './Migration20261203000000_ke
 import { Migration20261203010000_mail } from './Migration20261203010000_mail.ts';
 import { Migration20261205030000_app_reconnect } from './Migration20261205030000_app_reconnect.ts';
 import { Migration20261206000000_trace_id } from './Migration20261206000000_trace_id.ts';
+import { Migration20261207000000_key_room_limited_only } from './Migration20261207000000_key_room_limited_only.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -75,4 +76,5 @@ export const migrations = [
   { name: 'Migration20261203010000_mail', class: Migration20261203010000_mail },
   { name: 'Migration20261205030000_app_reconnect', class: Migration20261205030000_app_reconnect },
   { name: 'Migration20261206000000_trace_id', class: Migration20261206000000_trace_id },
+  { name: 'Migration20261207000000_key_room_limited_only', class: Migration20261207000000_key_room_limited_only },
 ];
