@@ -32,7 +32,8 @@ export function orphanCause(status: string, workflow: JobWorkflowState): JobErro
  * webhook gets it delivered, as its workflow would have (once: the delivery has the job's id).
  * The provider is asked to stop the job's upstream work where it can (upstream.ts).
  * Run by the hold-sweep Temporal Schedule; asks the engine about each unfinished job, a few at
- * a time, in batches ordered by age.
+ * a time, in batches ordered by age. A job that cannot be ended is logged and left for the next
+ * sweep; the others are ended all the same.
  */
 export async function endOrphanedJobs(deps: { generations: GenerationStarter; media: MediaProviderRegistry; logger: Logger }, em: EntityManager, batch = 200, parallel = 8): Promise<{ ended: number }> {
   let ended = 0;
@@ -47,16 +48,22 @@ export async function endOrphanedJobs(deps: { generations: GenerationStarter; me
     for (let i = 0; i < rows.length; i += parallel) {
       await Promise.all(
         rows.slice(i, i + parallel).map(async (row) => {
-          const cause = orphanCause(row.status, await deps.generations.state(row.id));
-          if (!cause) return;
-          const ending = await failJob(em.fork(), row.id, cause);
-          if (ending.error?.code !== cause.code) return;
-          ended++;
-          // Nothing of the closed workflow will stop the upstream work: ask the provider here
-          // (from the handle on the row, once, best effort: it never holds up the refund above).
-          await cancelJobUpstream(deps, em.fork(), row.id);
-          // The workflow that would have sent the job's webhook is gone: its owner still hears of the end.
-          if (row.webhook) await deps.generations.deliverWebhook(row.id);
+          try {
+            const cause = orphanCause(row.status, await deps.generations.state(row.id));
+            if (!cause) return;
+            const ending = await failJob(em.fork(), row.id, cause);
+            if (ending.error?.code !== cause.code) return;
+            ended++;
+            // Nothing of the closed workflow will stop the upstream work: ask the provider here
+            // (from the handle on the row, once, best effort: it never holds up the refund above).
+            await cancelJobUpstream(deps, em.fork(), row.id);
+            // The workflow that would have sent the job's webhook is gone: its owner still hears of the end.
+            if (row.webhook) await deps.generations.deliverWebhook(row.id);
+          } catch (err) {
+            // One job that cannot be ended (its workflow unreadable, its refund refused) must not
+            // keep every other orphan waiting: it is logged, left as it is, and met again next sweep.
+            deps.logger.error({ err, job: row.id }, 'could not end an orphaned job; the next sweep tries again');
+          }
         }),
       );
     }

@@ -1,13 +1,15 @@
 import { randomBytes } from 'node:crypto';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { failJob } from '../../core/generations/end-job.ts';
+import { reserve } from '../../core/money/holds.ts';
 import { makeAccount, makeKey, openTestOrm } from '../support/db.ts';
 import { bearer, getJson, startTestApi } from '../support/http.ts';
 
 /**
  * GET /api/v1/generations (core `generations.list`): the account's jobs, newest first, in the
  * OpenAI list envelope, over real HTTP and real PostgreSQL. The jobs are rows written as the
- * job path leaves them (no worker is needed to list them).
+ * job path leaves them (no worker is needed to list them); an unfinished one's hold is reserved.
  */
 let orm: MikroORM;
 let api: Awaited<ReturnType<typeof startTestApi>>;
@@ -15,7 +17,11 @@ beforeAll(async () => {
   orm = await openTestOrm();
   api = await startTestApi(orm);
 });
+// The unfinished jobs have no workflow: they are ended (and their holds released) as the file
+// ends, so that no other file's sweep meets them later.
+const unfinished: string[] = [];
 afterAll(async () => {
+  for (const id of unfinished) await failJob(orm.em.fork(), id, { code: 'test_cleanup', message: 'The list test is over.' });
   await api.close();
   await orm.close();
 });
@@ -28,11 +34,16 @@ async function makeJob(accountId: string, keyId: string, status: Status, created
   const hold = `hold_${randomBytes(12).toString('hex')}`;
   const em = orm.em.fork();
   const ended = status !== 'queued' && status !== 'running';
-  await em.execute(
-    `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
-     values (?, ?, 5000000, 0, 5000000, ?, ?, ?, now() + interval '1 hour', ?)`,
-    [hold, accountId, ended ? (status === 'succeeded' ? 'settled' : 'released') : 'open', ended ? (status === 'succeeded' ? 5_000_000 : 0) : null, id, ended ? new Date() : null],
-  );
+  // An open hold is reserved as the job path reserves it (the wallet holds its coins): the orphan
+  // sweep of other test files meets these jobs in the shared database, and releases their holds.
+  if (!ended) await reserve(em, { accountId, amount: 5_000_000n, reference: id, holdId: hold, expiresAt: new Date(Date.now() + 3_600_000) });
+  else
+    await em.execute(
+      `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, expires_at, ended_at)
+       values (?, ?, 5000000, 0, 5000000, ?, ?, ?, now() + interval '1 hour', now())`,
+      [hold, accountId, status === 'succeeded' ? 'settled' : 'released', status === 'succeeded' ? 5_000_000 : 0, id],
+    );
+  if (!ended) unfinished.push(id);
   await em.execute(
     `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, cost_micro, hold_id, output, error, created_at, completed_at, output_expires_at)
      values (?, ?, ?, 'mas/image-demo', ?, 'a lighthouse', '{"size":128}', '{}', 5000000, ?, ?, ?::jsonb, ?::jsonb, ?, ?, ?)`,

@@ -7,11 +7,14 @@ import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common'
 import proto from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import type { Server } from 'node:http';
+import pino from 'pino';
 import { ensureHoldSweepSchedule, ensureResultRetentionSchedule, ensureSearchAttributes, searchAttributeCommands, temporalGenerationStarter } from '../../config/temporal.ts';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { seedModels } from '../../core/catalog/catalog.ts';
+import { endOrphanedJobs } from '../../core/generations/orphans.ts';
 import { deleteExpiredResults } from '../../core/generations/retention.ts';
+import { reserve } from '../../core/money/holds.ts';
 import { openOrm } from '../../core/orm.ts';
 import { createActivities } from '../../workflows/activities.ts';
 import { startWorker } from '../../workflows/worker.ts';
@@ -334,6 +337,55 @@ describe('faults from the operator’s side end the job', () => {
       await expectSettledWallet(h.orm, account.id);
     } finally {
       await worker.shutdown();
+    }
+  });
+
+  it('a job the sweep cannot end is logged and left for the next sweep; the orphans after it still end and are refunded', async () => {
+    // A database of its own, so the broken row below is met by no other file's sweep.
+    const db = await migratedFreshDatabase();
+    const orm = await openOrm({ url: db.url });
+    try {
+      await seedModels(orm.em.fork(), await loadCatalogFile('config/models.yaml', 50n));
+      const own = await customer('100', orm);
+      // The broken job's account is another: no other hold of its wallet covers the release.
+      const other = await customer('100', orm);
+      const job = async (at: string, reserved: boolean) => {
+        const { account, keyId } = reserved ? { account: own.account, keyId: own.keyId } : other;
+        const id = `gen_${randomBytes(12).toString('hex')}`;
+        const em = orm.em.fork();
+        if (reserved) await reserve(em, { accountId: account.id, amount: 5_000_000n, reference: id, holdId: `hold_${id}`, expiresAt: new Date(Date.now() + 3_600_000) });
+        // Not reserved: an open hold the wallet does not hold, so its release breaks wallets_held_micro_check.
+        else
+          await em.execute(
+            `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, reference, expires_at)
+             values (?, ?, 5000000, 0, 5000000, 'open', ?, now() + interval '1 hour')`,
+            [`hold_${id}`, account.id, id],
+          );
+        await em.execute(
+          `insert into generations (id, account_id, key_id, model_id, status, prompt, settings, inputs, price_micro, hold_id, created_at, started_at)
+           values (?, ?, ?, 'mas/image-demo', 'running', 'x', '{}', '{}', 5000000, ?, ?::timestamptz, now())`,
+          [id, account.id, keyId, `hold_${id}`, at],
+        );
+        return id;
+      };
+      // The broken job is the oldest: met first, alone in its batch of one.
+      const broken = await job('2026-01-01T00:00:00Z', false);
+      const orphan = await job('2026-01-02T00:00:00Z', true);
+      const logged: { job?: string; msg?: string; level?: number }[] = [];
+      const logger = pino({ level: 'error' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+      const generations = { ...h.deps.generations, state: async () => ({ state: 'missing' as const }) };
+      expect(await endOrphanedJobs({ ...h.deps, generations, logger }, orm.em.fork(), 1, 1)).toEqual({ ended: 1 });
+
+      const status = async (id: string) => (await orm.em.fork().execute<{ status: string }[]>('select status from generations where id = ?', [id]))[0]!.status;
+      expect(await status(orphan)).toBe('failed');
+      expect((await ended(orphan, 1_000, orm)).error?.code).toBe('workflow_missing');
+      expect(await holdEntries(orphan, orm)).toEqual([{ kind: 'release', n: 1 }]);
+      expect((await expectSettledWallet(orm, own.account.id)).balance.purchased).toBe(100_000_000n);
+      expect(await status(broken)).toBe('running');
+      expect(logged).toEqual([expect.objectContaining({ level: 50, job: broken, msg: expect.stringContaining('could not end an orphaned job') })]);
+    } finally {
+      await orm.close();
+      await db.drop();
     }
   });
 
