@@ -5,6 +5,7 @@ import type { Browser, Page } from 'playwright-core';
 import { freePort } from '../adapters/embedded/postgres.ts';
 import { mcpResourceUrl } from '../adapters/mcp/resource.ts';
 import { launchChromium } from '../test/support/browser.ts';
+import { ensureSystemTool } from './support/system-tools.ts';
 import { compareWithBaseline, findSuite, knownScenarios, loadBaseline, readResults, redactFiles, runSuite, type SuiteRun } from './support/conformance.ts';
 import {
   killLeftoversOnExit,
@@ -135,7 +136,7 @@ async function main(): Promise<number> {
     const callbackPort = await freePort();
     const redirectUri = `http://127.0.0.1:${callbackPort}/callback`;
     const clientId = await registerClient(base, redirectUri);
-    browser = await launchChromium();
+    browser = await launchChromium([], await ensureSystemTool('chromium'));
     const page = await (await browser.newContext()).newPage();
     await signIn(page, base, loginUrl);
     say(`server up, client ${clientId} registered, demo account signed in; running conformance ${suite.version} (authorization server scenarios) against ${base}`);

@@ -1,4 +1,3 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import type { Server } from 'node:http';
 import OpenAI from 'openai';
@@ -15,6 +14,7 @@ import { makeAccount, makeKey, openTestOrm, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson } from '../support/http.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
 import { freePort } from '../support/process.ts';
+import { startRedis, type RunningRedis } from '../support/tools.ts';
 
 /**
  * A model with several routes, through the real REST app over HTTP with the official `openai`
@@ -83,7 +83,7 @@ afterAll(async () => {
   }
   for (const close of closers) await close();
   await Promise.all([a.close(), b.close()]);
-  redis?.kill();
+  redis?.stop();
   await orm.close();
 });
 
@@ -290,27 +290,16 @@ describe('the circuit breaker of a route', () => {
   });
 });
 
-/**
- * Needs a `redis-server` binary, as test/integration/rate-limit-redis.test.ts does: skipped
- * with a line saying why when it is missing, failed instead in CI.
- */
-const hasRedis = spawnSync('redis-server', ['--version']).status === 0;
-const inCi = !!process.env.CI && !/^(0|false)$/i.test(process.env.CI);
-let redis: ChildProcess | undefined;
-if (!hasRedis && !inCi) console.warn('chat-failover.test.ts: skipping the Redis-shared breaker test: no redis-server on PATH. In CI it fails instead.');
+/** A real Redis shared by two instances (test/support/tools.ts). */
+let redis: RunningRedis | undefined;
 
-describe.runIf(hasRedis || inCi)('breakers shared through Redis', () => {
+describe('breakers shared through Redis', () => {
   it("two instances count one route's failures together; once open, neither calls it; one probe for both after the cool-down, reopening or closing it; both show the shared state; a Retry-After holds for both", async () => {
     // The asks that must fall inside one cool-down take a few hundred ms on a quiet machine and
     // once took more than a second on a loaded one (a second probe went out): 4 s leaves room.
     const COOL_DOWN_S = 4;
-    const port = await freePort();
-    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'inherit'] });
-    await new Promise<void>((resolve, reject) => {
-      redis!.stdout!.on('data', (c: Buffer) => c.toString().includes('Ready to accept connections') && resolve());
-      redis!.once('exit', (code) => reject(new Error(`redis-server exited with ${code}`)));
-    });
-    const env = { REDIS_URL: `redis://127.0.0.1:${port}`, BREAKER_FAILURES: '2', BREAKER_WINDOW_SECONDS: '60', BREAKER_COOL_DOWN_SECONDS: String(COOL_DOWN_S) };
+    redis = await startRedis();
+    const env = { REDIS_URL: redis.url, BREAKER_FAILURES: '2', BREAKER_WINDOW_SECONDS: '60', BREAKER_COOL_DOWN_SECONDS: String(COOL_DOWN_S) };
     const [one, two] = [await instance(env), await instance(env)];
     const ask = (svc: { base: string }) => new OpenAI({ apiKey: key, baseURL: `${svc.base}/api/v1`, maxRetries: 0 }).chat.completions.create({ model: `${P}/shared`, messages, max_tokens: 10 });
     const onA = () => calls(a, 'usage:11:30');

@@ -6,7 +6,7 @@ import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.t
 import { useTestCatalog } from '../support/catalog.ts';
 import { makeAccount, makeKey, openTestOrm } from '../support/db.ts';
 import { startTestApi } from '../support/http.ts';
-import { hasPrometheus, NO_PROMETHEUS, startPrometheus, type QueryAnswer, type RunningPrometheus } from '../support/prometheus.ts';
+import { startPrometheus, type QueryAnswer, type RunningPrometheus } from '../support/prometheus.ts';
 import { checkPromql, ensurePromqlCheck } from '../support/promql.ts';
 
 /**
@@ -24,12 +24,9 @@ import { checkPromql, ensurePromqlCheck } from '../support/promql.ts';
  * panel would only be empty. The server finds what a parser cannot: evaluation errors (vector
  * matching, types) and panels that come out empty or grouped by a label no series has.
  *
- * Prometheus comes from .ci/run (apt-get install prometheus). Without it the server's test is
- * skipped with a line saying why, and in CI (CI set) it fails instead.
+ * Prometheus is Debian's, found or fetched once per machine by the global setup
+ * (test/support/tools.ts).
  */
-const havePrometheus = hasPrometheus();
-const inCi = !!process.env.CI && !/^(0|false)$/i.test(process.env.CI);
-if (!havePrometheus && !inCi) console.warn(`grafana-dashboard.test.ts: skipping the real Prometheus test: ${NO_PROMETHEUS}. In CI it fails instead.`);
 
 let orm: MikroORM;
 let upstream: FakeUpstream;
@@ -44,7 +41,7 @@ beforeAll(async () => {
   orm = await openTestOrm();
   upstream = await startFakeUpstream();
   api = await startTestApi(orm, { providers: await useTestCatalog(orm, upstream.url) });
-  if (havePrometheus) prometheus = await startPrometheus({ target: `${api.url}/metrics` });
+  prometheus = await startPrometheus({ target: `${api.url}/metrics` });
 
   const account = await makeAccount(orm, { coins: '10' });
   const { key } = await makeKey(orm, account.id);
@@ -142,10 +139,8 @@ describe('the Grafana dashboard', () => {
     return found;
   }
 
-  describe.runIf(havePrometheus || inCi)(`against a real Prometheus${havePrometheus || inCi ? '' : ` (skipped: ${NO_PROMETHEUS})`}`, () => {
+  describe('against a real Prometheus', () => {
     it('evaluates every panel query without error or warning, and those over series the traffic made are not empty', async () => {
-      // Reached without Prometheus only in CI: a failure, not a skip.
-      expect(havePrometheus, `The real Prometheus test cannot run in CI: ${NO_PROMETHEUS}.`).toBe(true);
       const server = prometheus!;
       // Two scrapes that began after the traffic: every counter it moved has two samples since.
       const at = await server.waitForScrapes(2, trafficEnded);

@@ -1,45 +1,32 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createTestApp } from '../support/http.ts';
 import { createLimiters, type Limiters } from '../../adapters/limits/rate-limiter.ts';
 import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
 import { bearer } from '../support/http.ts';
-import { freePort } from '../support/process.ts';
+import { startRedis, type RunningRedis } from '../support/tools.ts';
 import type { Server } from 'node:http';
 
 /**
- * With REDIS_URL the per-key limit holds across instances. Needs a `redis-server` binary;
- * .ci/run installs Debian's when it is missing. In CI (CI set, as CI services set it) a missing
- * one fails these tests, so a failed install cannot pass unseen; elsewhere they are skipped,
- * with a line saying why.
+ * With REDIS_URL the per-key limit holds across instances: a real Redis (Debian's, found or
+ * fetched by the global setup: test/support/tools.ts).
  */
-const hasRedis = spawnSync('redis-server', ['--version']).status === 0;
-const inCi = !!process.env.CI && !/^(0|false)$/i.test(process.env.CI);
-const NO_REDIS = 'no redis-server on PATH (apt-get install redis-server, as .ci/run does)';
-if (!hasRedis && !inCi) console.warn(`rate-limit-redis.test.ts: skipping the Redis tests: ${NO_REDIS}. In CI they fail instead.`);
 
 let orm: MikroORM;
-let redis: ChildProcess | undefined;
+let redis: RunningRedis | undefined;
 let redisUrl: string;
 const servers: Server[] = [];
 const limiters: Limiters[] = [];
 
 beforeAll(async () => {
   orm = await openTestOrm();
-  if (!hasRedis) return;
-  const port = await freePort();
-  redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  await new Promise<void>((resolve, reject) => {
-    redis!.stdout!.on('data', (c: Buffer) => c.toString().includes('Ready to accept connections') && resolve());
-    redis!.once('exit', (code) => reject(new Error(`redis-server exited with ${code}`)));
-  });
-  redisUrl = `redis://127.0.0.1:${port}`;
+  redis = await startRedis();
+  redisUrl = redis.url;
 });
 afterAll(async () => {
   for (const s of servers) await new Promise((r) => s.close(r));
   for (const l of limiters) await l.close();
-  redis?.kill();
+  redis?.stop();
   await orm.close();
 });
 
@@ -55,10 +42,8 @@ async function instance(): Promise<string> {
   return `http://127.0.0.1:${(server.address() as { port: number }).port}`;
 }
 
-describe.runIf(hasRedis || inCi)(`rate limit shared through Redis${hasRedis || inCi ? '' : ` (skipped: ${NO_REDIS})`}`, () => {
+describe('rate limit shared through Redis', () => {
   it('counts one key across two instances', async () => {
-    // Reached without redis-server only in CI: a failure, not a skip.
-    expect(hasRedis, `The Redis tests cannot run in CI: ${NO_REDIS}.`).toBe(true);
     const [a, b] = [await instance(), await instance()];
     const account = await makeAccount(orm);
     const { key } = await makeKey(orm, account.id);

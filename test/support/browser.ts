@@ -1,24 +1,19 @@
-import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import AxeBuilder from '@axe-core/playwright';
 import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { ROOT } from './process.ts';
+import { systemTool } from './tools.ts';
 
 /**
- * A real Chromium for browser tests: Debian's `chromium` (playwright-core downloads nothing).
- * .ci/run installs it when missing; a machine without it fails these tests with this message,
- * never skips them.
+ * A real Chromium for browser tests: Debian's `chromium` (playwright-core downloads nothing),
+ * found or installed once per machine by the global setup (scripts/support/system-tools.ts); a
+ * machine where it cannot be had fails these tests with the reason, never skips them.
  */
-export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
-
-export async function launchChromium(extraArgs: string[] = []): Promise<Browser> {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`No Chromium at ${CHROMIUM}: install Debian's chromium (apt-get install chromium, as .ci/run does) or set CHROMIUM_PATH.`);
-  }
+export async function launchChromium(extraArgs: string[] = [], executablePath = systemTool('chromium')): Promise<Browser> {
   // As root, Chromium's sandbox cannot start: --no-sandbox (tests only browse this machine's server).
-  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: [...(process.getuid?.() === 0 ? ['--no-sandbox'] : []), ...extraArgs] });
+  return chromium.launch({ executablePath, headless: true, args: [...(process.getuid?.() === 0 ? ['--no-sandbox'] : []), ...extraArgs] });
 }
 
 /** Where screenshots go: test/artifacts/ (git-ignored; CI keeps them). */

@@ -1,24 +1,17 @@
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { freePort } from './process.ts';
+import { systemTool } from './tools.ts';
 
 /**
- * A real Prometheus server: Debian's `prometheus` package (2.42 on Debian 12), which .ci/run
- * installs when it is missing, as it does redis-server and nginx. Nothing is downloaded at run
- * time. Each test file starts its own on a free loopback port, with its own configuration and
+ * A real Prometheus server: Debian's `prometheus` package (2.42 on Debian 12), found or fetched
+ * once per machine by the global setup (scripts/support/system-tools.ts). Each test file starts its own on a free loopback port, with its own configuration and
  * storage in a temporary folder, scraping one target every second, and stops it by its PID
  * (SIGKILL on the test process's exit if the file ends without stopping it).
  */
-export const PROMETHEUS_BINARY = process.env.PROMETHEUS_BIN ?? '/usr/bin/prometheus';
-export const NO_PROMETHEUS = `no ${PROMETHEUS_BINARY} (apt-get install prometheus, as .ci/run does)`;
-
-/** True when the binary runs (`prometheus --version`). */
-export function hasPrometheus(): boolean {
-  return spawnSync(PROMETHEUS_BINARY, ['--version'], { stdio: 'ignore' }).status === 0;
-}
 
 /** What GET /api/v1/query answers (https://prometheus.io/docs/prometheus/2.42/querying/api/). */
 export interface QueryAnswer {
@@ -79,11 +72,12 @@ export async function startPrometheus(opts: { target: string; job?: string; bear
   );
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(PROMETHEUS_BINARY, [`--config.file=${config}`, `--storage.tsdb.path=${path.join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`], {
+  const binary = systemTool('prometheus');
+  const child = spawn(binary, [`--config.file=${config}`, `--storage.tsdb.path=${path.join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const pid = child.pid;
-  if (pid === undefined) throw new Error(`could not start ${PROMETHEUS_BINARY}`);
+  if (pid === undefined) throw new Error(`could not start ${binary}`);
   let out = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));
   child.stderr.on('data', (c: Buffer) => (out += c.toString()));
