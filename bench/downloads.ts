@@ -5,6 +5,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { freePort, machine, median, percentile, serviceArgs, start, stealMeter, type Proc } from './support.ts';
+import { entryArgs } from '../scripts/support/process.ts';
 
 /**
  * npm run bench:downloads — what concurrent downloads of a big file cost the API process.
@@ -103,7 +104,7 @@ async function main() {
     procs.push(server);
     await server.waitFor(/listening on/);
     const pid = server.child.pid!;
-    const cli = (...a: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...a, '--json'], env);
+    const cli = (...a: string[]) => start(process.execPath, [...entryArgs('mas'), ...a, '--json'], env);
     await cli('account', 'create', '--email', 'bench@example.com').waitFor(/"id"/);
     const key = JSON.parse((await cli('key', 'create', '--account', 'bench@example.com').waitFor(/\{.*\}/))[0]).key as string;
 

@@ -6,6 +6,7 @@ import proto from '@temporalio/proto';
 import pg from 'pg';
 import fsSync from 'node:fs';
 import { freePort, machine, median, percentile, processTree, serviceArgs, start, stealMeter, type Proc } from './support.ts';
+import { entryArgs } from '../scripts/support/process.ts';
 
 /**
  * npm run bench:generations — media jobs on the `local` provider with no artificial delay,
@@ -50,7 +51,7 @@ async function run(): Promise<RunResult> {
     procs.push(server);
     await server.waitFor(/listening on/);
     const cli = async (...args: string[]) => {
-      const p = start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
+      const p = start(process.execPath, [...entryArgs('mas'), ...args, '--json'], env);
       return JSON.parse((await p.waitFor(/\{.*\}/))[0]) as Record<string, unknown>;
     };
     await cli('account', 'create', '--email', 'bench@example.com');

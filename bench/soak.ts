@@ -8,6 +8,7 @@ import pg from 'pg';
 import { Agent, FormData, fetch as undiciFetch, request } from 'undici';
 import YAML from 'yaml';
 import { freePort, machine, percentile, ROOT, serviceArgs, start, stealMeter, type Proc } from './support.ts';
+import { entryArgs } from '../scripts/support/process.ts';
 
 /**
  * npm run bench:soak -- --duration 10m — the service as production runs it (`serviceArgs('main')`:
@@ -423,7 +424,7 @@ async function main(): Promise<number> {
     const root = server.child.pid!;
 
     const cli = async (...args: string[]) => {
-      const p = start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
+      const p = start(process.execPath, [...entryArgs('mas'), ...args, '--json'], env);
       return JSON.parse((await p.waitFor(/\{.*\}/))[0]) as Record<string, unknown>;
     };
     await cli('account', 'create', '--email', 'soak@example.com');

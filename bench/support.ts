@@ -1,92 +1,20 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import { ensureBuilt } from '../scripts/build.ts';
+import { entryArgs, processTree, spawnProcess, type Spawned } from '../scripts/support/process.ts';
 import os from 'node:os';
 import path from 'node:path';
 
 export const ROOT = path.resolve(import.meta.dirname, '..');
 
-export interface Proc {
-  child: ChildProcess;
-  output: () => string;
-  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
-  /** Peak resident memory (VmHWM) so far, in MiB. */
-  peakRssMiB(): number;
-  /**
-   * The process and every descendant still running (a Python server's workers, a database
-   * engine it runs as a subprocess): the sum of their peak resident memories (VmHWM), in MiB.
-   * A sum of peaks, so at most a little above the tree's true peak.
-   */
-  peakTreeRssMiB(): number;
-  stop(): Promise<void>;
-}
+/** A process a benchmark started (scripts/support/process.ts, the one helper tests, scripts and benchmarks share). */
+export type Proc = Spawned;
 
+/** Starts `command` with this process's environment plus `env` (its output kept, waited on by `waitFor`). */
 export function start(command: string, args: string[], env: Record<string, string | undefined> = {}): Proc {
-  const child = spawn(command, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
-  return {
-    child,
-    output: () => out,
-    waitFor(pattern, timeoutMs = 180_000) {
-      return new Promise((resolve, reject) => {
-        const started = Date.now();
-        const tick = setInterval(() => {
-          const m = out.match(pattern);
-          if (m) {
-            clearInterval(tick);
-            resolve(m);
-          } else if (child.exitCode !== null || Date.now() - started > timeoutMs) {
-            clearInterval(tick);
-            reject(new Error(`waiting for ${pattern}:\n${out.slice(-3000)}`));
-          }
-        }, 50);
-      });
-    },
-    peakRssMiB() {
-      return child.pid === undefined ? NaN : vmHwmKiB(child.pid) / 1024;
-    },
-    peakTreeRssMiB() {
-      if (child.pid === undefined) return NaN;
-      return processTree(child.pid).reduce((sum, pid) => sum + (vmHwmKiB(pid) || 0), 0) / 1024;
-    },
-    async stop() {
-      if (child.exitCode !== null) return;
-      child.kill('SIGTERM');
-      await new Promise((r) => child.once('exit', r));
-    },
-  };
+  return spawnProcess(command, args, { env, inheritEnv: true });
 }
 
-/** A process's VmHWM in KiB (NaN when it is gone). */
-function vmHwmKiB(pid: number): number {
-  try {
-    return Number(/VmHWM:\s+(\d+)/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0);
-  } catch {
-    return NaN;
-  }
-}
-
-/** pid and its running descendants, from /proc/<pid>/stat's parent field. */
-export function processTree(pid: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-      // The command name (field 2) is in parentheses and may hold spaces: read after its last ')'.
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      const list = children.get(ppid) ?? [];
-      list.push(Number(entry));
-      children.set(ppid, list);
-    } catch {
-      // gone meanwhile
-    }
-  }
-  const tree = [pid];
-  for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i]!) ?? []));
-  return tree;
-}
+export { processTree };
 
 import { freePort } from '../adapters/embedded/postgres.ts';
 
@@ -94,11 +22,11 @@ export { freePort };
 
 /**
  * The node arguments that run one of the service's entry points (`main`, `api`, `worker`,
- * `migrate`) as production runs it: the built JavaScript in dist/ when it is there (`npm ci`
- * builds it), else the TypeScript sources through tsx.
+ * `migrate`) as production runs it: the built JavaScript in dist/ (`npm ci` builds it; a
+ * benchmark builds it first when a source is newer: `ensureBuilt`).
  */
 export function serviceArgs(entry: 'main' | 'api' | 'worker' | 'migrate'): string[] {
-  return fs.existsSync(path.join(ROOT, 'dist', `${entry}.js`)) ? [`dist/${entry}.js`] : ['--import', 'tsx', `${entry}.ts`];
+  return entryArgs(entry);
 }
 
 export function median(values: number[]): number {
@@ -164,10 +92,11 @@ export async function startChatService(
   );
   const port = await freePort();
   const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false', ...more.env };
+  await ensureBuilt();
   const ours = start(process.execPath, [...nodeArgs, ...serviceArgs('main')], env);
   procs.push(ours);
   await ours.waitFor(/listening on/);
-  const cli = (...args: string[]) => start('npm', ['run', '--silent', 'mas', '--', ...args, '--json'], env);
+  const cli = (...args: string[]) => start(process.execPath, [...entryArgs('mas'), ...args, '--json'], env);
   await cli('account', 'create', '--email', 'bench@example.com').waitFor(/"id"/);
   await cli('wallet', 'topup', '--account', 'bench@example.com', '--coins', '100000000').waitFor(/"object"/);
   const key = JSON.parse((await cli('key', 'create', '--account', 'bench@example.com').waitFor(/\{.*\}/))[0]).key as string;

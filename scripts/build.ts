@@ -39,6 +39,11 @@ export async function buildIsStale(): Promise<boolean> {
   return false;
 }
 
+/** Builds dist/ when a source is newer (what scripts and benchmarks that run the built service call first). */
+export async function ensureBuilt(): Promise<void> {
+  if (await buildIsStale()) await build();
+}
+
 /**
  * Builds into a fresh folder beside dist/ and then swaps it in, so that a process running
  * from dist/ never sees it half-written.

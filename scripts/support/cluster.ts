@@ -1,13 +1,14 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import pino, { type Logger } from 'pino';
 import { freePort, startEmbeddedPostgres, type EmbeddedPostgres } from '../../adapters/embedded/postgres.ts';
 import { startEmbeddedTemporal, type EmbeddedTemporal } from '../../adapters/embedded/temporal.ts';
 import { jobSearchAttributeNames } from '../../config/temporal.ts';
-import { processesUsing, root, signalAll, sleep } from './server.ts';
+import { processesUsing, signalAll, sleep } from './server.ts';
+import { ensureSystemTool } from './system-tools.ts';
+import { entryArgs, runMas, spawnProcess } from './process.ts';
 
 /**
  * A production layout on one machine (docs/deploy.md), for `npm run cluster`, the scale tests
@@ -17,8 +18,8 @@ import { processesUsing, root, signalAll, sleep } from './server.ts';
  *   - one Temporal dev server (the cached Temporal CLI), used as a cluster (TEMPORAL_ADDRESS);
  *   - Debian's redis-server (REDIS_URL);
  *   - `npm run migrate`, once;
- *   - N API instances (`npm run start:api`: node api.ts) behind Debian's nginx, round-robin;
- *   - M workers (`npm run worker`: node worker.ts).
+ *   - N API instances (`npm run start:api`: node dist/api.js) behind Debian's nginx, round-robin;
+ *   - M workers (`npm run worker`: node dist/worker.js).
  * Every process gets the same environment except its port: the instances are interchangeable.
  */
 export interface ClusterOptions {
@@ -64,14 +65,12 @@ export interface Cluster {
   startWorker(): Promise<ClusterProcess>;
   /** Points nginx at these instances (all running ones by default) and reloads it. */
   front(instances?: ClusterProcess[]): Promise<void>;
-  /** Runs `npm run mas -- …` as a third process with the cluster's environment. */
+  /** Runs the CLI (`node dist/mas.js`, as `npm run mas`) as a third process with the cluster's environment. */
   cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string; startedAt: number; endedAt: number }>;
   /** SIGTERM to everything, SIGKILL to what is left after a while. */
   stop(): Promise<void>;
 }
 
-const NGINX = process.env.NGINX_BIN || '/usr/sbin/nginx';
-const REDIS = process.env.REDIS_SERVER_BIN || 'redis-server';
 
 /** The embedded servers' helpers log here: warnings and worse, one line each, through `say`. */
 function quietLogger(say: (line: string) => void): Logger {
@@ -96,6 +95,8 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
   process.on('exit', killAll);
 
   try {
+    // Debian's, found or fetched once per machine (scripts/support/system-tools.ts).
+    const [REDIS, NGINX] = await Promise.all([ensureSystemTool('redis-server', { logger }), ensureSystemTool('nginx', { logger })]);
     say('starting PostgreSQL, Temporal and Redis');
     const redisPort = await freePort();
     const redis = spawnLogged('redis', REDIS, ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], {});
@@ -127,7 +128,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     };
 
     say('migrating the database (npm run migrate)');
-    const migrated = spawnLogged('migrate', process.execPath, ['--import', 'tsx', 'migrate.ts'], env, logs);
+    const migrated = spawnLogged('migrate', process.execPath, entryArgs('migrate'), env, logs);
     if ((await migrated.exited) !== 0) throw new Error(`npm run migrate failed:\n${migrated.output()}`);
 
     const apis: ClusterProcess[] = [];
@@ -137,7 +138,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     const startApi = async () => {
       const apiPort = await freePort();
       const name = `api-${++serial.api}`;
-      const p = spawnLogged(name, process.execPath, ['--import', 'tsx', 'api.ts'], { ...env, PORT: String(apiPort) }, logs);
+      const p = spawnLogged(name, process.execPath, entryArgs('api'), { ...env, PORT: String(apiPort) }, logs);
       children.push(p.child);
       await p.waitFor(/listening on/, 120_000);
       const proc = { ...p.proc, name, role: 'api' as const, port: apiPort };
@@ -146,7 +147,7 @@ export async function startCluster(opts: ClusterOptions): Promise<Cluster> {
     };
     const startWorker = async () => {
       const name = `worker-${++serial.worker}`;
-      const p = spawnLogged(name, process.execPath, ['--import', 'tsx', 'worker.ts'], env, logs);
+      const p = spawnLogged(name, process.execPath, entryArgs('worker'), env, logs);
       children.push(p.child);
       await p.waitFor(/worker running/i, 120_000);
       const proc = { ...p.proc, name, role: 'worker' as const, port: undefined };
@@ -280,56 +281,21 @@ interface Logged {
 }
 
 function spawnLogged(name: string, command: string, args: string[], env: Record<string, string>, logDir?: string): Logged {
-  const child = spawn(command, args, { cwd: root, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  const file = logDir ? createWriteStream(path.join(logDir, `${name}.log`), { flags: 'a' }) : undefined;
-  file?.on('error', () => undefined);
-  const onData = (chunk: Buffer) => {
-    // Keys and sign-in links never reach the log file.
-    const text = chunk.toString().replace(/mas_[A-Za-z0-9_-]{8,}/g, 'mas_…');
-    out = (out + text).slice(-200_000);
-    file?.write(text);
-  };
-  child.stdout!.on('data', onData);
-  child.stderr!.on('data', onData);
-  let done = false;
-  const exited = new Promise<number | null>((resolve) => {
-    child.once('error', (err) => {
-      out += `\n${err.message}`;
-      done = true;
-      resolve(null);
-    });
-    child.once('exit', (code) => {
-      done = true;
-      file?.end();
-      resolve(code);
-    });
-  });
+  // Keys and sign-in links never reach the log file (scripts/support/process.ts).
+  const p = spawnProcess(command, args, { env, name, redact: 'all', ...(logDir ? { logFile: path.join(logDir, `${name}.log`) } : {}) });
   return {
-    child,
-    exited,
-    output: () => out,
+    child: p.child,
+    exited: p.exited,
+    output: p.output,
     async waitFor(pattern, timeoutMs) {
-      const until = Date.now() + timeoutMs;
-      while (!pattern.test(out)) {
-        if (done) throw new Error(`${name} exited before printing ${pattern}:\n${out.slice(-4000)}`);
-        if (Date.now() > until) throw new Error(`${name} did not print ${pattern} within ${timeoutMs} ms:\n${out.slice(-4000)}`);
-        await sleep(50);
-      }
+      await p.waitFor(pattern, timeoutMs);
     },
-    proc: { child, exited, running: () => !done, output: () => out },
+    proc: { child: p.child, exited: p.exited, running: p.running, output: p.output },
   };
 }
 
-function runCli(args: string[], env: Record<string, string>): ReturnType<Cluster['cli']> {
-  return new Promise((resolve, reject) => {
-    const startedAt = Date.now();
-    const child = spawn('npm', ['run', '--silent', 'mas', '--', ...args], { cwd: root, env: { ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.once('error', reject);
-    child.once('exit', (code) => resolve({ code, stdout, stderr, startedAt, endedAt: Date.now() }));
-  });
+async function runCli(args: string[], env: Record<string, string>): ReturnType<Cluster['cli']> {
+  const startedAt = Date.now();
+  const out = await runMas(args, env);
+  return { ...out, startedAt, endedAt: Date.now() };
 }

@@ -1,14 +1,16 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { createWriteStream, readdirSync, readFileSync } from 'node:fs';
+import { spawnSync, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../../adapters/embedded/postgres.ts';
+import { ensureBuilt } from '../build.ts';
+import { spawnEntry } from './process.ts';
 
 /**
  * The real server for the scripts that test it from outside (schema-fuzz.ts, mcp-conformance.ts,
  * mcp-auth-conformance.ts):
- * `node --import tsx main.ts` on a free port with a fresh temporary DATA_DIR, so that the
+ * `node dist/main.js` (built first when a source is newer) on a free port with a fresh temporary DATA_DIR, so that the
  * embedded PostgreSQL and Temporal dev server start too and the first start prints the demo key
  * of a funded account; and the means to stop it and everything it started, leaving nothing behind.
  */
@@ -119,43 +121,19 @@ export async function startServer(say: Say, work: string, dataDir: string, logFi
     SHUTDOWN_TIMEOUT_SECONDS: '5',
     ...extraEnv,
   });
-  // Its own process group, so that everything it starts (PostgreSQL, Temporal) can be found and stopped.
-  const child = spawn(process.execPath, ['--import', 'tsx', 'main.ts'], { cwd: root, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  await ensureBuilt();
+  // Its own process group, so that everything it starts (PostgreSQL, Temporal) can be found and
+  // stopped; the demo key it prints once stays out of the log file.
+  const proc = spawnEntry('main', { env, inheritEnv: false, detached: true, logFile, redact: 'log', name: 'the server' });
+  const { child, exited } = proc;
   let exitedFlag = false;
-  const exited = new Promise<number | null>((resolve) => {
-    child.on('error', (err) => {
-      say(`the server could not be started: ${err.message}`);
-      exitedFlag = true;
-      resolve(null);
-    });
-    child.on('exit', (code) => {
-      exitedFlag = true;
-      resolve(code);
-    });
-  });
-  const log = createWriteStream(logFile);
-  log.on('error', () => undefined);
-  child.stderr!.on('data', (c: Buffer) => log.write(c));
-  child.stdout!.on('error', () => undefined);
-  child.stderr!.on('error', () => undefined);
-
-  const ready = new Promise<{ key: string; loginUrl: string }>((resolve, reject) => {
-    let out = '';
-    let key: string | undefined;
-    let loginUrl: string | undefined;
-    child.stdout!.on('data', (c: Buffer) => {
-      const text = c.toString();
-      out += text;
-      // The demo key is printed once, outside the logs: keep it out of the log file too.
-      log.write(text.replace(/mas_[A-Za-z0-9_-]+/g, 'mas_…'));
-      key ??= /Bearer (mas_[A-Za-z0-9_-]+)/.exec(out)?.[1];
-      loginUrl ??= /(http\S+\/login\/link\?token=\S+)/.exec(out)?.[1];
-      if (/listening on/.test(out)) {
-        if (key && loginUrl) resolve({ key, loginUrl });
-        else reject(new Error('the server started without printing a demo key (was DATA_DIR not empty?)'));
-      }
-    });
-    void exited.then((code) => reject(new Error(`the server exited (code ${code}) before listening`)));
+  void exited.then(() => (exitedFlag = true));
+  const ready = proc.waitFor(/listening on/, 300_000).then(() => {
+    const out = proc.output();
+    const key = /Bearer (mas_[A-Za-z0-9_-]+)/.exec(out)?.[1];
+    const loginUrl = /(http\S+\/login\/link\?token=\S+)/.exec(out)?.[1];
+    if (!key || !loginUrl) throw new Error('the server started without printing a demo key (was DATA_DIR not empty?)');
+    return { key, loginUrl };
   });
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_resolve, reject) => {

@@ -47,9 +47,8 @@ beforeAll(async () => {
   const catalogFile = path.join(dataDir, 'models.yaml');
   await fs.writeFile(catalogFile, stringify(catalog));
   const port = await freePort();
-  // serverArgs() is `--import tsx main.ts`: the loop monitor goes in after tsx, before main.ts.
-  const [importFlag, tsx, ...rest] = serverArgs();
-  server = spawnProject([importFlag!, tsx!, '--import', path.join(ROOT, 'test/support/loop-blocks.ts'), ...rest], {
+  // The loop monitor (TypeScript, through tsx) is loaded before the built server.
+  server = spawnProject(['--import', 'tsx', '--import', path.join(ROOT, 'test/support/loop-blocks.ts'), ...serverArgs()], {
     DATABASE_URL: db.url,
     DATA_DIR: dataDir,
     CATALOG_FILE: catalogFile,

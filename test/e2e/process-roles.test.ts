@@ -4,7 +4,7 @@ import path from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { createFreshDatabase } from '../support/db.ts';
-import { freePort, runCli, spawnProject, type Spawned } from '../support/process.ts';
+import { freePort, runCli, spawnProject, type Spawned, entryArgs } from '../support/process.ts';
 
 /**
  * The processes of a deployment of many (docs/deploy.md), as real processes on a brand-new
@@ -38,22 +38,22 @@ const env = (extra: Record<string, string> = {}) => ({
   ...extra,
 });
 
-function run(file: string, extra: Record<string, string>): Spawned {
-  const proc = spawnProject(['--import', 'tsx', file], extra);
+function run(file: 'api' | 'worker' | 'migrate', extra: Record<string, string>): Spawned {
+  const proc = spawnProject(entryArgs(file), extra);
   running.push(proc);
   return proc;
 }
 
 describe('process roles', () => {
   it('an API instance refuses to start without an external PostgreSQL and Temporal, in one line', async () => {
-    const proc = run('api.ts', { DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
+    const proc = run('api', { DATA_DIR: dataDir, LOG_LEVEL: 'warn' });
     expect(await proc.exited).toBe(1);
     expect(proc.output().trim()).toBe('npm run start:api starts no embedded servers: set DATABASE_URL and TEMPORAL_ADDRESS (npm start runs everything on one machine).');
   });
 
   it('an API instance, a worker and the CLI refuse a database with pending migrations and name the command', { timeout: 180_000 }, async () => {
-    const api = run('api.ts', env({ PORT: String(await freePort()) }));
-    const worker = run('worker.ts', env());
+    const api = run('api', env({ PORT: String(await freePort()) }));
+    const worker = run('worker', env());
     expect(await api.exited).toBe(1);
     expect(await worker.exited).toBe(1);
     for (const proc of [api, worker]) expect(proc.output()).toMatch(/The database has \d+ migration\(s\) not yet applied \(Migration2026.*\)\. Run `npm run migrate` once/);
@@ -69,10 +69,10 @@ describe('process roles', () => {
   });
 
   it('npm run migrate applies them once and seeds the catalog; a second run has nothing to do', async () => {
-    const first = run('migrate.ts', env());
+    const first = run('migrate', env());
     expect(await first.exited).toBe(0);
     expect(first.output()).toMatch(/^Database up to date\. Added catalog models: mas\/echo, /m);
-    const second = run('migrate.ts', env());
+    const second = run('migrate', env());
     expect(await second.exited).toBe(0);
     expect(second.output().trim()).toBe('Database up to date.');
   });
@@ -80,7 +80,7 @@ describe('process roles', () => {
   it('then an API instance serves; on SIGTERM /readyz fails first while requests are still served, then it drains and exits 0', async () => {
     const port = await freePort();
     const base = `http://127.0.0.1:${port}`;
-    const api = run('api.ts', env({ PORT: String(port), SHUTDOWN_READINESS_DELAY_SECONDS: '3' }));
+    const api = run('api', env({ PORT: String(port), SHUTDOWN_READINESS_DELAY_SECONDS: '3' }));
     await api.waitFor(/listening on .* \(API instance, port \d+\)/, 120_000);
     // No demo account on an instance: that is `npm start`'s, for one machine.
     expect(api.output()).not.toContain('Demo account created');

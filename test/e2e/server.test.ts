@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createFreshDatabase } from '../support/db.ts';
-import { freePort, serverArgs, spawnProject, type Spawned } from '../support/process.ts';
+import { entryArgs, freePort, serverArgs, spawnProject, type Spawned } from '../support/process.ts';
 
 /** The real server as `npm start` runs it, over real HTTP, on a brand-new database. */
 let db: Awaited<ReturnType<typeof createFreshDatabase>>;
@@ -165,5 +165,32 @@ describe('the server process', () => {
     const proc = spawnProject(serverArgs(), { PORT: 'eighty', DATABASE_URL: db.url });
     expect(await proc.exited).toBe(1);
     expect(proc.output().trim()).toMatch(/^Invalid configuration: PORT: .*\(got "eighty"\)$/);
+  });
+});
+
+describe('the server from its TypeScript sources', () => {
+  // Every other test runs the built dist/ as production does; this one keeps the sources path
+  // (`node --import tsx main.ts`, how a developer runs a change before building) working.
+  it('starts through tsx on the same database and serves the API', async () => {
+    const port = await freePort();
+    const proc = spawnProject(entryArgs('main', 'sources'), {
+      DATABASE_URL: db.url,
+      DATA_DIR: dataDir,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      TEMPORAL_ADDRESS: inject('temporalAddress'),
+      TEMPORAL_TASK_QUEUE: `e2e-server-tsx-${process.pid}`,
+      RUN_WORKER: 'false',
+    });
+    try {
+      await proc.waitFor(/listening on/);
+      expect((await fetch(`http://127.0.0.1:${port}/readyz`)).status).toBe(200);
+      // The public catalog page: routes, core and the database all answered.
+      const models = await fetch(`http://127.0.0.1:${port}/models`, { headers: { accept: 'text/html' } });
+      expect(models.status).toBe(200);
+      expect(await models.text()).toContain('mas/echo');
+    } finally {
+      await proc.stop();
+    }
   });
 });

@@ -12,7 +12,7 @@ import { seedModels } from '../../core/catalog/catalog.ts';
 import { openOrm } from '../../core/orm.ts';
 import { makeAccount, makeKey, migratedFreshDatabase, silentLogger, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
-import { ROOT } from '../support/process.ts';
+import { ROOT, entryArgs } from '../support/process.ts';
 
 /**
  * The worker process's stdout is the service's JSON log lines: the Temporal SDK's own lines
@@ -51,7 +51,7 @@ type LogLine = Record<string, unknown> & { level: number; msg: string };
 
 describe('the worker process logs', () => {
   it("prints the Temporal SDK's lines as the service's JSON log lines on stdout, a failed workflow's stack trace inside one line", { timeout: 180_000 }, async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'worker.ts'], {
+    const child = spawn(process.execPath, entryArgs('worker'), {
       cwd: ROOT,
       env: {
         PATH: process.env.PATH,

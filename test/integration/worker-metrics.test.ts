@@ -8,9 +8,9 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { temporalGenerationStarter } from '../../config/temporal.ts';
 import { seedModels } from '../../core/catalog/catalog.ts';
-import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps, testDatabaseUrl } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
-import { freePort, spawnProject, type Spawned } from '../support/process.ts';
+import { freePort, spawnProject, type Spawned, entryArgs } from '../support/process.ts';
 
 /**
  * A standalone worker (`npm run worker`) with WORKER_METRICS_PORT serves its own /metrics: the
@@ -35,8 +35,8 @@ beforeAll(async () => {
   api = await serve(createTestApp({ deps, logger: silentLogger, publicBaseUrl: 'http://localhost' }));
   const port = await freePort();
   metricsUrl = `http://127.0.0.1:${port}/metrics`;
-  worker = spawnProject(['--import', 'tsx', 'worker.ts'], {
-    DATABASE_URL: inject('databaseUrl'),
+  worker = spawnProject(entryArgs('worker'), {
+    DATABASE_URL: testDatabaseUrl(),
     TEMPORAL_ADDRESS: inject('temporalAddress'),
     TEMPORAL_TASK_QUEUE: taskQueue,
     DATA_DIR: dataDir,

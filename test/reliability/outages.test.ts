@@ -12,7 +12,7 @@ import { ensureTemporalCli } from '../../adapters/embedded/temporal-cli.ts';
 import { openOrm } from '../../core/orm.ts';
 import { SEARCH_ATTRIBUTES } from '../../workflows/shared.ts';
 import { createFreshDatabase, makeKey, silentLogger, walletInvariants } from '../support/db.ts';
-import { freePort, isRunning, serverArgs, spawnProject, type Spawned } from '../support/process.ts';
+import { freePort, isRunning, serverArgs, spawnProject, type Spawned, entryArgs } from '../support/process.ts';
 import { FULL, reportSection, scale, table } from './support/results.ts';
 
 /**
@@ -294,7 +294,7 @@ describe('the Temporal server restarted under load', () => {
     const taskQueue = `rel-temporal-restart-${process.pid}`;
     const common = { DATABASE_URL: fresh.url, DATA_DIR: path.join(dir, 'data'), TEMPORAL_ADDRESS: temporal.address, TEMPORAL_TASK_QUEUE: taskQueue };
     const api = await startApi({ ...common, RUN_WORKER: 'false' });
-    const worker = spawnProject(['--import', 'tsx', 'worker.ts'], common);
+    const worker = spawnProject(entryArgs('worker'), common);
     cleanups.push(async () => {
       worker.child.kill('SIGKILL');
       await worker.exited;

@@ -10,10 +10,10 @@ import { loadCatalogFile } from '../../config/catalog.ts';
 import { temporalGenerationStarter } from '../../config/temporal.ts';
 import { seedModels } from '../../core/catalog/catalog.ts';
 import { parseCoins } from '../../core/money/coins.ts';
-import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps, testDatabaseUrl } from '../support/db.ts';
 import { bearer, createTestApp, getJson } from '../support/http.ts';
 import { expectSettledWallet } from '../support/ledger.ts';
-import { spawnProject, type Spawned } from '../support/process.ts';
+import { spawnProject, type Spawned, entryArgs } from '../support/process.ts';
 import { reportSection, scale, table, FULL } from './support/results.ts';
 
 /**
@@ -99,8 +99,8 @@ afterAll(async () => {
 
 async function startWorkerProcess(): Promise<Spawned> {
   const t0 = Date.now();
-  const proc = spawnProject(['--import', 'tsx', 'worker.ts'], {
-    DATABASE_URL: inject('databaseUrl'),
+  const proc = spawnProject(entryArgs('worker'), {
+    DATABASE_URL: testDatabaseUrl(),
     TEMPORAL_ADDRESS: inject('temporalAddress'),
     TEMPORAL_TASK_QUEUE: taskQueue,
     DATA_DIR: dataDir,

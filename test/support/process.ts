@@ -1,101 +1,26 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import path from 'node:path';
+import { entryArgs, runMas, spawnProcess, type RunResult, type Spawned } from '../../scripts/support/process.ts';
 
-export const ROOT = path.resolve(import.meta.dirname, '../..');
+export { ROOT, entryArgs, runCollected, type RunResult, type Spawned } from '../../scripts/support/process.ts';
 
-export interface Spawned {
-  child: ChildProcess;
-  /** Everything written to stdout and stderr so far. */
-  output: () => string;
-  waitFor: (pattern: RegExp, timeoutMs?: number) => Promise<RegExpMatchArray>;
-  exited: Promise<number | null>;
-}
-
-/** Runs a command of this project (`node --import tsx main.ts`, the CLI) as a real process. */
+/**
+ * Runs a command of this project (`node dist/main.js`, `npm start`…) as a real process with
+ * only `env` (and PATH, HOME) in its environment (scripts/support/process.ts).
+ */
 export function spawnProject(args: string[], env: Record<string, string | undefined>, command = process.execPath): Spawned {
-  const child = spawn(command, args, {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } as NodeJS.ProcessEnv,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  const listeners = new Set<() => void>();
-  const onData = (chunk: Buffer) => {
-    out += chunk.toString();
-    for (const l of listeners) l();
-  };
-  child.stdout!.on('data', onData);
-  child.stderr!.on('data', onData);
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-  return {
-    child,
-    output: () => out,
-    exited,
-    waitFor(pattern, timeoutMs = 60_000) {
-      return new Promise((resolve, reject) => {
-        const check = () => {
-          const m = out.match(pattern);
-          if (m) {
-            cleanup();
-            resolve(m);
-          }
-        };
-        const timer = setTimeout(() => {
-          cleanup();
-          reject(new Error(`timed out waiting for ${pattern}; output so far:\n${out}`));
-        }, timeoutMs);
-        const onExit = () => {
-          cleanup();
-          reject(new Error(`process exited while waiting for ${pattern}; output:\n${out}`));
-        };
-        const cleanup = () => {
-          clearTimeout(timer);
-          listeners.delete(check);
-          child.off('exit', onExit);
-        };
-        listeners.add(check);
-        child.once('exit', onExit);
-        check();
-      });
-    },
-  };
+  return spawnProcess(command, args, { env });
 }
 
+/** The server as production runs it: `node dist/main.js` (the global setup built dist/). */
 export function serverArgs(): string[] {
-  return ['--import', 'tsx', 'main.ts'];
+  return entryArgs('main');
 }
 
 export { freePort } from '../../adapters/embedded/postgres.ts';
 
-/** Runs the operator CLI through the README's own command and returns its exit code and streams. */
+/** Runs the operator CLI as production runs it (`node dist/mas.js`) and returns its exit code and streams. */
 export function runCli(args: string[], env: Record<string, string | undefined>): Promise<RunResult> {
-  return runCollected('npm', ['run', '--silent', 'mas', '--', ...args], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env } as NodeJS.ProcessEnv,
-  });
-}
-
-export interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/**
- * Runs a command to its end and resolves with its exit code and whole output, whatever the code
- * (the tests judge it); rejects only when it cannot start. Waits for 'close', so no output is lost.
- */
-export function runCollected(cmd: string, args: string[], options: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
+  return runMas(args, env);
 }
 
 export interface ProcessInfo {
