@@ -12,7 +12,8 @@ import { activityInterceptors, workerSinks, WORKFLOW_INTERCEPTOR_MODULE, type Wo
  * The workflow code: the bundle `npm run build` made (dist/workflows/bundle.js, beside this
  * file when it runs from dist/), or else the sources, bundled by webpack at start (tests, tsx).
  */
-function workflowCode(): { workflowBundle: { codePath: string } } | { workflowsPath: string; interceptors: { workflowModules: string[] } } {
+function workflowCode(prebuilt?: string): { workflowBundle: { codePath: string } } | { workflowsPath: string; interceptors: { workflowModules: string[] } } {
+  if (prebuilt) return { workflowBundle: { codePath: prebuilt } };
   const bundle = fileURLToPath(new URL('./bundle.js', import.meta.url));
   if (existsSync(bundle)) return { workflowBundle: { codePath: bundle } };
   return {
@@ -124,20 +125,29 @@ export async function startWorker(opts: {
   shutdownForceSeconds?: number;
   /** Tracing on (config/telemetry.ts): where the workflow and activity spans go (workflows/tracing.ts). */
   tracing?: WorkerTracing | undefined;
+  /**
+   * A workflow bundle `npm run build` made, for a worker started from the sources (the tests
+   * pass the one their setup built): no webpack at start. Unset: the bundle beside this file, or
+   * the sources bundled now.
+   */
+  workflowBundlePath?: string;
+  /** Another connection than one to `address` (the tests' time-skipping server). */
+  connection?: NativeConnection;
 }): Promise<RunningWorker> {
   installTemporalRuntime(opts.logger);
-  const connection = await NativeConnection.connect({ address: opts.address });
+  const own = opts.connection === undefined;
+  const connection = opts.connection ?? (await NativeConnection.connect({ address: opts.address }));
   const worker = await Worker.create({
     connection,
     namespace: opts.namespace,
     taskQueue: opts.taskQueue ?? TASK_QUEUE,
-    ...withActivityInterceptors(workflowCode(), opts.tracing),
+    ...withActivityInterceptors(workflowCode(opts.workflowBundlePath), opts.tracing),
     sinks: workerSinks(opts.tracing),
     activities: createActivities(opts.deps),
     shutdownGraceTime: `${opts.shutdownGraceSeconds ?? 0}s`,
     ...(opts.shutdownForceSeconds !== undefined ? { shutdownForceTime: `${opts.shutdownForceSeconds}s` } : {}),
   });
-  const done = worker.run().finally(() => connection.close());
+  const done = worker.run().finally(() => (own ? connection.close() : undefined));
   done.catch((err: unknown) => opts.logger.error({ err }, 'Temporal worker stopped with an error'));
   opts.logger.info({ taskQueue: opts.taskQueue ?? TASK_QUEUE }, 'Temporal worker running');
   return {

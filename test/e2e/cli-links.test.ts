@@ -1,6 +1,6 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { makeAccount, openTestOrm, uniqueEmail } from '../support/db.ts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeAccount, openTestOrm, uniqueEmail, testDatabaseUrl } from '../support/db.ts';
 import { runCli } from '../support/process.ts';
 
 /**
@@ -15,7 +15,7 @@ afterAll(async () => {
   await orm?.close();
 });
 
-const env = (extra: Record<string, string>) => ({ DATABASE_URL: inject('databaseUrl'), LOG_LEVEL: 'warn', ...extra });
+const env = (extra: Record<string, string>) => ({ DATABASE_URL: testDatabaseUrl(), LOG_LEVEL: 'warn', ...extra });
 
 describe('mas links', () => {
   it('with PORT=18123 and no PUBLIC_BASE_URL, `account login-link` and `admin create` link to http://localhost:18123', async () => {

@@ -15,9 +15,9 @@ import { parseCoins } from '../../core/money/coins.ts';
 import { release, reserve, settle } from '../../core/money/holds.ts';
 import { openOrm } from '../../core/orm.ts';
 import { createCaller } from '../../core/router.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
-import { makeAccount, makeKey, migratedFreshDatabase, silentLogger, testDeps } from '../support/db.ts';
-import { expectReplays } from '../support/jobs.ts';
+import type { RunningWorker } from '../../workflows/worker.ts';
+import { makeAccount, makeKey, migratedFreshDatabase, testDeps } from '../support/db.ts';
+import { expectReplays, startTestWorker } from '../support/jobs.ts';
 import { refusal } from '../support/refusal.ts';
 
 /**
@@ -323,7 +323,7 @@ describe('analytics refresh schedule', () => {
   beforeAll(async () => {
     connection = await Connection.connect({ address: inject('temporalAddress') });
     client = new Client({ connection });
-    worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+    worker = await startTestWorker({ deps, taskQueue });
   });
   afterAll(async () => {
     await client?.schedule.getHandle(scheduleId).delete().catch(() => undefined);

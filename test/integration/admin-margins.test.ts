@@ -1,3 +1,4 @@
+import { startTestWorker } from '../support/jobs.ts';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
@@ -16,7 +17,7 @@ import { createContext, type CoreDeps } from '../../core/context.ts';
 import { formatCoins } from '../../core/money/coins.ts';
 import { openOrm } from '../../core/orm.ts';
 import { createCaller } from '../../core/router.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
+import type { RunningWorker } from '../../workflows/worker.ts';
 import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.ts';
 import { useTestCatalog } from '../support/catalog.ts';
 import { CookieBrowser, csrfOf } from '../support/cookie-browser.ts';
@@ -96,7 +97,7 @@ beforeAll(async () => {
   connection = await Connection.connect({ address: inject('temporalAddress') });
   const taskQueue = `test-margins-${randomBytes(4).toString('hex')}`;
   deps = testDeps(orm, { providers, storageDir, generations: temporalGenerationStarter(new Client({ connection }), { taskQueue }) });
-  worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue, shutdownForceSeconds: 30 });
+  worker = await startTestWorker({ deps, taskQueue });
   served = await serve(createTestApp({ deps, logger: silentLogger }));
   viewerToken = (await internal().admins.createToken({ name: 'margins', role: 'viewer' })).token;
 

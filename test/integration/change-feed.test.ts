@@ -1,12 +1,12 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listenForChanges, type ChangeFeed } from '../../adapters/db/change-feed.ts';
 import { authenticate } from '../../core/auth/api-keys.ts';
 import { applyChange } from '../../core/changes.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { hashKey } from '../../core/keys/key-secret.ts';
 import { createCaller } from '../../core/router.ts';
-import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps, testDatabaseUrl } from '../support/db.ts';
 
 /**
  * Caches across processes: two wired cores stand for two API instances, each listening on the
@@ -24,7 +24,7 @@ beforeAll(async () => {
   orm = await openTestOrm();
   a = testDeps(orm, { catalogTtlMs: LONG });
   b = testDeps(orm, { catalogTtlMs: LONG });
-  feeds = await Promise.all([a, b].map((deps) => listenForChanges(inject('databaseUrl'), silentLogger, (change) => applyChange(deps, change))));
+  feeds = await Promise.all([a, b].map((deps) => listenForChanges(testDatabaseUrl(), silentLogger, (change) => applyChange(deps, change))));
 });
 afterAll(async () => {
   await Promise.all(feeds.map((f) => f.close()));

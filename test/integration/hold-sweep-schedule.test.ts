@@ -6,10 +6,10 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import { ensureHoldSweepSchedule } from '../../config/temporal.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { reserve } from '../../core/money/holds.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
+import type { RunningWorker } from '../../workflows/worker.ts';
 import { failJob } from '../../core/generations/end-job.ts';
-import { makeAccount, makeKey, openTestOrm, silentLogger, testDeps, walletInvariants } from '../support/db.ts';
-import { expectReplays } from '../support/jobs.ts';
+import { makeAccount, makeKey, openTestOrm, testDeps, walletInvariants } from '../support/db.ts';
+import { expectReplays, startTestWorker } from '../support/jobs.ts';
 import { expectSettledWallet } from '../support/ledger.ts';
 
 /** The expired-hold sweep as a Temporal Schedule, on a real Temporal dev server and a real worker. */
@@ -24,7 +24,7 @@ beforeAll(async () => {
   orm = await openTestOrm();
   connection = await Connection.connect({ address: inject('temporalAddress') });
   client = new Client({ connection });
-  worker = await startWorker({ deps: testDeps(orm), address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+  worker = await startTestWorker({ deps: testDeps(orm), taskQueue });
 });
 afterAll(async () => {
   await client.schedule.getHandle(scheduleId).delete().catch(() => undefined);

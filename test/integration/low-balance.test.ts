@@ -1,16 +1,17 @@
+import { startTestWorker } from '../support/jobs.ts';
 import { randomBytes } from 'node:crypto';
 import { Client, Connection } from '@temporalio/client';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
 import { ensureLowBalanceSchedule } from '../../config/temporal.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
+import type { RunningWorker } from '../../workflows/worker.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createInternalCaller } from '../../core/internal/router.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { release, reserve } from '../../core/money/holds.ts';
 import { credit } from '../../core/money/wallet.ts';
 import { createCaller } from '../../core/router.ts';
-import { openTestOrm, silentLogger, testDeps, uniqueEmail } from '../support/db.ts';
+import { openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { refusal } from '../support/refusal.ts';
 import { mailboxOf, signUpVerified } from '../support/sign-up.ts';
 
@@ -106,7 +107,7 @@ describe('the low-balance schedule', () => {
   beforeAll(async () => {
     connection = await Connection.connect({ address: inject('temporalAddress') });
     client = new Client({ connection });
-    const start = () => startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+    const start = () => startTestWorker({ deps, taskQueue });
     workers = [await start(), await start()];
   });
   afterAll(async () => {

@@ -1,7 +1,8 @@
+import { testDatabaseUrl } from '../support/db.ts';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import pg from 'pg';
-import { describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { ROOT } from '../support/process.ts';
 
 /**
@@ -15,7 +16,7 @@ const DEFINITIONS = `select p.proname || '(' || pg_get_function_identity_argumen
 describe('core/money/money.sql', () => {
   it('defines exactly the money functions the migrations leave in the database', async () => {
     const sql = await fs.readFile(path.join(ROOT, 'core/money/money.sql'), 'utf8');
-    const client = new pg.Client(inject('databaseUrl'));
+    const client = new pg.Client(testDatabaseUrl());
     await client.connect();
     try {
       await client.query('begin');

@@ -1,3 +1,4 @@
+import { startTestWorker } from '../support/jobs.ts';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -13,10 +14,10 @@ import { reconcilePayments } from '../../core/payments/reconcile.ts';
 import { createCaller } from '../../core/router.ts';
 import { getBalance } from '../../core/money/wallet.ts';
 import { autoTopUpWorkflowId } from '../../workflows/shared.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
+import type { RunningWorker } from '../../workflows/worker.ts';
 import { useTestCatalog } from '../support/catalog.ts';
 import { csrfOf, signUpPerson, type Person } from '../support/cookie-browser.ts';
-import { makeKey, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import { makeKey, openTestOrm, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
 import { startTestStripeMock } from '../support/stripe-mock.ts';
 
@@ -121,7 +122,7 @@ beforeAll(async () => {
     env: { STRIPE_SECRET_KEY: 'sk_test_AutoTopUp', STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_API_URL: proxyUrl, SIGNUP: 'open', AUTO_TOPUP_MAX_PER_DAY: '2' },
   });
   api = await serve(createTestApp({ deps, publicBaseUrl: 'https://mas.example' }));
-  worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+  worker = await startTestWorker({ deps, taskQueue });
 });
 afterAll(async () => {
   await worker?.shutdown();

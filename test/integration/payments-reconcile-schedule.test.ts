@@ -1,3 +1,4 @@
+import { startTestWorker } from '../support/jobs.ts';
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -7,8 +8,8 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import type { RunningStripeMock } from '../../adapters/embedded/stripe-mock.ts';
 import { ensurePaymentsReconcileSchedule } from '../../config/temporal.ts';
 import { getBalance } from '../../core/money/wallet.ts';
-import { startWorker, type RunningWorker } from '../../workflows/worker.ts';
-import { makeAccount, openTestOrm, silentLogger, testDeps } from '../support/db.ts';
+import type { RunningWorker } from '../../workflows/worker.ts';
+import { makeAccount, openTestOrm, testDeps } from '../support/db.ts';
 import { startTestStripeMock } from '../support/stripe-mock.ts';
 
 /**
@@ -53,7 +54,7 @@ beforeAll(async () => {
   const deps = testDeps(orm, { env: { STRIPE_SECRET_KEY: 'sk_test_ReconcileSchedule', STRIPE_WEBHOOK_SECRET: 'whsec_test_reconcile_schedule', STRIPE_API_URL: `http://127.0.0.1:${port}` } });
   connection = await Connection.connect({ address: inject('temporalAddress') });
   client = new Client({ connection });
-  worker = await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+  worker = await startTestWorker({ deps, taskQueue });
 });
 afterAll(async () => {
   await client?.schedule.getHandle(scheduleId).delete().catch(() => undefined);

@@ -17,10 +17,10 @@ import { deleteExpiredResults } from '../../core/generations/retention.ts';
 import { reserve } from '../../core/money/holds.ts';
 import { openOrm } from '../../core/orm.ts';
 import { createActivities } from '../../workflows/activities.ts';
-import { startWorker } from '../../workflows/worker.ts';
+
 import { makeAccount, makeKey, migratedFreshDatabase, silentLogger, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson } from '../support/http.ts';
-import { startJobHarness, type JobHarness } from '../support/jobs.ts';
+import { startJobHarness, type JobHarness, startTestWorker } from '../support/jobs.ts';
 import { expectSettledWallet } from '../support/ledger.ts';
 
 /**
@@ -155,7 +155,7 @@ async function idleQueue(suffix: string, orm: MikroORM = h.orm) {
       await new Promise((r) => server.close(r));
     }
   };
-  const startWorkerThere = () => startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue });
+  const startWorkerThere = () => startTestWorker({ deps, taskQueue });
   return { taskQueue, submitThere, startWorkerThere };
 }
 

@@ -4,7 +4,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { createServer, type Server } from 'node:http';
 import { Client, Connection, type HistoryAndWorkflowId } from '@temporalio/client';
-import { createRequire } from 'node:module';
 import { Worker } from '@temporalio/worker';
 import { expect, inject } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
@@ -71,7 +70,7 @@ export async function startJobHarness(
   const worker =
     opts.worker === false
       ? { done: Promise.resolve(), shutdown: async () => undefined }
-      : await startWorker({ deps, address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, taskQueue, shutdownForceSeconds: 30 });
+      : await startTestWorker({ deps, taskQueue });
   server.on('request', createTestApp({ deps, logger: silentLogger, publicBaseUrl }));
   return {
     orm,
@@ -103,11 +102,20 @@ export async function startJobHarness(
   };
 }
 
-/** Replays workflow histories against today's workflow code: every one must replay without a determinism error. */
+/**
+ * A real worker of this service's workflows and activities for a test, on the test's Temporal
+ * (the shared dev server unless `connection` is given) and task queue. Its workflows are the
+ * bundle the global setup built (`npm run build`'s, test/support/global-setup.ts): no webpack
+ * per worker.
+ */
+export function startTestWorker(opts: Omit<Parameters<typeof startWorker>[0], 'address' | 'namespace' | 'logger'> & { logger?: Parameters<typeof startWorker>[0]['logger'] }): Promise<RunningWorker> {
+  return startWorker({ address: inject('temporalAddress'), namespace: 'default', logger: silentLogger, shutdownForceSeconds: 30, workflowBundlePath: inject('workflowBundle'), ...opts });
+}
+
+/** Replays workflow histories against today's workflow code (the built bundle): every one must replay without a determinism error. */
 export async function expectReplays(histories: HistoryAndWorkflowId[]): Promise<void> {
-  const require = createRequire(import.meta.url);
   let replayed = 0;
-  for await (const result of Worker.runReplayHistories({ workflowsPath: require.resolve('../../workflows/index.ts') }, histories)) {
+  for await (const result of Worker.runReplayHistories({ workflowBundle: { codePath: inject('workflowBundle') } }, histories)) {
     expect(result.error, result.workflowId).toBeUndefined();
     replayed++;
   }

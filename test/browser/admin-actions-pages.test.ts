@@ -442,7 +442,7 @@ describe('a viewer', () => {
   });
 });
 
-// Every admin page is measured at 390 and 1280 px, and checked by axe, in test/e2e/page-walk.test.ts.
+// Every admin page is measured at 390 and 1280 px, and checked by axe, in test/browser/page-walk.test.ts.
 describe('the failed-jobs table', () => {
   it('fits the page itself at 1280×800, with no scrolling in its box', async () => {
     await page.setViewportSize({ width: 1280, height: 800 });
