@@ -20,6 +20,10 @@ import type { AddressInfo } from 'node:net';
  *   overloaded    an SSE stream whose first event is an `overloaded_error`
  *   content-policy HTTP 400 with code content_policy_violation
  *   usage-cost    like ok, with OpenRouter's `usage.cost` (USD) in the usage chunk
+ *   keep-alive    an SSE stream of `: keep-alive` comments every 5 ms, never a token
+ *   keep-alive-after-token  one text chunk, then only keep-alive comments
+ *   trickle       a text chunk every 5 ms, never finishing
+ *   usage:P:C     (also negative, fractional or exponent numbers: `usage:-5:3.7`, `usage:1e300:2`)
  * `script` overrides the model name for the next requests, in turn (a queue of behaviours).
  */
 export interface FakeUpstream {
@@ -97,7 +101,7 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
   const sse = () => res.writeHead(200, { 'content-type': 'text/event-stream' });
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-  const reported = /^usage:(\d+):(\d+)$/.exec(model);
+  const reported = /^usage:(-?[\d.e+]+):(-?[\d.e+]+)$/.exec(model);
   const [prompt, completion] = reported ? [Number(reported[1]), Number(reported[2])] : [11, 5];
 
   switch (model) {
@@ -138,6 +142,16 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
       res.write(usage(1, 1));
       res.write('data: [DONE]\n\n');
       return done();
+    }
+    case 'keep-alive':
+    case 'keep-alive-after-token':
+    case 'trickle': {
+      sse();
+      if (model === 'keep-alive-after-token') res.write(chunk({ role: 'assistant', content: 'Partial' }));
+      // Comments (or tokens) until the client goes away: the connection never looks idle.
+      const timer = setInterval(() => res.write(model === 'trickle' ? chunk({ content: ' word' }) : ': keep-alive\n\n'), 5);
+      res.on('close', () => clearInterval(timer));
+      return;
     }
     case 'stall':
       sse();
