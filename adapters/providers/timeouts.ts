@@ -105,7 +105,6 @@ function within<T>(promise: Promise<T>, ms: number, timers: Timers): Promise<T |
       (err: unknown) => {
         timers.clearTimeout(handle);
         // The upstream's own failure (a ProviderError, an abort), passed on as it is.
-        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
         reject(err);
       },
     );
