@@ -7,7 +7,8 @@ import type { AddressInfo } from 'node:net';
  * the behaviour:
  *   ok            3 chunks, finish "stop", usage {prompt 11, completion 5}
  *   no-usage      the same without a usage chunk
- *   over-limit    reports 100000 completion tokens
+ *   over-limit    reports 5000 completion tokens: more than any request's limit, not more than a
+ *                 4096-token model's context plus its output limit (so possible, and clamped)
  *   error         HTTP 500 with an OpenAI error body
  *   hang          never sends headers
  *   stall         one chunk, then nothing more
@@ -207,7 +208,7 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
       WORDS.forEach((w, i) => res.write(chunk(i === 0 ? { role: 'assistant', content: w } : { content: w })));
       res.write(chunk({}, 'stop'));
       if (model === 'ok' || reported) res.write(usage(prompt, completion));
-      if (model === 'over-limit') res.write(usage(11, 100_000));
+      if (model === 'over-limit') res.write(usage(11, 5000));
       res.write('data: [DONE]\n\n');
       return done();
     }
