@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { ProviderError } from '../../core/ports.ts';
 import { retryAfterMs } from './media/upstream-limits.ts';
+import { UPSTREAM_SAYS } from './upstream-words.ts';
 
 /**
  * Anthropic's errors (`{type: 'error', error: {type, message}}`, docs/providers.md,
@@ -13,29 +14,22 @@ export type AnthropicLog = (fields: object, message: string) => void;
 export function anthropicHttpError(status: number, headers: IncomingHttpHeaders, text: string, log: AnthropicLog | undefined): ProviderError {
   const { type, message } = errorBody(text);
   log?.({ status, type, message: message ?? text.slice(0, 500), requestId: header(headers, 'request-id') }, 'Anthropic refused a request');
-  if (status === 400 && isContentPolicy(message)) {
-    return new ProviderError('refused', 'Anthropic refused the request under its content policy', status, { code: 'content_policy' });
-  }
-  if (status === 400 || status === 413) {
-    const why = status === 413 ? 'the request is larger than Anthropic accepts' : 'Anthropic found the request invalid';
-    return new ProviderError('refused', why, status, { code: 'invalid_input' });
-  }
-  if (status === 429) {
-    return new ProviderError('failed', 'Anthropic is rate limiting our requests', status, { retryAfterMs: retryAfterMs(webHeaders(headers)) });
-  }
-  if (status === 529 || type === 'overloaded_error') return new ProviderError('failed', 'Anthropic is overloaded', status);
-  if (status === 401 || status === 403) return new ProviderError('failed', 'Anthropic did not accept our key', status);
-  if (status === 402) return new ProviderError('failed', 'Anthropic refused to bill our account', status);
-  if (status === 404) return new ProviderError('failed', 'Anthropic does not know this model', status);
-  if (status === 504 || type === 'timeout_error') return new ProviderError('failed', 'Anthropic timed out', status);
-  return new ProviderError('failed', `Anthropic answered ${status}`, status);
+  // Our words, the same as any chat upstream's (upstream-words.ts): the customer never reads the vendor's name.
+  if (status === 400 && isContentPolicy(message)) return new ProviderError('refused', UPSTREAM_SAYS.contentPolicy, status, { code: 'content_policy' });
+  if (status === 400 || status === 413) return new ProviderError('refused', UPSTREAM_SAYS.invalid, status, { code: 'invalid_input' });
+  if (status === 429) return new ProviderError('failed', UPSTREAM_SAYS.rateLimited, status, { retryAfterMs: retryAfterMs(webHeaders(headers)) });
+  if (status === 529 || type === 'overloaded_error') return new ProviderError('failed', UPSTREAM_SAYS.overloaded, status, { retryAfterMs: retryAfterMs(webHeaders(headers)) });
+  if (status === 401 || status === 403) return new ProviderError('failed', UPSTREAM_SAYS.keyRefused, status);
+  if (status === 404) return new ProviderError('failed', UPSTREAM_SAYS.unknownModel, status);
+  // 402 (billing), 500 (api_error), 504 (timeout_error) and any other: the status, as for any upstream.
+  return new ProviderError('failed', UPSTREAM_SAYS.status(status), status);
 }
 
 /** An `error` event in a stream that had started: a failure whatever its type (overloaded, api_error). */
 export function anthropicStreamError(event: { error?: { type?: unknown; message?: unknown } }, log: AnthropicLog | undefined): ProviderError {
   const type = typeof event.error?.type === 'string' ? event.error.type : 'error';
   log?.({ type, message: event.error?.message }, 'Anthropic sent an error event');
-  return new ProviderError('failed', type === 'overloaded_error' ? 'Anthropic is overloaded' : 'Anthropic failed while answering');
+  return new ProviderError('failed', type === 'overloaded_error' ? UPSTREAM_SAYS.overloaded : UPSTREAM_SAYS.failedWhileAnswering);
 }
 
 function errorBody(text: string): { type: string | undefined; message: string | undefined } {

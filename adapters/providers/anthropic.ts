@@ -4,6 +4,7 @@ import { Agent, request as undiciRequest, type Dispatcher } from 'undici';
 import { ProviderError, type ChatProvider, type ProviderChatRequest, type ProviderEvent } from '../../core/ports.ts';
 import { anthropicBody } from './anthropic-request.ts';
 import { anthropicHttpError, anthropicStreamError, type AnthropicLog } from './anthropic-errors.ts';
+import { UPSTREAM_SAYS } from './upstream-words.ts';
 
 /**
  * Anthropic's Messages API (`POST /v1/messages`, always streamed) as a chat upstream; the
@@ -51,10 +52,11 @@ export function anthropicProvider(config: AnthropicConfig): ChatProvider {
       const fail = (err: unknown): never => {
         if (signal.aborted || err instanceof ProviderError) throw err;
         if (TIMEOUT_CODES.has((err as { code?: string }).code ?? '')) {
-          throw new ProviderError('timeout', `Anthropic did not answer within ${config.timeoutMs / 1000} s`);
+          config.log?.({ code: (err as { code?: string }).code, seconds: config.timeoutMs / 1000 }, 'Anthropic did not answer in time');
+          throw new ProviderError('timeout', UPSTREAM_SAYS.timeout);
         }
         config.log?.({ error: (err as Error).message }, 'could not reach Anthropic');
-        throw new ProviderError('failed', 'could not reach Anthropic');
+        throw new ProviderError('failed', UPSTREAM_SAYS.unreachable);
       };
       const { body: requestBody, schemaTool } = anthropicBody(request);
       let response: Dispatcher.ResponseData;
@@ -94,7 +96,10 @@ export function anthropicProvider(config: AnthropicConfig): ChatProvider {
           parser.feed(decoder.write(chunk.value));
           yield* events.drain();
         }
-        if (!events.stopped && !events.finished) throw new ProviderError('failed', 'Anthropic closed the stream before the answer was complete');
+        if (!events.stopped && !events.finished) {
+          config.log?.({}, 'Anthropic closed the stream before the answer was complete');
+          throw new ProviderError('failed', UPSTREAM_SAYS.closedEarly);
+        }
         yield* events.drain();
       } finally {
         // After message_stop only the end of the response is left: read it so the connection
@@ -140,7 +145,7 @@ class AnthropicEvents {
       event = JSON.parse(message.data) as AnthropicEvent;
     } catch {
       this.log?.({ event: message.event, data: message.data.slice(0, 500) }, 'Anthropic sent an unreadable event');
-      this.error = new ProviderError('failed', 'Anthropic sent an unreadable event');
+      this.error = new ProviderError('failed', UPSTREAM_SAYS.unreadable);
       return;
     }
     const type = event.type ?? message.event;

@@ -3,6 +3,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { Agent, request as undiciRequest, type Dispatcher } from 'undici';
 import { ProviderError, type ChatMessageIn, type ChatProvider, type ProviderChatRequest, type ProviderEvent } from '../../core/ports.ts';
 import { forLog, retryAfterMs } from './media/upstream-limits.ts';
+import { UPSTREAM_SAYS } from './upstream-words.ts';
 
 /**
  * An upstream that speaks the OpenAI chat-completions protocol: OpenAI, OpenRouter, vLLM,
@@ -41,10 +42,10 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
         if (err instanceof ProviderError) throw err;
         if (TIMEOUT_CODES.has((err as { code?: string }).code ?? '')) {
           log({ code: (err as { code?: string }).code }, 'chat upstream: timed out');
-          throw new ProviderError('timeout', 'it did not answer in time');
+          throw new ProviderError('timeout', UPSTREAM_SAYS.timeout);
         }
         log({ error: forLog((err as Error).message, config.apiKey) }, 'chat upstream: unreachable');
-        throw new ProviderError('failed', 'it could not be reached');
+        throw new ProviderError('failed', UPSTREAM_SAYS.unreachable);
       };
       let response: Dispatcher.ResponseData;
       try {
@@ -80,7 +81,7 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
             payload = JSON.parse(message.data) as UpstreamChunk;
           } catch {
             log({ upstreamBody: forLog(message.data, config.apiKey) }, 'chat upstream: unreadable event');
-            upstreamError ??= new ProviderError('failed', 'it sent an unreadable answer');
+            upstreamError ??= new ProviderError('failed', UPSTREAM_SAYS.unreadable);
             return;
           }
           if (payload.error) {
@@ -125,7 +126,7 @@ export function openaiCompatibleProvider(config: OpenAiCompatibleConfig): ChatPr
           if (upstreamError) throw upstreamError;
         }
         // Some servers end without [DONE]; a finish_reason already said the answer is whole.
-        if (!done && !finished) throw new ProviderError('failed', 'it closed the answer before it finished');
+        if (!done && !finished) throw new ProviderError('failed', UPSTREAM_SAYS.closedEarly);
         while (queue.length > 0) yield queue.shift()!;
       } finally {
         // After [DONE] only the end of the response is left: read it so the connection is
@@ -230,22 +231,22 @@ const CONTENT_POLICY_CODES = new Set(['content_filter', 'content_policy_violatio
 function statusError(status: number, headers: Record<string, string | string[] | undefined>, text: string): ProviderError {
   if (status === 400 || status === 413 || status === 422) {
     const code = errorCode(text);
-    if (code !== undefined && CONTENT_POLICY_CODES.has(code)) return new ProviderError('refused', 'it refused the request under its content policy', status, { code: 'content_policy' });
-    return new ProviderError('refused', 'it refused the request as invalid', status, { code: 'invalid_input' });
+    if (code !== undefined && CONTENT_POLICY_CODES.has(code)) return new ProviderError('refused', UPSTREAM_SAYS.contentPolicy, status, { code: 'content_policy' });
+    return new ProviderError('refused', UPSTREAM_SAYS.invalid, status, { code: 'invalid_input' });
   }
-  if (status === 429) return new ProviderError('failed', 'it is rate limiting this service', status, { retryAfterMs: retryAfterMs(toHeaders(headers)) });
-  if (status === 401 || status === 403) return new ProviderError('failed', "it refused this service's key", status);
-  if (status === 404) return new ProviderError('failed', 'it does not know the model', status);
-  if (status === 503 || status === 529) return new ProviderError('failed', 'it is overloaded', status, { retryAfterMs: retryAfterMs(toHeaders(headers)) });
-  return new ProviderError('failed', `it answered with an error (${status})`, status);
+  if (status === 429) return new ProviderError('failed', UPSTREAM_SAYS.rateLimited, status, { retryAfterMs: retryAfterMs(toHeaders(headers)) });
+  if (status === 401 || status === 403) return new ProviderError('failed', UPSTREAM_SAYS.keyRefused, status);
+  if (status === 404) return new ProviderError('failed', UPSTREAM_SAYS.unknownModel, status);
+  if (status === 503 || status === 529) return new ProviderError('failed', UPSTREAM_SAYS.overloaded, status, { retryAfterMs: retryAfterMs(toHeaders(headers)) });
+  return new ProviderError('failed', UPSTREAM_SAYS.status(status), status);
 }
 
 /** An `error` event inside a stream: overloaded or failed (retryable before any output), or a content-policy refusal. */
 function streamedError(error: unknown): ProviderError {
   const code = errorCode(JSON.stringify({ error }));
-  if (code !== undefined && CONTENT_POLICY_CODES.has(code)) return new ProviderError('refused', 'it refused the request under its content policy', undefined, { code: 'content_policy' });
-  if (code !== undefined && /overloaded/.test(code)) return new ProviderError('failed', 'it is overloaded');
-  return new ProviderError('failed', 'it failed while answering');
+  if (code !== undefined && CONTENT_POLICY_CODES.has(code)) return new ProviderError('refused', UPSTREAM_SAYS.contentPolicy, undefined, { code: 'content_policy' });
+  if (code !== undefined && /overloaded/.test(code)) return new ProviderError('failed', UPSTREAM_SAYS.overloaded);
+  return new ProviderError('failed', UPSTREAM_SAYS.failedWhileAnswering);
 }
 
 /** The error's code (or type) in an OpenAI-style body `{"error":{"code","type"}}`. */

@@ -1,5 +1,5 @@
 import type { ChatProvider, ProviderRegistry } from '../../core/ports.ts';
-import type { ProviderConfig } from '../../core/catalog/schema.ts';
+import { chatTimeouts, type ProviderConfig } from '../../core/catalog/schema.ts';
 import { localProvider } from './local.ts';
 import { localMediaProvider } from './media/local-media.ts';
 import { replicateProvider } from './media/replicate.ts';
@@ -10,6 +10,7 @@ import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 import { anthropicProvider } from './anthropic.ts';
 import { observedChatProvider, observedMediaProvider } from './telemetry.ts';
+import { timedChatProvider } from './timeouts.ts';
 
 /** Builds the providers named in the catalog file; upstream keys come from the environment; `log` is the operator's, for what upstreams said. */
 export function createProviderRegistry(
@@ -21,8 +22,11 @@ export function createProviderRegistry(
   for (const [name, config] of Object.entries(configs)) {
     const upstreamLog = log && ((fields: object, message: string) => log.warn({ provider: name, ...fields }, message));
     if (config.kind === 'local') providers.set(name, localProvider());
-    else if (config.kind === 'openai-compatible') providers.set(name, openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers, log: upstreamLog }));
-    else if (config.kind === 'anthropic') providers.set(name, anthropicProvider({ ...upstream(config, env), version: config.anthropic_version, log: upstreamLog }));
+    else if (config.kind === 'openai-compatible') {
+      providers.set(name, timed(openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers, log: upstreamLog }), config, upstreamLog));
+    } else if (config.kind === 'anthropic') {
+      providers.set(name, timed(anthropicProvider({ ...upstream(config, env), version: config.anthropic_version, log: upstreamLog }), config, upstreamLog));
+    }
   }
   // Every upstream call a span (tracing on) and metrics (adapters/providers/telemetry.ts).
   for (const [name, provider] of providers) providers.set(name, observedChatProvider(name, provider));
@@ -60,6 +64,12 @@ export function createMediaProviderRegistry(
   }
   for (const [name, provider] of providers) providers.set(name, observedMediaProvider(name, provider));
   return { get: (name) => providers.get(name) };
+}
+
+/** A chat upstream bounded by its answer's time limits (first token, idle, deadline), keep-alives not counting. */
+function timed(provider: ChatProvider, config: Parameters<typeof chatTimeouts>[0], log: ((fields: object, message: string) => void) | undefined): ChatProvider {
+  const t = chatTimeouts(config);
+  return timedChatProvider(provider, { firstTokenMs: t.firstToken * 1000, idleMs: t.idle * 1000, deadlineMs: t.deadline * 1000 }, { log });
 }
 
 /** Where an upstream is, its key (named by the catalog, read from the environment) and its timeout. */

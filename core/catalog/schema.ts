@@ -279,6 +279,33 @@ function settingDefaultProblem(s: SettingSpec): string | undefined {
   return undefined;
 }
 
+/**
+ * A chat upstream's time limits beyond the transport's `timeout_seconds` (docs/catalog.md,
+ * "Providers"), each optional: `chatTimeouts` fills the defaults. Only the answer counts as
+ * progress, never an SSE comment (`: keep-alive`) or an Anthropic `ping`.
+ */
+const chatTimeoutFields = {
+  /** Longest wait from the request to the answer's first event (text, a tool call, its end). Default: `timeout_seconds`. */
+  first_token_timeout_seconds: z.number().positive().max(3600).optional(),
+  /** Longest wait between two events of the answer once it began. Default: `timeout_seconds`. */
+  idle_timeout_seconds: z.number().positive().max(3600).optional(),
+  /** Longest a whole call may take, first byte to last event. Default: 600, or the first-token time-out when it is longer. */
+  deadline_seconds: z.number().positive().max(3600).optional(),
+};
+
+/** The default deadline of a chat call: OpenAI's and Anthropic's SDKs wait 10 minutes for a request, and chat holds live 15 (HOLD_TTL_SECONDS). */
+export const DEFAULT_CHAT_DEADLINE_SECONDS = 600;
+
+/** A chat upstream's time limits with their defaults, in seconds. */
+export function chatTimeouts(config: { timeout_seconds: number; first_token_timeout_seconds?: number | undefined; idle_timeout_seconds?: number | undefined; deadline_seconds?: number | undefined }) {
+  const firstToken = config.first_token_timeout_seconds ?? config.timeout_seconds;
+  return {
+    firstToken,
+    idle: config.idle_timeout_seconds ?? config.timeout_seconds,
+    deadline: config.deadline_seconds ?? Math.max(DEFAULT_CHAT_DEADLINE_SECONDS, firstToken),
+  };
+}
+
 export const providerConfigSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('local') }),
   z.object({
@@ -288,6 +315,7 @@ export const providerConfigSchema = z.discriminatedUnion('kind', [
     api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
     /** Longest wait for the upstream's first byte, and between two streamed chunks. */
     timeout_seconds: z.number().positive().max(3600).default(120),
+    ...chatTimeoutFields,
     headers: z.record(z.string(), z.string()).default({}),
   }),
   z.object({
@@ -297,6 +325,7 @@ export const providerConfigSchema = z.discriminatedUnion('kind', [
     api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).optional(),
     /** Longest wait for the first byte, and between two streamed events. */
     timeout_seconds: z.number().positive().max(3600).default(120),
+    ...chatTimeoutFields,
     anthropic_version: z.string().min(1).default('2023-06-01'),
   }),
   z.object({
@@ -343,6 +372,16 @@ export const catalogFileSchema = z
     models: z.array(modelSchema).default([]),
   })
   .superRefine((file, ctx) => {
+    for (const [name, p] of Object.entries(file.providers)) {
+      if (p.kind !== 'openai-compatible' && p.kind !== 'anthropic' || p.deadline_seconds === undefined) continue;
+      // A wait longer than the whole call's deadline could never end it: a mistake in the file.
+      for (const field of ['first_token_timeout_seconds', 'idle_timeout_seconds'] as const) {
+        const wait = p[field];
+        if (wait !== undefined && wait > p.deadline_seconds) {
+          ctx.addIssue({ code: 'custom', path: ['providers', name, field], message: `must be at most deadline_seconds (${p.deadline_seconds})` });
+        }
+      }
+    }
     const seen = new Set<string>();
     file.models.forEach((m, i) => {
       if (seen.has(m.id)) ctx.addIssue({ code: 'custom', path: ['models', i, 'id'], message: `duplicate model id ${m.id}` });

@@ -9,7 +9,7 @@ import { randomBase62 } from '../ids.ts';
 import { requireModelAllowed, type SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
 import { ProviderError, type RouteBreakers, type RoutePass, type ToolCall } from '../ports.ts';
-import { chatRoutes, failureReason, refusal, upstreamCost, type ChatRoute, type UpstreamUsage } from './routes.ts';
+import { chatRoutes, checkedUsage, failureReason, refusal, upstreamCost, type ChatRoute, type UpstreamUsage } from './routes.ts';
 import { contextTooLong, type ChatRequest } from './schema.ts';
 import { compileRequestSchemas } from './request-schemas.ts';
 import { countChatTokensAsync, countOutputTokens, minChatTokens } from './tokens.ts';
@@ -110,7 +110,8 @@ export interface ServedRoute {
 
 /** What running a prepared chat reads of it. */
 export type ChatRun = Pick<PreparedChat, 'routes' | 'prices' | 'inputTokens' | 'maxTokens' | 'holdId'> & {
-  model: { id: string };
+  /** The model's limits bound the usage an upstream may report (checkedUsage). */
+  model: Pick<TextModel, 'id' | 'context_window' | 'max_output_tokens'>;
   request: Pick<ChatRequest, 'messages' | 'options'> & Partial<Pick<ChatRequest, 'tools' | 'toolChoice' | 'parallelToolCalls' | 'responseFormat'>>;
 };
 
@@ -129,7 +130,12 @@ export type ChatRun = Pick<PreparedChat, 'routes' | 'prices' | 'inputTokens' | '
  * `onCharged` hears, at the charge, which route served (none: no route was called) and its upstream cost.
  */
 export async function* runChat(
-  deps: { holds: Pick<HoldBatcher, 'settle' | 'release'>; routeBreakers: Pick<RouteBreakers, 'admit'> },
+  deps: {
+    holds: Pick<HoldBatcher, 'settle' | 'release'>;
+    routeBreakers: Pick<RouteBreakers, 'admit'>;
+    /** The operator's warnings: an upstream that reported impossible usage. */
+    warn?: ((fields: Record<string, unknown>, message: string) => void) | undefined;
+  },
   chat: ChatRun,
   opts: { signal: AbortSignal; streaming: boolean; onCharged?: (route: ServedRoute | undefined) => void },
 ): AsyncGenerator<ChatEvent, void, undefined> {
@@ -153,15 +159,21 @@ export async function* runChat(
 
   const charge = async (content: string, calls: readonly ToolCall[], useReported: boolean): Promise<ChatUsage> => {
     ended = true;
+    // An impossible count (negative, fractional, beyond the model) is replaced by our own.
+    const checked = checkedUsage(reported, chat.model);
+    if (checked.impossible) {
+      deps.warn?.({ model: chat.model.id, route: serving?.key, reported: checked.impossible }, 'chat upstream reported impossible usage; our own count is charged instead');
+    }
+    const usage = checked.usage;
     // Reported usage is clamped to what was reserved (our input count, the output limit), so
     // the usage shown is exactly what is billed and the charge never exceeds the hold.
-    const prompt = useReported && reported.promptTokens !== undefined ? reported.promptTokens : chat.inputTokens;
-    const completion = useReported && reported.completionTokens !== undefined ? reported.completionTokens : countOutputTokens(content, calls);
+    const prompt = useReported && usage.promptTokens !== undefined ? usage.promptTokens : chat.inputTokens;
+    const completion = useReported && usage.completionTokens !== undefined ? usage.completionTokens : countOutputTokens(content, calls);
     const promptTokens = clamp(prompt, chat.inputTokens);
     const completionTokens = clamp(completion, chat.maxTokens);
     const cost = textCost(chat.prices, promptTokens, completionTokens);
     const outcome = await deps.holds.settle(chat.holdId, cost).catch(lostHold);
-    opts.onCharged?.(serving && { provider: serving.provider, model: serving.model, upstreamCost: upstreamCost(serving, reported, { promptTokens: prompt, completionTokens: completion }) });
+    opts.onCharged?.(serving && { provider: serving.provider, model: serving.model, upstreamCost: upstreamCost(serving, usage, { promptTokens: prompt, completionTokens: completion }) });
     return { promptTokens, completionTokens, cost: outcome.captured };
   };
   const producedSoFar = () => [...producedCalls.values()];

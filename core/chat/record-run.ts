@@ -16,7 +16,7 @@ import { countOutputTokens } from './tokens.ts';
  * with no finish reason, from the settle runChat made. The record never changes the charge.
  */
 export async function* runRecorded(
-  deps: Pick<CoreDeps, 'holds' | 'completions' | 'routeBreakers'>,
+  deps: Pick<CoreDeps, 'holds' | 'completions' | 'routeBreakers' | 'logger'>,
   principal: Principal,
   chat: PreparedChat,
   opts: { signal: AbortSignal; streaming: boolean; kind: CompletionKind; startedAt: number; /** The record's id when it is not the chat's (a response's `resp_…`). */ recordId?: string | undefined },
@@ -36,7 +36,7 @@ export async function* runRecorded(
   const calls: { name: string; arguments: string }[] = [];
   let done = false;
   try {
-    for await (const event of runChat({ holds, routeBreakers: deps.routeBreakers }, chat, { signal: opts.signal, streaming: opts.streaming, onCharged: (r) => (served = r) })) {
+    for await (const event of runChat({ holds, routeBreakers: deps.routeBreakers, warn: (fields, message) => deps.logger.warn(fields, message) }, chat, { signal: opts.signal, streaming: opts.streaming, onCharged: (r) => (served = r) })) {
       if (event.type === 'delta') produced += event.content;
       else if (event.type === 'tool_call_start') calls.push({ name: event.name, arguments: '' });
       else if (event.type === 'tool_call_arguments') calls[event.index]!.arguments += event.arguments;

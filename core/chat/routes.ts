@@ -37,6 +37,24 @@ export interface UpstreamUsage {
   costUsd?: number | undefined;
 }
 
+/**
+ * The upstream's counts that are possible for one answer of this model: whole numbers from 0 to
+ * its context window plus its output limit. Any other (negative, fractional, 1e300, …) is
+ * dropped, so that our own count stands in for it, and named in `impossible` for the
+ * operator's log: a broken count never becomes a free answer, a failed charge or a lost record.
+ */
+export function checkedUsage(reported: UpstreamUsage, model: { context_window: number; max_output_tokens: number }): { usage: UpstreamUsage; impossible: Record<string, unknown> | undefined } {
+  const most = model.context_window + model.max_output_tokens;
+  const possible = (n: number | undefined) => n === undefined || (Number.isSafeInteger(n) && n >= 0 && n <= most);
+  const prompt = possible(reported.promptTokens);
+  const completion = possible(reported.completionTokens);
+  if (prompt && completion) return { usage: reported, impossible: undefined };
+  return {
+    usage: { ...reported, promptTokens: prompt ? reported.promptTokens : undefined, completionTokens: completion ? reported.completionTokens : undefined },
+    impossible: { ...(!prompt && { prompt_tokens: reported.promptTokens }), ...(!completion && { completion_tokens: reported.completionTokens }) },
+  };
+}
+
 /** 1 USD = 1000 coins = 10^9 micro-coins. */
 const MICRO_PER_USD = 1_000_000_000;
 

@@ -7,7 +7,8 @@ export const ADJUSTMENT_NOTE_PREFIX = 'Balance adjustment: ';
 /**
  * What a history row is about, in words (`details`) and as fields (model, tokens, job, key),
  * read for one page of rows in one statement from the records each kind of event leaves:
- * - a chat or response: its `completion_records` row (model, input and output tokens, key);
+ * - a chat or response: its `completion_records` row (model, input and output tokens, key), a
+ *   response's under its `resp_…` id for the `chatcmpl-…` its charge is referenced by;
  * - a media job's charge and refund: the `generations` row (model, its kind, status, what came
  *   back), so that a failed job's charge says it was refunded and its refund names the job;
  * - a top-up: its `payments` row (the amount in USD; a card payment or an automatic top-up);
@@ -75,13 +76,27 @@ export function money(cents: bigint, currency: string): string {
 
 const textArray = (xs: string[]) => `{${xs.map((x) => `"${x.replace(/["\\]/g, (c) => `\\${c}`)}"`).join(',')}}`;
 
+/**
+ * A Responses API charge is referenced by the chat completion it ran (`chatcmpl-…`, the hold's
+ * reference), while its record is kept under the response's own id (`resp_…`, the same random
+ * part: core/chat/responses.ts), which GET /responses/{id} reads: the record of such a row is
+ * looked for under both.
+ */
+const responseIdOf = (reference: string) => (reference.startsWith('chatcmpl-') ? `resp_${reference.slice('chatcmpl-'.length)}` : undefined);
+
 export async function describeRows(em: EntityManager, accountId: string, rows: RowToDescribe[]): Promise<Map<bigint, RowDetails>> {
-  const refs = textArray([...new Set(rows.map((r) => r.reference))]);
+  const wanted = new Set(rows.map((r) => r.reference));
+  for (const r of rows) {
+    const response = responseIdOf(r.reference);
+    if (response) wanted.add(response);
+  }
+  const refs = textArray([...wanted]);
   const found = rows.length === 0 ? [] : await em.execute<Found[]>(FIND, [accountId, refs, accountId, refs, accountId, refs]);
   const chats = new Map(found.filter((f) => f.src === 'chat').map((f) => [f.ref, f]));
   const jobs = new Map(found.filter((f) => f.src === 'job').map((f) => [f.ref, f]));
   const payments = new Map(found.filter((f) => f.src === 'payment').map((f) => [f.ref, f]));
-  return new Map(rows.map((r) => [r.anchor, describe(r, chats.get(r.reference), jobs.get(r.reference), payments.get(r.reference))]));
+  const chatOf = (reference: string) => chats.get(reference) ?? chats.get(responseIdOf(reference) ?? '');
+  return new Map(rows.map((r) => [r.anchor, describe(r, chatOf(r.reference), jobs.get(r.reference), payments.get(r.reference))]));
 }
 
 const none = { model: null, input_tokens: null, output_tokens: null, generation_id: null, key_id: null };

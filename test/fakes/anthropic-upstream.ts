@@ -19,6 +19,7 @@ import type { AddressInfo } from 'node:net';
  *   claude-error-mid text, then an `error` event (overloaded_error)
  *   claude-malformed message_start, then an event whose data is not JSON
  *   claude-hang      never answers;  claude-stall: one text delta, then silence
+ *   claude-ping      message_start, then a `ping` event every 5 ms, never a token
  *   claude-reset     drops the connection before answering
  *   claude-429       429 rate_limit_error with retry-after 7 and anthropic-ratelimit-* headers
  *   status-<code>    that status with Anthropic's error type for it (status-400-policy: a
@@ -224,6 +225,13 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
       send('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
       send('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Partial' } });
       return; // and then silence
+    case 'claude-ping': {
+      start();
+      // Anthropic's keep-alive until the client goes away: the stream never looks idle.
+      const timer = setInterval(() => send('ping', {}), 5);
+      res.on('close', () => clearInterval(timer));
+      return;
+    }
     case 'claude-reset':
       res.socket?.destroy();
       return;

@@ -7,7 +7,8 @@ import type { AddressInfo } from 'node:net';
  * the behaviour:
  *   ok            3 chunks, finish "stop", usage {prompt 11, completion 5}
  *   no-usage      the same without a usage chunk
- *   over-limit    reports 100000 completion tokens
+ *   over-limit    reports 5000 completion tokens: more than any request's limit, not more than a
+ *                 4096-token model's context plus its output limit (so possible, and clamped)
  *   error         HTTP 500 with an OpenAI error body
  *   hang          never sends headers
  *   stall         one chunk, then nothing more
@@ -20,6 +21,10 @@ import type { AddressInfo } from 'node:net';
  *   overloaded    an SSE stream whose first event is an `overloaded_error`
  *   content-policy HTTP 400 with code content_policy_violation
  *   usage-cost    like ok, with OpenRouter's `usage.cost` (USD) in the usage chunk
+ *   keep-alive    an SSE stream of `: keep-alive` comments every 5 ms, never a token
+ *   keep-alive-after-token  one text chunk, then only keep-alive comments
+ *   trickle       a text chunk every 5 ms, never finishing
+ *   usage:P:C     (also negative, fractional or exponent numbers: `usage:-5:3.7`, `usage:1e300:2`)
  * `script` overrides the model name for the next requests, in turn (a queue of behaviours).
  */
 export interface FakeUpstream {
@@ -97,7 +102,7 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
   const sse = () => res.writeHead(200, { 'content-type': 'text/event-stream' });
   const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-  const reported = /^usage:(\d+):(\d+)$/.exec(model);
+  const reported = /^usage:(-?[\d.e+]+):(-?[\d.e+]+)$/.exec(model);
   const [prompt, completion] = reported ? [Number(reported[1]), Number(reported[2])] : [11, 5];
 
   switch (model) {
@@ -138,6 +143,16 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
       res.write(usage(1, 1));
       res.write('data: [DONE]\n\n');
       return done();
+    }
+    case 'keep-alive':
+    case 'keep-alive-after-token':
+    case 'trickle': {
+      sse();
+      if (model === 'keep-alive-after-token') res.write(chunk({ role: 'assistant', content: 'Partial' }));
+      // Comments (or tokens) until the client goes away: the connection never looks idle.
+      const timer = setInterval(() => res.write(model === 'trickle' ? chunk({ content: ' word' }) : ': keep-alive\n\n'), 5);
+      res.on('close', () => clearInterval(timer));
+      return;
     }
     case 'stall':
       sse();
@@ -193,7 +208,7 @@ async function answer(model: string, body: Record<string, unknown>, res: http.Se
       WORDS.forEach((w, i) => res.write(chunk(i === 0 ? { role: 'assistant', content: w } : { content: w })));
       res.write(chunk({}, 'stop'));
       if (model === 'ok' || reported) res.write(usage(prompt, completion));
-      if (model === 'over-limit') res.write(usage(11, 100_000));
+      if (model === 'over-limit') res.write(usage(11, 5000));
       res.write('data: [DONE]\n\n');
       return done();
     }

@@ -269,13 +269,13 @@ describe('errors in our words', () => {
     logged.length = 0;
     const { error, events } = await failure(ask('claude-error-mid'));
     expect(text(events)).toBe('Partial');
-    expect(error).toMatchObject({ kind: 'failed', message: 'Anthropic is overloaded' });
+    expect(error).toMatchObject({ kind: 'failed', message: 'it is overloaded' });
     expect(JSON.stringify(logged)).toContain('overloaded_error');
   });
 
   it('malformed JSON in an event: failed', async () => {
     const { error } = await failure(ask('claude-malformed'));
-    expect(error).toMatchObject({ kind: 'failed', message: 'Anthropic sent an unreadable event' });
+    expect(error).toMatchObject({ kind: 'failed', message: 'it sent an unreadable answer' });
   });
 
   it('no headers within the time-out: timeout; a stall between events too', async () => {
@@ -292,7 +292,7 @@ describe('errors in our words', () => {
     const { port } = closed.address() as AddressInfo;
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     const nowhere = anthropicProvider({ baseUrl: `http://127.0.0.1:${port}`, apiKey: ANTHROPIC_FAKE_KEY, timeoutMs: 500, version: '2023-06-01' });
-    expect((await failure(ask('claude-ok'), nowhere)).error).toMatchObject({ kind: 'failed', message: 'could not reach Anthropic' });
+    expect((await failure(ask('claude-ok'), nowhere)).error).toMatchObject({ kind: 'failed', message: 'it could not be reached' });
   });
 
   it('a consumer that stops mid-stream drops the upstream request; finished answers reuse the connection', async () => {

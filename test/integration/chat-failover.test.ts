@@ -8,6 +8,7 @@ import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import { countChatTokens, countTextTokens } from '../../core/chat/tokens.ts';
 import { createContext } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
+import { historyInput, listHistory } from '../../core/money/history.ts';
 import { createCaller } from '../../core/router.ts';
 import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.ts';
 import { makeAccount, makeKey, openTestOrm, testDeps } from '../support/db.ts';
@@ -46,6 +47,12 @@ const model = (id: string, routes: unknown[], extra: Record<string, unknown> = {
   default_max_tokens: 100,
   ...extra,
 });
+/** Usage an upstream may report that no answer of a 4096 + 1000 token model can have. */
+const IMPOSSIBLE_USAGE = [
+  ['negative', 'usage:-5:-3'],
+  ['fractional', 'usage:3.7:2.5'],
+  ['huge', 'usage:1e300:1e300'],
+] as const;
 /** b's price to the operator: 0.15 and 0.6 coins per million tokens. */
 const B_COST = { input_per_million: 0.15, output_per_million: 0.6 };
 
@@ -66,6 +73,7 @@ beforeAll(async () => {
         model('mid-stream', [route('a', 'usage:11:11'), route('b', 'ok')]),
         model('weighted', [route('a', 'usage:11:12'), route('b', 'usage:11:12')], { route_selection: 'weighted' }),
         model('reports-cost', [route('b', 'usage-cost', { cost: B_COST })]),
+        ...IMPOSSIBLE_USAGE.map(([name, upstream]) => model(`usage-${name}`, [route('b', upstream, { cost: B_COST })])),
         model('breaker', [route('a', 'usage:11:20'), route('b', 'ok')]),
         model('shared', [route('a', 'usage:11:30'), route('b', 'ok')]),
         model('shared-429', [route('a', 'usage:11:31'), route('b', 'ok')]),
@@ -238,6 +246,27 @@ describe('selection and cost', () => {
     // 0.000042 USD = 0.042 coins = 42,000 micro-coins; the customer pays the model's price.
     expect(await record(completion.id)).toMatchObject({ provider: 'b', route_model: 'usage-cost', upstream_cost_micro: '42000' });
     expect(await capturedFor(orm, completion.id)).toBe(cost(promptTokens, 5));
+  });
+});
+
+describe('usage an upstream reports that cannot be', () => {
+  it.each(IMPOSSIBLE_USAGE)('%s counts (%s): our own count is charged once, with its history row and its record', async (name) => {
+    const completion = await client.chat.completions.create({ model: `${P}/usage-${name}`, messages, max_tokens: 50 });
+    const output = countTextTokens('Hello from upstream');
+    expect(completion.usage).toMatchObject({ prompt_tokens: promptTokens, completion_tokens: output });
+    const charged = await capturedFor(orm, completion.id);
+    expect(charged).toBe(cost(promptTokens, output));
+    expect((completion.usage as unknown as { cost_coins: number }).cost_coins).toBe(Number(charged) / 1e6);
+    expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(parseCoins('10') - charged);
+    const { data } = await listHistory(orm.em.fork(), account.id, historyInput.parse({ limit: 5 }));
+    expect(data.filter((r) => r.type === 'api_usage')).toEqual([
+      expect.objectContaining({ reference: completion.id, model: `${P}/usage-${name}`, input_tokens: promptTokens, output_tokens: output, amount_coins: -Number(charged) / 1e6 }),
+    ]);
+    // The record is written, with the route's catalog cost (0.15 and 0.6 coins per million) on our counts, rounded up.
+    const upstream = (BigInt(promptTokens) * 150_000n + BigInt(output) * 600_000n + 999_999n) / 1_000_000n;
+    expect(await record(completion.id)).toEqual({ provider: 'b', route_model: IMPOSSIBLE_USAGE.find(([n]) => n === name)![1], upstream_cost_micro: String(upstream), finish_reason: 'stop' });
+    const read = await getJson(`${svc.base}/api/v1/chat/completions/${completion.id}`, { headers: bearer(key) });
+    expect(read.body).toMatchObject({ usage: { prompt_tokens: promptTokens, completion_tokens: output } });
   });
 });
 

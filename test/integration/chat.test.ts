@@ -198,7 +198,7 @@ describe('billing edge cases: nothing left open, the ledger always sums', () => 
     await expectSettledWallet(orm, account.id);
   });
 
-  it('usage above the limit: clamped to the output limit', async () => {
+  it('usage above the request’s limit, yet possible for the model: clamped to the output limit', async () => {
     const completion = await client.chat.completions.create({ model: 'test/over-limit', messages, max_tokens: 40 });
     expect(completion.usage!.completion_tokens).toBe(40);
     expect(completion.usage!.prompt_tokens).toBe(promptTokens);

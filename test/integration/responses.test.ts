@@ -1,6 +1,8 @@
 import OpenAI from 'openai';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { historyCsv } from '../../core/accounts/history-csv.ts';
+import { historyInput, listHistory } from '../../core/money/history.ts';
 import { getBalance } from '../../core/money/wallet.ts';
 import { useTestCatalog } from '../support/catalog.ts';
 import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
@@ -157,6 +159,33 @@ describe('POST /responses with the openai SDK', () => {
     const madeUp = await getJson(`${api.url}/api/v1/responses/resp_doesnotexist`, { headers: bearer(otherKey) });
     expect(theirs.status).toBe(404);
     expect(theirs.body.error.code).toBe(madeUp.body.error.code);
+  });
+
+  it('a response’s charge reads in the wallet history, the CSV and its key filter with the details of a chat row: model, tokens, key', async () => {
+    const made = await makeKey(orm, account.id, 'responses');
+    const own = new OpenAI({ apiKey: made.key, baseURL: `${api.url}/api/v1`, maxRetries: 0 });
+    const response = await own.responses.create({ model: 'test/local', input: 'Say hello' });
+    const stream = own.responses.stream({ model: 'test/local', input: 'Stream please' });
+    for await (const _ of stream) void _;
+    const streamed = await stream.finalResponse();
+    const { data } = await listHistory(orm.em.fork(), account.id, historyInput.parse({ limit: 10 }));
+    // Newest first; each charge is referenced by the chat completion the response ran.
+    for (const [row, r] of [[data[0]!, streamed], [data[1]!, response]] as const) {
+      const usage = r.usage!;
+      expect(row).toMatchObject({
+        type: 'api_usage',
+        reference: r.id.replace(/^resp_/, 'chatcmpl-'),
+        model: 'test/local',
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        key_id: made.id,
+        details: `Response on test/local: ${usage.input_tokens} input + ${usage.output_tokens} output tokens`,
+      });
+    }
+    const byKey = await historyCsv(orm.em.fork(), account.id, { filters: { key: made.id }, now: new Date() });
+    expect(byKey.rows).toBe(2);
+    expect(byKey.csv).toContain(`Response on test/local: ${response.usage!.input_tokens} input`);
+    expect((await historyCsv(orm.em.fork(), account.id, { filters: { model: 'test/local' }, now: new Date() })).rows).toBe(2);
   });
 
   it('a model that is not a text model, or an unknown one, is refused as chat refuses it', async () => {

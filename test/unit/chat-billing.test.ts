@@ -169,7 +169,7 @@ function chatWith(events: ProviderEvent[], opts: { fail?: unknown; onEvent?: (i:
     inputTokens: 7,
     maxTokens: 10,
     holdId: 'hold_x',
-    model: { id: 'test/chat' },
+    model: { id: 'test/chat', context_window: 4096, max_output_tokens: 1000 },
     request: { messages: [], options: {} },
   };
 }

@@ -33,7 +33,7 @@ function route(name: string, chat: ChatProvider, cost?: ChatRoute['cost']): Chat
 }
 
 function chatOn(routes: ChatRoute[]): ChatRun {
-  return { routes, prices: { inputPerMillion: 1_000_000n, outputPerMillion: 2_000_000n }, inputTokens: 7, maxTokens: 10, holdId: 'hold_x', model: { id: 'test/chat' }, request: { messages: [], options: {} } };
+  return { routes, prices: { inputPerMillion: 1_000_000n, outputPerMillion: 2_000_000n }, inputTokens: 7, maxTokens: 10, holdId: 'hold_x', model: { id: 'test/chat', context_window: 4096, max_output_tokens: 1000 }, request: { messages: [], options: {} } };
 }
 
 /** The real breakers, with every outcome they were told kept for the assertions. */

@@ -7,7 +7,7 @@ import { createRouteBreakers } from '../../adapters/providers/breakers.ts';
 const baseChat = {
   id: 'chatcmpl-x',
   created: 0,
-  model: { id: 'm' },
+  model: { id: 'm', context_window: 4096, max_output_tokens: 1000 },
   prices: { inputPerMillion: 1_000_000n, outputPerMillion: 1_000_000n },
   inputTokens: 3,
   maxTokens: 10,
