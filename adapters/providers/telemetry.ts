@@ -1,4 +1,4 @@
-import { SpanKind, type Attributes, type Span } from '@opentelemetry/api';
+import { SpanKind, trace, type Attributes, type Span } from '@opentelemetry/api';
 import { Counter, Histogram, Registry, type Metric } from 'prom-client';
 import { captureContent, errorType, failSpan, inSpan, tracer, tracingOn } from '../../core/telemetry.ts';
 import { countChatTokens } from '../../core/chat/tokens.ts';
@@ -216,4 +216,22 @@ export function observedMediaProvider(provider: string, inner: MediaProvider): M
     fetchResult: (handle: string, inputs: InputReader) => step('fetch_result', undefined, {}, () => inner.fetchResult(handle, inputs), true),
     ...(inner.cancel ? { cancel: (handle: string) => step('cancel', undefined, {}, () => inner.cancel!(handle), false) } : {}),
   };
+}
+
+/**
+ * What an upstream said (an error body, a failed job's reason), logged for the operator by a
+ * media adapter, is also an event on the upstream call's span (the active one while the adapter
+ * runs): the trace of the job shows it beside the step that got it. Never the customer's: the
+ * customer reads the adapter's words. Off, or outside a span: nothing.
+ */
+export function noteUpstreamWords(message: string, fields: object): void {
+  if (!tracingOn()) return;
+  const span = trace.getActiveSpan();
+  if (!span) return;
+  const attributes: Attributes = {};
+  for (const [key, value] of Object.entries(fields)) {
+    if (value === undefined) continue;
+    attributes[`mas.upstream.${key}`] = typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean' ? value : JSON.stringify(value);
+  }
+  span.addEvent(message, attributes);
 }
