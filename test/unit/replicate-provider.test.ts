@@ -107,20 +107,27 @@ describe("the upstream's words in the trace", () => {
     context.disable();
   });
 
-  it('a refused submit logs the upstream body and puts it as an event on the submit span, whose status names only the code', async () => {
-    const warned: unknown[] = [];
-    const media = createMediaProviderRegistry(
+  const media = () =>
+    createMediaProviderRegistry(
       { 'replicate-x': { kind: 'replicate', base_url: fake.url, api_key_env: 'X_REPLICATE_KEY', timeout_seconds: 5 } },
       { download: () => Promise.reject(new Error('no')), env: { X_REPLICATE_KEY: 'replicate-secret' }, log: { warn: (fields) => warned.push(fields) } },
     );
-    exporter.reset();
-    const err = await refusal(media.get('replicate-x')!.submit(spec('broken'), inputs));
-    expect(err.code).toBe('provider_unavailable');
-    expect(warned).toEqual([expect.objectContaining({ provider: 'replicate-x', status: 500, upstream_error: expect.stringContaining(SECRET) })]);
-    const span = exporter.getFinishedSpans().find((s) => s.name === 'generate_content submit')!;
-    expect(span.status.message).toBe('provider_unavailable');
-    const event = span.events.find((e) => e.name === 'the upstream refused a call')!;
-    expect(event.attributes).toMatchObject({ 'mas.upstream.provider': 'replicate-x', 'mas.upstream.status': 500 });
-    expect(String(event.attributes!['mas.upstream.upstream_error'])).toContain(SECRET);
+  let warned: unknown[] = [];
+
+  it("a refused submit: the upstream body in the log; an event on the submit span naming the call, whose status is only the code; the body on it only with content capture", async () => {
+    for (const capture of [false, true]) {
+      setTracing({ on: true, captureContent: capture });
+      warned = [];
+      exporter.reset();
+      const err = await refusal(media().get('replicate-x')!.submit(spec('broken'), inputs));
+      expect(err.code).toBe('provider_unavailable');
+      expect(warned).toEqual([expect.objectContaining({ provider: 'replicate-x', status: 500, upstream_error: expect.stringContaining(SECRET) })]);
+      const span = exporter.getFinishedSpans().find((s) => s.name === 'generate_content submit')!;
+      expect(span.status.message).toBe('provider_unavailable');
+      const event = span.events.find((e) => e.name === 'the upstream refused a call')!;
+      expect(event.attributes).toMatchObject({ 'mas.upstream.provider': 'replicate-x', 'mas.upstream.call': 'submit', 'mas.upstream.status': 500 });
+      if (capture) expect(String(event.attributes!['mas.upstream.upstream_error'])).toContain(SECRET);
+      else expect(JSON.stringify({ attributes: span.attributes, events: span.events, status: span.status })).not.toContain(SECRET);
+    }
   });
 });
