@@ -16,6 +16,15 @@ import { silentLogger } from '../support/db.ts';
  * the workflow: these tests are about what the workflow makes of it (the job's error, whether the
  * next route is tried), which the real steps cannot show quickly (an internal error is retried for
  * 8 attempts, about a minute and a half, before the workflow sees it).
+ *
+ * Not on Temporal's time-skipping test server (@temporalio/testing): nothing here waits, and
+ * what the job workflow waits on is mostly not skippable there. Its steps are local activities,
+ * whose retries of up to a minute run on the worker's real clock, and whose schedule-to-close
+ * (the job's deadline) is measured on the real clock too, while the skipped workflow clock jumps
+ * ahead: a deadline test there would prove nothing. (The server itself can run here: the SDK's
+ * download is blocked, but io.temporal:temporal-test-server from Maven Central, with its
+ * dependencies, runs under `java` as an `existing-path` executable; the Mas* search attributes
+ * must be added through its operator service first.)
  */
 let connection: Connection;
 let native: NativeConnection;
