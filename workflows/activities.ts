@@ -3,7 +3,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { createContext, type CoreDeps } from '../core/context.ts';
 import type { JobError, StoredOutput } from '../core/generations/job-row.ts';
 import type { RouteTry } from '../core/generations/job-steps.ts';
-import { refusedOnMerits } from '../core/generations/upstream.ts';
+import { jobIsOver, refusedOnMerits } from '../core/generations/upstream.ts';
 import { createInternalCaller } from '../core/internal/router.ts';
 import { MediaProviderError } from '../core/ports.ts';
 import type { RouteFailure } from './shared.ts';
@@ -41,10 +41,14 @@ export function createActivities(deps: CoreDeps) {
     // A job's workflow, in order.
     markJobRunning: (id: string) => (jobSpan(id), core().jobs.begin({ id })),
     // With a route (`provider/model`), one route's try: the history shows which route each submit went to.
-    submitJobToProvider: (id: string, route?: RouteTry) => (jobSpan(id), providerStep(core().jobs.submit({ id, ...(route ? { route } : {}) }))),
-    askProviderForJobState: (provider: string, handle: string) => providerStep(core().jobs.poll({ provider, handle })),
-    copyResultToStorage: (id: string, provider: string, handle: string): Promise<StoredOutput> =>
-      (jobSpan(id), providerStep(heartbeating(() => core().jobs.store({ id, provider, handle })))),
+    // `until` (epoch ms): when the job's time is up; an upstream asking to be called back later than that is not waited for.
+    submitJobToProvider: (id: string, route?: RouteTry, until?: number) =>
+      (jobSpan(id), providerStep(core().jobs.submit({ id, ...(route ? { route } : {}) }), until)),
+    // With the job's id, a job that is over is not asked about (the step fails, not retried).
+    askProviderForJobState: (provider: string, handle: string, until?: number, id?: string) =>
+      providerStep(core().jobs.poll({ provider, handle, ...(id !== undefined ? { id } : {}) }), until),
+    copyResultToStorage: (id: string, provider: string, handle: string, until?: number): Promise<StoredOutput> =>
+      (jobSpan(id), providerStep(heartbeating(() => core().jobs.store({ id, provider, handle })), until)),
     chargeAndCompleteJob: (id: string, output: StoredOutput) => (jobSpan(id), core().jobs.complete({ id, output })),
     refundAndFailJob: (id: string, error: JobError) => (jobSpan(id), core().jobs.fail({ id, error })),
     refundAndCancelJob: (id: string) => (jobSpan(id), core().jobs.cancel({ id })),
@@ -82,21 +86,27 @@ export type Activities = ReturnType<typeof createActivities>;
  * Retry-After when it named one. Either way its type is our snake_case code and its message our
  * words, which the workflow makes the job's error once the step has failed for good. Its details
  * say whether it was a refusal on the request's merits, which no other route would change.
+ *
+ * A Retry-After that ends at or past `until` (the job's deadline, as the workflow passes it) is
+ * not waited for: the step fails at once, not retried, so that the workflow moves the job to its
+ * next route, or fails it, while there is time, rather than keep it waiting past its deadline.
  */
-async function providerStep<T>(step: Promise<T>): Promise<T> {
+async function providerStep<T>(step: Promise<T>, until?: number): Promise<T> {
   try {
     return await step;
   } catch (err) {
     let cause: unknown = err;
     while (cause instanceof Error && !(cause instanceof MediaProviderError)) cause = cause.cause;
     if (!(cause instanceof MediaProviderError)) throw err;
+    const retryAfter = cause.retryAfterMs;
+    const pastDeadline = cause.kind === 'retryable' && retryAfter !== undefined && until !== undefined && Date.now() + retryAfter >= until;
     throw ApplicationFailure.create({
       message: cause.message,
       type: cause.code,
-      nonRetryable: cause.kind === 'refused',
+      nonRetryable: cause.kind === 'refused' || pastDeadline,
       // Whether the model's next route may take the job (workflows/shared.ts, RouteFailure).
-      details: [{ onMerits: refusedOnMerits(cause.code) } satisfies RouteFailure],
-      ...(cause.retryAfterMs !== undefined ? { nextRetryDelay: cause.retryAfterMs } : {}),
+      details: [{ onMerits: refusedOnMerits(cause.code), ...(jobIsOver(cause.code) ? { jobOver: true } : {}) } satisfies RouteFailure],
+      ...(retryAfter !== undefined && !pastDeadline ? { nextRetryDelay: retryAfter } : {}),
     });
   }
 }

@@ -102,8 +102,13 @@ export async function generationWorkflowV1(jobId: string, options: GenerationWor
   return 'succeeded';
 }
 
+/**
+ * Only a failure with a snake_case code is in our words; an internal error (its type a class name
+ * such as `TRPCError`, its message whatever it said, an upstream's text among it) is a generic
+ * failure. Changing what the job records changes no command: the runs still replay.
+ */
 function jobError(err: unknown): { message: string; code: string } {
   const cause = err instanceof ActivityFailure && err.cause ? err.cause : err;
-  if (cause instanceof ApplicationFailure) return { message: cause.message, code: cause.type ?? 'provider_failed' };
+  if (cause instanceof ApplicationFailure && /^[a-z][a-z0-9_]*$/.test(cause.type ?? '')) return { message: cause.message, code: cause.type! };
   return { message: 'The job failed.', code: 'job_failed' };
 }

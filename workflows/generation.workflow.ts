@@ -3,6 +3,7 @@ import {
   ApplicationFailure,
   CancellationScope,
   ParentClosePolicy,
+  TimeoutFailure,
   isCancellation,
   patched,
   proxyActivities,
@@ -56,6 +57,8 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
   if (!patched('closes-with-job')) return generationWorkflowV1(jobId, options);
   // Runs started before routes replay on the model's one provider, as they were recorded.
   const routed = patched('routes');
+  // Runs started before the deadline bounded every step replay with their steps unbounded (only the polls were).
+  const bounded = routed && patched('deadline-in-steps');
 
   let begun: Awaited<ReturnType<Activities['markJobRunning']>>;
   try {
@@ -72,7 +75,7 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
   try {
     if (begun.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
     const deadline = { at: Date.now() + begun.deadlineSeconds * 1000, seconds: begun.deadlineSeconds };
-    const output = routed ? await runOnRoutes(jobId, begun.routes, deadline) : await runOnProvider(jobId, deadline, upstream);
+    const output = routed ? await runOnRoutes(jobId, begun.routes, deadline, bounded) : await runOnProvider(jobId, deadline, upstream);
     ending = await ledger.chargeAndCompleteJob(jobId, output);
   } catch (err) {
     if (routed) {
@@ -97,6 +100,13 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
 
 type Upstream = { submitted?: { provider: string; handle: string } };
 type Deadline = { at: number; seconds: number };
+
+/**
+ * How long after the deadline the result's copy may still run: the result is made (and paid for
+ * upstream), and for a synchronous upstream the copy is where it is made. One copy attempt's own
+ * limit, well inside the 15 minutes a job's hold outlives its deadline (core/generations/create-generation.ts).
+ */
+const COPY_GRACE_MS = 5 * 60_000;
 type StoredOutput = Awaited<ReturnType<Activities['copyResultToStorage']>>;
 
 /**
@@ -107,9 +117,19 @@ type StoredOutput = Awaited<ReturnType<Activities['copyResultToStorage']>>;
  * the job) hands the job to the next, after its upstream work is stopped; a refusal on the
  * request's merits, or the deadline (which covers every route), fails the job at once. Routes
  * with a next one get 3 attempts per step, the last route the full 8.
+ *
+ * `bounded` (every run since the deadline bounded the steps): no step, nor any of its retries,
+ * starts after the deadline (the result's copy: after the deadline and its grace). Each step's
+ * retries end there (its schedule-to-close timeout), and the step is told when that is, so that an
+ * upstream asking to be called back later (a 429's Retry-After) fails the route at once instead
+ * of holding the job past its deadline: the next route takes it, or the job fails.
  */
-async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline): Promise<StoredOutput> {
+async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline, bounded: boolean): Promise<StoredOutput> {
   if (routes.length === 0) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
+  const copyUntil = deadline.at + COPY_GRACE_MS;
+  /** A step's options and its trailing `until`, when bounded: the time left until `end`, or the deadline's failure when none is. */
+  const within = (end: number): { options: { scheduleToCloseTimeout?: number }; until: [] | [number] } =>
+    bounded ? { options: { scheduleToCloseTimeout: timeLeft(end, deadline) }, until: [end] } : { options: {}, until: [] };
   for (let i = 0; ; i++) {
     const route = routes[i]!;
     const fallback = i < routes.length - 1;
@@ -117,16 +137,34 @@ async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline):
     const short = { startToCloseTimeout: '30 seconds', retry: fallback ? { ...retry, maximumAttempts: 3 } : retry } as const;
     if (i > 0 && Date.now() >= deadline.at) throw deadlineExceeded(deadline);
     try {
-      const { provider, handle } = await steps.submitJobToProvider.executeWithOptions({ ...short, summary: on('submit') }, [jobId, { route, fallback }]);
-      await waitForProvider(provider, handle, deadline, (p, h) => steps.askProviderForJobState.executeWithOptions({ ...short, summary: on('poll') }, [p, h]));
-      return await transfer.copyResultToStorage.executeWithOptions({ ...transferOptions, retry: short.retry, summary: on('copy the result') }, [jobId, provider, handle]);
-    } catch (err) {
+      const submit = within(deadline.at);
+      const { provider, handle } = await steps.submitJobToProvider.executeWithOptions({ ...short, ...submit.options, summary: on('submit') }, [jobId, { route, fallback }, ...submit.until]);
+      await waitForProvider(provider, handle, deadline, (p, h) => {
+        const poll = within(deadline.at);
+        return steps.askProviderForJobState.executeWithOptions({ ...short, ...poll.options, summary: on('poll') }, bounded ? [p, h, deadline.at, jobId] : [p, h]);
+      });
+      const copy = within(copyUntil);
+      return await transfer.copyResultToStorage.executeWithOptions({ ...transferOptions, retry: short.retry, ...copy.options, summary: on('copy the result') }, [jobId, provider, handle, ...copy.until]);
+    } catch (caught) {
+      // A step whose retries ran into the deadline (its schedule-to-close timeout) is the deadline's failure.
+      const err = bounded && outOfTime(caught) ? deadlineExceeded(deadline) : caught;
       if (!fallback || !fallsBack(err)) throw err;
       // The next route starts afresh: stop whatever this one may still be doing (and billing).
       if (!upstreamEnded(err)) await steps.cancelJobAtProviderOnce(jobId).catch(() => undefined);
     }
   }
 }
+
+/** The milliseconds left until `end` (workflow time); none left is the deadline's failure, before any step starts. */
+function timeLeft(end: number, deadline: Deadline): number {
+  const left = end - Date.now();
+  if (left <= 0) throw deadlineExceeded(deadline);
+  return left;
+}
+
+/** A step that ran out of its schedule-to-close time: the deadline passed during it or its retries. */
+const outOfTime = (err: unknown): boolean =>
+  err instanceof ActivityFailure && err.cause instanceof TimeoutFailure && err.cause.timeoutType === 'SCHEDULE_TO_CLOSE';
 
 /** The job on the model's one provider, as workflows started before routes ran it (their histories replay on it). */
 async function runOnProvider(jobId: string, deadline: Deadline, upstream: Upstream): Promise<StoredOutput> {
@@ -163,13 +201,14 @@ const deadlineExceeded = (deadline: Deadline) =>
 /** The upstream said the job failed there (a poll's answer): nothing to stop. */
 const upstreamEnded = (err: unknown): boolean => err instanceof ApplicationFailure && (err.details?.[0] as RouteFailure | undefined)?.upstreamEnded === true;
 
-/** Whether a route's failure lets the next route try: not a cancel, the deadline, or a refusal on the request's merits. */
+/** Whether a route's failure lets the next route try: not a cancel, the deadline, a refusal on the request's merits, or a job already over. */
 function fallsBack(err: unknown): boolean {
   if (isCancellation(err)) return false;
   const failure = err instanceof ActivityFailure ? err.cause : err;
   if (!(failure instanceof ApplicationFailure)) return true;
   if (failure.type === 'deadline_exceeded') return false;
-  return (failure.details?.[0] as RouteFailure | undefined)?.onMerits !== true;
+  const details = failure.details?.[0] as RouteFailure | undefined;
+  return details?.onMerits !== true && details?.jobOver !== true;
 }
 
 /** The job ended: its status on the workflow, then the workflow closes the way the job ended. */
@@ -206,14 +245,23 @@ async function startWebhookDelivery(jobId: string): Promise<void> {
   ).catch(() => undefined);
 }
 
+/** The workflow's own failures (their words are the workflow's). */
+const WORKFLOW_CODES = new Set(['model_not_found', 'deadline_exceeded']);
+
 /**
- * The job's error, as its owner sees it: the provider's or the workflow's own (a snake_case code
- * and its message). A step that failed on every retry threw an internal error (its type a class
- * name, its message not meant for customers): that is a generic failure.
+ * The job's error, as its owner sees it: only words this service wrote. That is a provider step's
+ * failure in our words (a MediaProviderError, made a failure with its RouteFailure details by
+ * workflows/activities.ts, or a poll's answer that the job failed), or the workflow's own. Anything
+ * else is an internal error: its type a class name (`TRPCError`, `Error`), its message whatever
+ * the error said, the upstream's own text among it. That stays in the step's failure in the
+ * workflow's history and in the service log, and the customer reads a generic failure. A local
+ * step's failure reaches the workflow as it was thrown, not wrapped in an ActivityFailure.
  */
 function jobError(err: unknown): JobError {
-  if (err instanceof ApplicationFailure) return { message: err.message, code: err.type ?? 'provider_failed' };
-  const cause = err instanceof ActivityFailure ? err.cause : undefined;
-  if (cause instanceof ApplicationFailure && /^[a-z][a-z0-9_]*$/.test(cause.type ?? '')) return { message: cause.message, code: cause.type! };
+  const failure = err instanceof ActivityFailure ? err.cause : err;
+  if (failure instanceof ApplicationFailure && /^[a-z][a-z0-9_]*$/.test(failure.type ?? '')) {
+    const ours = WORKFLOW_CODES.has(failure.type!) || typeof (failure.details?.[0] as RouteFailure | undefined)?.onMerits === 'boolean';
+    if (ours) return { message: failure.message, code: failure.type! };
+  }
   return { message: 'The job failed: a step kept failing after every retry. It was refunded in full.', code: 'job_failed' };
 }

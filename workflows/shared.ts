@@ -39,4 +39,10 @@ export interface RouteFailure {
   onMerits: boolean;
   /** The upstream itself said the job failed: nothing runs there any more, nothing to stop. */
   upstreamEnded?: boolean;
+  /**
+   * The job ended (canceled through the API) or its reservation was released before the step
+   * could call the upstream (core/generations/upstream.ts, assertJobMayCallUpstream): no route
+   * may take it any more.
+   */
+  jobOver?: boolean;
 }

@@ -9,7 +9,7 @@ import { elevenLabsProvider } from './media/elevenlabs.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 import { anthropicProvider } from './anthropic.ts';
-import { observedChatProvider, observedMediaProvider } from './telemetry.ts';
+import { noteUpstreamWords, observedChatProvider, observedMediaProvider } from './telemetry.ts';
 import { timedChatProvider } from './timeouts.ts';
 
 /** Builds the providers named in the catalog file; upstream keys come from the environment; `log` is the operator's, for what upstreams said. */
@@ -49,17 +49,24 @@ export function createMediaProviderRegistry(
 ): MediaProviderRegistry {
   const env = opts.env ?? process.env;
   const providers = new Map<string, MediaProvider>();
+  // What an upstream said goes to the operator's log and to the trace of the call that got it.
+  const warn = opts.log?.warn.bind(opts.log);
+  const upstreamLog = warn && {
+    warn(fields: object, message: string) {
+      warn(fields, message);
+      noteUpstreamWords(message, fields);
+    },
+  };
   for (const [name, config] of Object.entries(configs)) {
     if (config.kind === 'local') providers.set(name, localMediaProvider());
-    else if (config.kind === 'replicate') providers.set(name, replicateProvider({ ...upstream(config, env), download: opts.download }));
+    else if (config.kind === 'replicate') providers.set(name, replicateProvider({ ...upstream(config, env), download: opts.download, log: upstreamLog && { warn: (fields, message) => upstreamLog.warn({ provider: name, ...fields }, message) } }));
     else if (config.kind === 'fal') {
-      const log = opts.log;
-      providers.set(name, falProvider({ ...upstream(config, env), download: opts.download, log: log && ((fields, message) => log.warn({ provider: name, ...fields }, message)) }));
+      providers.set(name, falProvider({ ...upstream(config, env), download: opts.download, log: upstreamLog && ((fields, message) => upstreamLog.warn({ provider: name, ...fields }, message)) }));
     } else if (config.kind === 'openai') {
       const { organization, project } = config;
-      providers.set(name, openaiMediaProvider({ ...upstream(config, env), organization, project, maxResultBytes: config.max_result_mb * 1_048_576, log: opts.log }));
+      providers.set(name, openaiMediaProvider({ ...upstream(config, env), organization, project, maxResultBytes: config.max_result_mb * 1_048_576, log: upstreamLog }));
     } else if (config.kind === 'elevenlabs') {
-      providers.set(name, elevenLabsProvider({ ...upstream(config, env), maxResultBytes: config.max_result_mb * 1_048_576, log: opts.log }));
+      providers.set(name, elevenLabsProvider({ ...upstream(config, env), maxResultBytes: config.max_result_mb * 1_048_576, log: upstreamLog }));
     }
   }
   for (const [name, provider] of providers) providers.set(name, observedMediaProvider(name, provider));

@@ -1,4 +1,4 @@
-import { SpanKind, type Attributes, type Span } from '@opentelemetry/api';
+import { SpanKind, trace, type Attributes, type Span } from '@opentelemetry/api';
 import { Counter, Histogram, Registry, type Metric } from 'prom-client';
 import { captureContent, errorType, failSpan, inSpan, tracer, tracingOn } from '../../core/telemetry.ts';
 import { countChatTokens } from '../../core/chat/tokens.ts';
@@ -216,4 +216,29 @@ export function observedMediaProvider(provider: string, inner: MediaProvider): M
     fetchResult: (handle: string, inputs: InputReader) => step('fetch_result', undefined, {}, () => inner.fetchResult(handle, inputs), true),
     ...(inner.cancel ? { cancel: (handle: string) => step('cancel', undefined, {}, () => inner.cancel!(handle), false) } : {}),
   };
+}
+
+/** What names the call, without anything the upstream wrote: kept on the event whether content capture is on or off. */
+const CALL_FIELDS = new Set(['provider', 'call', 'status', 'request', 'prediction', 'job', 'model', 'field', 'errorType', 'retryAfterMs']);
+
+/**
+ * What an upstream said (an error body, a failed job's reason), logged for the operator by a
+ * media adapter, is also an event on the upstream call's span (the active one while the adapter
+ * runs): the job's trace shows the step that got it, with the log line's message, the provider,
+ * the call and the HTTP status. The upstream's own text can quote the prompt, so it goes on the
+ * event only with OTEL_GENAI_CAPTURE_CONTENT=true, as prompts do; otherwise it is in the log line,
+ * which carries the span's trace_id and span_id. Never the customer's: the customer reads the
+ * adapter's words. Tracing off, or outside a span: nothing.
+ */
+export function noteUpstreamWords(message: string, fields: object): void {
+  if (!tracingOn()) return;
+  const span = trace.getActiveSpan();
+  if (!span) return;
+  const withText = captureContent();
+  const attributes: Attributes = {};
+  for (const [key, value] of Object.entries(fields)) {
+    if (value === undefined || (!withText && !CALL_FIELDS.has(key))) continue;
+    attributes[`mas.upstream.${key}`] = typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean' ? value : JSON.stringify(value);
+  }
+  span.addEvent(message, attributes);
 }

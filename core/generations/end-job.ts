@@ -3,6 +3,7 @@ import { notFound } from '../errors.ts';
 import { release, settle } from '../money/holds.ts';
 import type { ResultStorage } from '../ports.ts';
 import { isEnded, loadJob, type JobError, type JobRow, type StoredOutput } from './job-row.ts';
+import { RESERVATION_EXPIRED } from './upstream.ts';
 
 /**
  * The endings of a job: succeeded, failed or canceled. Every ending runs in one transaction
@@ -29,7 +30,7 @@ export async function completeJob(deps: { storage: ResultStorage; config: { resu
   const result = await endJob(em, id, async (tx, job): Promise<JobEnding> => {
     const outcome = await settle(tx, job.hold_id, BigInt(job.price_micro));
     if (outcome.status === 'released') {
-      const error = { message: 'The reservation expired before the job finished. It was refunded in full.', code: 'reservation_expired' };
+      const error = { message: RESERVATION_EXPIRED, code: 'reservation_expired' };
       await markEnded(tx, id, 'failed', error);
       return { status: 'failed', error };
     }

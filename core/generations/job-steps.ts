@@ -7,7 +7,7 @@ import { routeOrder } from '../catalog/routes.ts';
 import { routeKey, type MediaRoute } from '../catalog/schema.ts';
 import { MediaProviderError } from '../ports.ts';
 import type { Clock, GenerationStarter, InputReader, MediaJobSpec, MediaPollResult, MediaProviderRegistry, ResultStorage, RouteBreakers, UrlGuard, UrlSigner } from '../ports.ts';
-import { recordUpstreamHandle, throughBreaker } from './upstream.ts';
+import { assertJobMayCallUpstream, recordUpstreamHandle, throughBreaker } from './upstream.ts';
 import { endingOf } from './end-job.ts';
 import { deleteResult } from './retention.ts';
 import { jobWorkflowStart, loadJob, recordRunId, type JobRow, type StoredOutput } from './job-row.ts';
@@ -84,6 +84,7 @@ export interface RouteTry {
  */
 export async function submitJob(deps: SubmitDeps, em: EntityManager, id: string, attempt?: RouteTry): Promise<{ provider: string; handle: string }> {
   const { spec, route } = await jobSpec(deps, em, id, attempt?.route);
+  await assertJobMayCallUpstream(em, id);
   const provider = attempt ? deps.media.get(route.provider) : providerOf(deps.media, route.provider);
   if (!provider) throw new MediaProviderError('refused', 'route_unavailable', ROUTE_UNAVAILABLE);
   const submit = () => provider.submit(spec, inputReader(deps, em));
@@ -116,6 +117,7 @@ export async function storeJobResult(
   provider: string,
   handle: string,
 ): Promise<StoredOutput> {
+  await assertJobMayCallUpstream(em, id);
   const result = await providerOf(deps.media, provider).fetchResult(handle, inputReader(deps, em));
   const filename = `${id}.${result.extension}`;
   const key = `generations/${filename}`;

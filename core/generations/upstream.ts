@@ -20,6 +20,36 @@ const ON_MERITS = new Set(['content_policy', 'invalid_input', 'result_too_large'
 export const refusedOnMerits = (code: string | undefined): boolean => code !== undefined && ON_MERITS.has(code);
 
 /**
+ * The refusals of a step whose job is over (assertJobMayCallUpstream): no route may take it any
+ * more, and the step made no upstream call.
+ */
+const JOB_OVER = new Set(['job_ended', 'reservation_expired']);
+export const jobIsOver = (code: string | undefined): boolean => code !== undefined && JOB_OVER.has(code);
+
+/**
+ * Before a step starts upstream work for a job (a submit, the result's fetch): the job must still
+ * be running and its reservation open and not expired. A job canceled through the API (between a
+ * route's retries, or before the next route's submit), ended otherwise, or whose hold the sweep
+ * released or is about to release (it outlived its deadline and the hold's margin) gets no new
+ * upstream call: nobody would pay for it. A call that started just before the job ended is stopped
+ * when its handle is written (recordUpstreamHandle).
+ */
+export async function assertJobMayCallUpstream(em: EntityManager, id: string): Promise<void> {
+  const [row] = await em.execute<{ status: string; hold_open: boolean }[]>(
+    `select g.status, (h.status = 'open' and h.expires_at > now()) as hold_open
+     from generations g join holds h on h.id = g.hold_id where g.id = ?`,
+    [id],
+  );
+  if (!row || row.status !== 'running') {
+    throw new MediaProviderError('refused', 'job_ended', 'The job ended before this step; nothing was sent to the provider.');
+  }
+  if (!row.hold_open) throw new MediaProviderError('refused', 'reservation_expired', RESERVATION_EXPIRED);
+}
+
+/** What a job says when its reservation ended before the job did (the sweep released it); the same words as completeJob's. */
+export const RESERVATION_EXPIRED = 'The reservation expired before the job finished. It was refunded in full.';
+
+/**
  * A submit as one call of the route's breaker. Only submits count: a poll or a result fetch of
  * a job the route already took says little of whether the route takes new work, and polls
  * would swamp the count. A refusal on the request's merits is the route answering: a success.

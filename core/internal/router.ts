@@ -4,7 +4,7 @@ import { refreshAnalytics } from '../admin/analytics/refresh.ts';
 import { cancelJob, completeJob, failJob } from '../generations/end-job.ts';
 import { beginJob, cancelUpstream, deleteJobResult, pollJob, restartStaleJobs, storeJobResult, submitJob } from '../generations/job-steps.ts';
 import { endOrphanedJobs } from '../generations/orphans.ts';
-import { cancelJobUpstream, recordUpstreamCost, refusedOnMerits } from '../generations/upstream.ts';
+import { assertJobMayCallUpstream, cancelJobUpstream, recordUpstreamCost, refusedOnMerits } from '../generations/upstream.ts';
 import { deleteExpiredResults } from '../generations/retention.ts';
 import { sweep } from '../money/sweep.ts';
 import { runAutoTopUp, startAutoTopUpIfLow } from '../payments/auto-top-up.ts';
@@ -28,8 +28,13 @@ export const internalRouter = router({
     submit: internalProcedure
       .input(jobId.extend({ route: z.object({ route: z.string(), fallback: z.boolean() }).optional() }))
       .mutation(({ ctx, input }) => submitJob(ctx.deps, ctx.em, input.id, input.route)),
-    /** The upstream's state; a failure says whether it was a refusal on the request's merits (no other route is tried then). */
-    poll: internalProcedure.input(upstream).query(async ({ ctx, input }) => {
+    /**
+     * The upstream's state; a failure says whether it was a refusal on the request's merits (no
+     * other route is tried then). With the job's id, a job that is over (ended, or its hold
+     * released) is not asked about: the step fails instead (workflows since the deadline bounded the steps).
+     */
+    poll: internalProcedure.input(upstream.extend({ id: z.string().optional() })).query(async ({ ctx, input }) => {
+      if (input.id !== undefined) await assertJobMayCallUpstream(ctx.em, input.id);
       const state = await pollJob(ctx.deps, input.provider, input.handle);
       return state.status === 'failed' ? { ...state, onMerits: refusedOnMerits(state.code) } : state;
     }),

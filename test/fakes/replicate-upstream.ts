@@ -7,7 +7,12 @@ import { png, seededRandom } from '../../adapters/providers/media/formats.ts';
  *   ok     starting, processing, then succeeded with an output URL (a PNG this server serves)
  *   fail   failed with an error
  *   slow   processing until canceled
- * It honours an Idempotency-Key header, as the adapter sends one.
+ *   broken   the create answers 500 {detail}
+ *   busy     the create answers 429 with Retry-After: 400
+ *   invalid  the create answers 422 {detail}
+ *   held     the create is answered (as slow) only once `releaseCreates()` is called
+ * Error details carry `secret-internal-detail`, which must reach no customer. It honours an
+ * Idempotency-Key header, as the adapter sends one.
  */
 interface Prediction {
   id: string;
@@ -23,6 +28,10 @@ export interface FakeReplicate {
   url: string;
   predictions: Map<string, Prediction>;
   cancels: string[];
+  /** Every create request received (its version), answered or not. */
+  creates: string[];
+  /** Answers the creates of `held` versions waiting so far, and those to come. */
+  releaseCreates(): void;
   close(): Promise<void>;
 }
 
@@ -30,6 +39,8 @@ export async function startFakeReplicate(): Promise<FakeReplicate> {
   const predictions = new Map<string, Prediction>();
   const byKey = new Map<string, string>();
   const cancels: string[] = [];
+  const creates: string[] = [];
+  let held: (() => void)[] | undefined = [];
   let next = 1;
   let base = '';
   const json = (res: http.ServerResponse, status: number, body: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -53,10 +64,18 @@ export async function startFakeReplicate(): Promise<FakeReplicate> {
         const known = typeof key === 'string' ? byKey.get(key) : undefined;
         if (known) return json(res, 201, view(predictions.get(known)!));
         const body = JSON.parse(raw) as { version: string; input: Record<string, unknown> };
-        const p: Prediction = { id: `p${next++}`, version: body.version, input: body.input, status: 'starting', polls: 0 };
-        predictions.set(p.id, p);
-        if (typeof key === 'string') byKey.set(key, p.id);
-        return json(res, 201, view(p));
+        creates.push(body.version);
+        if (body.version === 'broken') return json(res, 500, { detail: 'Internal error in worker pool (secret-internal-detail)' });
+        if (body.version === 'busy') return res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '400' }).end(JSON.stringify({ detail: 'Request was throttled (secret-internal-detail)' }));
+        if (body.version === 'invalid') return json(res, 422, { detail: '- input.steps: must be less than or equal to 50 (secret-internal-detail)' });
+        const create = () => {
+          const p: Prediction = { id: `p${next++}`, version: body.version, input: body.input, status: 'starting', polls: 0 };
+          predictions.set(p.id, p);
+          if (typeof key === 'string') byKey.set(key, p.id);
+          json(res, 201, view(p));
+        };
+        if (body.version === 'held' && held) return void held.push(create);
+        return create();
       }
       if (req.method === 'POST' && cancel) {
         const p = predictions.get(cancel[1]!);
@@ -71,7 +90,7 @@ export async function startFakeReplicate(): Promise<FakeReplicate> {
         if (p.status === 'starting' || p.status === 'processing') {
           p.polls++;
           if (p.version === 'ok' && p.polls >= 2) Object.assign(p, { status: 'succeeded', output: [`${base}/outputs/${p.id}.png`] });
-          else if (p.version === 'fail') Object.assign(p, { status: 'failed', error: 'NSFW content detected' });
+          else if (p.version === 'fail') Object.assign(p, { status: 'failed', error: 'NSFW content detected (secret-internal-detail)' });
           else p.status = 'processing';
         }
         return json(res, 200, view(p));
@@ -81,5 +100,21 @@ export async function startFakeReplicate(): Promise<FakeReplicate> {
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return { url: `${base}/v1`, predictions, cancels, close: () => new Promise((r) => server.close(() => r())) };
+  const releaseCreates = () => {
+    const waiting = held ?? [];
+    held = undefined;
+    for (const create of waiting) create();
+  };
+  return {
+    url: `${base}/v1`,
+    predictions,
+    cancels,
+    creates,
+    releaseCreates,
+    close: () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
+  };
 }

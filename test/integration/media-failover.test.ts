@@ -34,7 +34,7 @@ async function closedPort(): Promise<number> {
   return port;
 }
 
-const model = (name: string, routes: { provider: string; model: string; cost?: unknown }[]) => ({
+const model = (name: string, routes: { provider: string; model: string; cost?: unknown }[], deadlineSeconds = 120) => ({
   id: `test/routes-${name}-${tag}`,
   name: `routes (${name})`,
   type: 'image',
@@ -42,8 +42,11 @@ const model = (name: string, routes: { provider: string; model: string; cost?: u
   routes,
   settings: { num_images: { type: 'integer', min: 1, max: 4, default: 1 } },
   pricing: { base: 6, per_unit: { num_images: 2 } },
-  deadline_seconds: 120,
+  deadline_seconds: deadlineSeconds,
 });
+
+/** The fake fal's `busy` answers 429 with Retry-After: 7, more than these models' 5-second deadline. */
+const BUSY_DEADLINE_SECONDS = 5;
 
 beforeAll(async () => {
   fal = await startFakeFal();
@@ -71,6 +74,15 @@ beforeAll(async () => {
           { provider: 'fal-fake', model: `fal-ai/fake-broken-${tag}/broken` },
           { provider: 'fal-fake', model: `fal-ai/fake-second-${tag}/image` },
         ]),
+        model(
+          'busy-first',
+          [
+            { provider: 'fal-fake', model: `fal-ai/fake-busy-${tag}/busy` },
+            { provider: 'fal-fake', model: `fal-ai/fake-after-busy-${tag}/image` },
+          ],
+          BUSY_DEADLINE_SECONDS,
+        ),
+        model('busy-last', [{ provider: 'fal-fake', model: `fal-ai/fake-busy-last-${tag}/busy` }], BUSY_DEADLINE_SECONDS),
       ],
     },
     50n,
@@ -220,13 +232,33 @@ describe('media routes', () => {
     expect(health.find((r) => r.route === `fal-fake/fal-ai/fake-broken-${tag}/broken`)).toMatchObject({ state: 'open', recentFailures: 5 });
   });
 
-  it('replays: the runs of this file on today\'s code, and runs recorded before routes (test/fixtures/histories/v2) on the one-provider path', async () => {
+  it("a 429 whose Retry-After ends past the job's deadline hands the job to the next route at once: one call to the busy route, served within the deadline, charged once", async () => {
+    const { account, key, id, price } = await run('busy-first');
+    const job = await ended(key, id);
+    expect(job).toMatchObject({ status: 'succeeded', cost_coins: price });
+    expect(fal.calls.filter((c) => c.method === 'POST' && c.path.includes(`fake-busy-${tag}`))).toHaveLength(1);
+    expect(new Date(job.completed_at).getTime() - new Date(job.started_at).getTime()).toBeLessThan(BUSY_DEADLINE_SECONDS * 1000);
+    expect(await row(id)).toMatchObject({ provider: 'fal-fake', route_model: `fal-ai/fake-after-busy-${tag}/image` });
+    expect(await entries(id)).toMatchObject({ capture: 1 });
+    await expectSettledWallet(orm, account.id);
+  });
+
+  it("on the last route, a 429 whose Retry-After ends past the job's deadline fails the job at once (provider_busy), refunded, after one call", async () => {
+    const { account, key, id } = await run('busy-last');
+    const job = await ended(key, id);
+    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, error: { code: 'provider_busy', message: 'The provider stayed too busy to take the job. Nothing was charged.' } });
+    expect(fal.calls.filter((c) => c.method === 'POST' && c.path.includes(`fake-busy-last-${tag}`))).toHaveLength(1);
+    expect(new Date(job.completed_at).getTime() - new Date(job.started_at).getTime()).toBeLessThan(BUSY_DEADLINE_SECONDS * 1000);
+    expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(20_000_000n);
+  });
+
+  it('replays: the runs of this file on today\'s code, runs recorded before routes (test/fixtures/histories/v2) on the one-provider path, and runs on routes recorded before the deadline bounded the steps (v3)', async () => {
     const client = new Client({ connection: h.connection });
     const ids: string[] = [];
     for await (const wf of client.workflow.list({ query: `TaskQueue = '${h.taskQueue}'` })) ids.push(wf.workflowId);
     expect(ids.length).toBeGreaterThanOrEqual(6);
     const ours = await Promise.all(ids.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() })));
-    for (const { workflowId, history } of ours) expect(patches(history), workflowId).toEqual(['closes-with-job', 'routes']);
+    for (const { workflowId, history } of ours) expect(patches(history), workflowId).toEqual(['closes-with-job', 'routes', 'deadline-in-steps']);
     await expectReplays(ours);
 
     // Succeeded (after a few polls), failed and canceled runs of version 2 before routes: no
@@ -237,5 +269,15 @@ describe('media routes', () => {
     const old = await Promise.all(files.map(async (f) => ({ workflowId: f, history: proto.api.history.v1.History.decode(await readFile(new URL(f, dir))) })));
     for (const { workflowId, history } of old) expect(patches(history), workflowId).toEqual(['closes-with-job']);
     await expectReplays(old);
+
+    // Succeeded (route 1 refused the connection, route 2 served), failed (every route down) and
+    // canceled runs on routes recorded before the deadline bounded the steps (test/fixtures/histories/v3):
+    // no 'deadline-in-steps' marker; they replay with their steps unbounded, as recorded.
+    const v3 = new URL('../fixtures/histories/v3/', import.meta.url);
+    const routed = (await readdir(v3)).filter((f) => f.endsWith('.binpb')).sort();
+    expect(routed).toEqual(['canceled.binpb', 'failed.binpb', 'succeeded.binpb']);
+    const before = await Promise.all(routed.map(async (f) => ({ workflowId: f, history: proto.api.history.v1.History.decode(await readFile(new URL(f, v3))) })));
+    for (const { workflowId, history } of before) expect(patches(history), workflowId).toEqual(['closes-with-job', 'routes']);
+    await expectReplays(before);
   });
 });

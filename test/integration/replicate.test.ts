@@ -56,11 +56,11 @@ describe('Replicate-style upstream', () => {
     await expectSettledWallet(orm, account.id);
   });
 
-  it('a failed prediction: failed, refunded in full, with the upstream reason', async () => {
+  it("a failed prediction: failed, refunded in full, in our words (the upstream's reason is the operator's)", async () => {
     const { account, key, id } = await run('test/replicate-fail');
     const job = await ended(key, id);
-    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, error: { code: 'provider_failed' } });
-    expect(job.error.message).toContain('NSFW content detected');
+    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, error: { code: 'provider_failed', message: 'The provider failed to make the result. Nothing was charged.' } });
+    expect(job.error.message).not.toContain('NSFW content detected');
     expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(20_000_000n);
   });
 

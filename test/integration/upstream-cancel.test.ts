@@ -4,6 +4,7 @@ import { Client } from '@temporalio/client';
 import { seedModels, validateCatalog } from '../../core/catalog/catalog.ts';
 import { recordUpstreamHandle } from '../../core/generations/upstream.ts';
 import { randomBase62 } from '../../core/ids.ts';
+import { releaseExpiredHolds } from '../../core/money/sweep.ts';
 import { createActivities } from '../../workflows/activities.ts';
 import { startFakeFal, type FakeFal } from '../fakes/fal-upstream.ts';
 import { startFakeOpenAIMedia, type FakeOpenAIMedia } from '../fakes/openai-media-upstream.ts';
@@ -202,6 +203,24 @@ describe('a job past its deadline', () => {
     expect(await closed(id)).toBe('FAILED');
     const job = (await getJson(`${base}/api/v1/generations/${id}`, { headers: bearer(key) })).body;
     expect(job).toMatchObject({ status: 'failed', error: { code: 'deadline_exceeded' } });
+    expect(upstreams.fal.cancels(upstreamId)).toBe(1);
+    await refundedOnce(account.id, id);
+  });
+});
+
+describe('a job whose reservation the sweep released while it ran', () => {
+  it('its next poll calls no upstream: the job fails reservation_expired, refunded once, and its upstream request is canceled once', async () => {
+    const { account, key, id, upstreamId } = await started(upstreams.fal);
+    // As if it had outlived its deadline and the hold's margin: the sweep (run as at a moment long past) releases its hold.
+    await orm.em.fork().execute(`update holds set expires_at = '2000-01-01T00:00:00Z' where id = ? and status = 'open'`, [`hold_${id}`]);
+    expect(await releaseExpiredHolds(orm.em.fork(), new Date('2000-01-01T00:00:01Z'))).toBe(1);
+    const released = Date.now();
+    expect(await closed(id)).toBe('FAILED');
+    const job = (await getJson(`${base}/api/v1/generations/${id}`, { headers: bearer(key) })).body;
+    expect(job).toMatchObject({ status: 'failed', cost_coins: 0, error: { code: 'reservation_expired' } });
+    // At most the poll already under way when the hold was released; none after it.
+    const polls = fal.calls.filter((c) => c.method === 'GET' && c.path.endsWith(`/requests/${upstreamId}/status`) && c.at > released);
+    expect(polls.length).toBeLessThanOrEqual(1);
     expect(upstreams.fal.cancels(upstreamId)).toBe(1);
     await refundedOnce(account.id, id);
   });
