@@ -1,6 +1,16 @@
 // @ts-check
 import { readFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
+
+/**
+ * Stryker's incremental file (every mutant's last result, with the sources it ran on: 3 MB that a
+ * run rewrites by the hundred thousand lines) lives in the machine's cache, beside the Temporal CLI,
+ * not in git: ~/.cache/mas/mutation/ (XDG_CACHE_HOME respected). What git keeps of a mutation run
+ * is test/mutation/RESULTS.md and its few-line record in test/long-runs.json
+ * (scripts/support/long-runs.ts).
+ */
+export const INCREMENTAL_FILE = path.join(process.env.XDG_CACHE_HOME || path.join(os.homedir(), '.cache'), 'mas', 'mutation', 'stryker-incremental.json');
 
 /**
  * StrykerJS over the modules where money and limits live (`npm run test:mutation`, which
@@ -66,7 +76,7 @@ export default {
   timeoutFactor: 2,
   thresholds: { high: 95, low: 90, break: 90 },
   incremental: true,
-  incrementalFile: 'test/mutation/stryker-incremental.json',
+  incrementalFile: INCREMENTAL_FILE,
   reporters: ['progress', 'clear-text', 'json'],
   jsonReporter: { fileName: 'test/artifacts/mutation/mutation.json' },
   clearTextReporter: { reportMutants: false, reportTests: false, reportScoreTable: true },

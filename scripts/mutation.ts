@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { ACCEPTED_SURVIVORS } from '../test/mutation/survivors.ts';
 import { runSqlMutation, SQL_TESTS, type SqlMutantResult } from './sql-mutation.ts';
+import { longRunDue, recordLongRun } from './support/long-runs.ts';
 import { root, sayer } from './support/server.ts';
 
 /**
@@ -12,7 +13,7 @@ import { root, sayer } from './support/server.ts';
  *
  * 1. StrykerJS (stryker.config.js) mutates the TypeScript of those modules and runs, for each
  *    mutant, the tests that cover it (vitest.mutation.config.ts), in incremental mode: a mutant
- *    whose code and tests are unchanged since test/mutation/stryker-incremental.json keeps its
+ *    whose code and tests are unchanged since the machine's incremental file (stryker.config.js: ~/.cache/mas/mutation/) keeps its
  *    result there. Its JSON report goes to test/artifacts/mutation/mutation.json.
  * 2. scripts/sql-mutation.ts mutates the SQL money functions (core/money/money.sql) from a fixed
  *    list and runs the SQL-level money tests against each mutant.
@@ -21,7 +22,9 @@ import { root, sayer } from './support/server.ts';
  *
  * Exits non-zero when fewer than 90 % of the TypeScript mutants are killed (over the listed
  * modules: Stryker's `thresholds.break`) or when any SQL mutant survives. `-- --full` ignores
- * the incremental file (every mutant runs again) and rewrites it.
+ * the incremental file (every mutant runs again) and rewrites it. A run that passes writes its
+ * record in test/long-runs.json; `-- --if-changed` (CI) runs only when a file the record guards
+ * (every mutated file, every test of the set, the SQL) changed since (scripts/support/long-runs.ts).
  */
 const say = sayer('mutation');
 const require = createRequire(import.meta.url);
@@ -117,6 +120,14 @@ const code = (text: string) => `\`${cell(text).replace(/`/g, 'ˋ')}\``;
 
 async function main(): Promise<number> {
   const full = process.argv.includes('--full');
+  if (process.argv.includes('--if-changed') && !full) {
+    const { due, why } = await longRunDue('mutation');
+    if (!due) {
+      say(`not run: ${why}`);
+      return 0;
+    }
+    say(`run: ${why}`);
+  }
   const started = Date.now();
 
   say(`StrykerJS over the money and limits modules${full ? ' (--full: every mutant)' : ' (incremental)'}`);
@@ -169,7 +180,7 @@ async function main(): Promise<number> {
   out.push('');
   out.push(`- Date: ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC; machine: ${os.cpus().length} cores (${os.cpus()[0]?.model ?? 'unknown CPU'}), ${Math.round(os.totalmem() / 2 ** 30)} GiB, load average at the end ${os.loadavg()[0]!.toFixed(1)}`);
   out.push(
-    `- Time: ${minutes(totalMs)} in all: StrykerJS ${minutes(strykerMs)}${full ? ' (--full, every mutant run)' : reused ? ` (incremental: ${reused[1]} of ${reused[2]} results reused from test/mutation/stryker-incremental.json)` : ''}, SQL ${minutes(sqlMs)}`,
+    `- Time: ${minutes(totalMs)} in all: StrykerJS ${minutes(strykerMs)}${full ? ' (--full, every mutant run)' : reused ? ` (incremental: ${reused[1]} of ${reused[2]} results reused from the machine's incremental file, stryker.config.js)` : ''}, SQL ${minutes(sqlMs)}`,
   );
   out.push(`- TypeScript: **${tsScore.toFixed(2)} %** killed (${detected(total)} of ${valid(total)}; threshold ${THRESHOLD} %): ${tsOk ? 'pass' : 'FAIL'}${report ? '' : ' (no Stryker report: see its output)'}`);
   out.push(`- SQL: **${sqlKilled} of ${sql.results.length}** mutants killed${sql.baseline ? ` (the tests fail without a mutant: ${sql.baseline})` : ''}: ${sqlOk ? 'pass' : 'FAIL'}`);
@@ -212,6 +223,7 @@ async function main(): Promise<number> {
   out.push('');
   await fs.writeFile(resultsFile, out.join('\n'));
   say(`TypeScript ${report ? `${tsScore.toFixed(2)} % killed` : 'no Stryker report'} (${tsOk ? 'pass' : 'FAIL'}); SQL ${sqlKilled}/${sql.results.length} killed (${sqlOk ? 'pass' : 'FAIL'}); ${minutes(totalMs)}; ${path.relative(root, resultsFile)} written`);
+  if (tsOk && sqlOk) await recordLongRun('mutation', `${tsScore.toFixed(2)} % of TypeScript mutants killed, SQL ${sqlKilled} of ${sql.results.length}`);
   return tsOk && sqlOk ? 0 : 1;
 }
 

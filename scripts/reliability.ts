@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { longRunDue, recordLongRun } from './support/long-runs.ts';
 import { root, sayer } from './support/server.ts';
 
 /**
@@ -15,7 +16,9 @@ import { root, sayer } from './support/server.ts';
  *    real server, bounded in time: SCHEMA_MAX_TIME seconds (300; 900 with --full).
  * 3. test/reliability/RESULTS.md: the machine, the date, what ran, how long, and each section.
  *
- * `--full` runs the long versions (RELIABILITY_FULL=1: more jobs, kills and cases). The exit
+ * `--full` runs the long versions (RELIABILITY_FULL=1: more jobs, kills and cases); `--if-changed`
+ * (CI) runs the 1,200-run wallet model only when what it guards changed since its record
+ * (scripts/support/long-runs.ts), 120 runs otherwise. The exit
  * code is non-zero when either part failed; RESULTS.md is written either way.
  */
 const say = sayer('reliability');
@@ -55,12 +58,17 @@ const minutes = (ms: number) => `${(ms / 60_000).toFixed(1)} min`;
 async function main(): Promise<number> {
   await fs.rm(resultsDir, { recursive: true, force: true });
   await fs.mkdir(resultsDir, { recursive: true });
-  const env = { RELIABILITY_FULL: full ? '1' : '0' };
+  // The 1,200-run wallet model is the long form; under --if-changed (CI) it runs only when the money
+  // code or the model changed since its record (test/long-runs.json), else 120 runs.
+  const walletModel = process.argv.includes('--if-changed') ? await longRunDue('wallet-model') : { due: true, why: 'always without --if-changed' };
+  say(`the wallet model: ${walletModel.due ? 'the long form' : 'the short form (120 runs)'}: ${walletModel.why}`);
+  const env = { RELIABILITY_FULL: full ? '1' : '0', WALLET_MODEL_SHORT: walletModel.due ? '0' : '1' };
 
   say(`the reliability suite${full ? ' (--full)' : ''}`);
   const suiteStart = Date.now();
   const suite = await run(process.execPath, [path.join(root, 'node_modules', 'vitest', 'vitest.mjs'), 'run', '--config', 'vitest.reliability.config.ts'], env);
   const suiteMs = Date.now() - suiteStart;
+  if (suite === 0 && walletModel.due && !process.env.WALLET_MODEL_RUNS) await recordLongRun('wallet-model', `the long form passed${full ? ' (--full)' : ''}`);
 
   const fuzzTime = process.env.SCHEMA_MAX_TIME ?? (full ? '900' : '300');
   const reportDir = path.join(resultsDir, 'schemathesis');

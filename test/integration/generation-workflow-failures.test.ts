@@ -1,5 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { Client, Connection, WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Worker } from '@temporalio/worker';
@@ -11,8 +10,7 @@ import { silentLogger } from '../support/db.ts';
 
 /**
  * The job workflow's own decisions on a step's failure, on the real Temporal dev server with the
- * workflow code as built (dist/workflows/bundle.js, which the global setup rebuilds when a source
- * is newer). The steps are stand-ins that fail the way Temporal hands a step's last failure to
+ * workflow code as built (the bundle the global setup built: test/support/global-setup.ts). The steps are stand-ins that fail the way Temporal hands a step's last failure to
  * the workflow: these tests are about what the workflow makes of it (the job's error, whether the
  * next route is tried), which the real steps cannot show quickly (an internal error is retried for
  * 8 attempts, about a minute and a half, before the workflow sees it).
@@ -55,7 +53,7 @@ async function runJob(routes: string[], submit: (route: string | undefined) => P
   const worker = await Worker.create({
     connection: native,
     taskQueue,
-    workflowBundle: { codePath: fileURLToPath(new URL('../../dist/workflows/bundle.js', import.meta.url)) },
+    workflowBundle: { codePath: inject('workflowBundle') },
     sinks: workerSinks(undefined),
     activities: {
       markJobRunning: async () => ({ ended: false, missingModel: false, deadlineSeconds: 120, webhook: false, routes }),
