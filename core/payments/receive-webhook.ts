@@ -7,7 +7,7 @@ import { creditAutoTopUp } from './auto-top-up.ts';
 import { creditTopUp } from './credit-top-up.ts';
 import type { EventOutcome } from './outcome.ts';
 import { paymentProvider } from './setup.ts';
-import { handleDispute, takeBackRefund } from './reversals.ts';
+import { handleDispute, recordRefundObject, takeBackRefund } from './reversals.ts';
 import { endSubscription, grantInvoice } from './subscriptions.ts';
 
 export const webhookInput = z.object({
@@ -84,6 +84,8 @@ async function act(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: Pay
       return { outcome: 'ignored', accountId: null, alert: false };
     case 'refund':
       return takeBackRefund(deps, tx, event);
+    case 'refund_object':
+      return recordRefundObject(deps, tx, event);
     case 'dispute':
       return handleDispute(deps, tx, event);
   }
@@ -101,6 +103,8 @@ function objectId(event: PaymentEvent): string | null {
       return event.subscription.id;
     case 'refund':
       return event.charge.id;
+    case 'refund_object':
+      return event.refund.id;
     case 'dispute':
       return event.dispute.id;
     case 'ignored':

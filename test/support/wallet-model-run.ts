@@ -522,7 +522,7 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
         createdAt: new Date(),
         kind: 'dispute',
         stage: op.stage === 'created' ? 'created' : 'closed',
-        dispute: { id: d.id, chargeId: `ch_${p.paymentIntent}`, paymentIntentId: p.paymentIntent, amountCents: d.cents, currency: 'usd', status: op.stage === 'created' ? 'needs_response' : op.stage },
+        dispute: { id: d.id, chargeId: `ch_${p.paymentIntent}`, paymentIntentId: p.paymentIntent, amountCents: d.cents, currency: 'usd', status: op.stage === 'created' ? 'needs_response' : op.stage, balanceAmounts: null },
       };
       await deliverPayment(s, real, event, expected);
       return;
