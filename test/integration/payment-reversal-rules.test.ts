@@ -205,7 +205,13 @@ describe('refunds and disputes of one payment take back at most what it credited
     await expectTakenBack(p, 300);
     expect(await refund(p, 700)).toBe('already_refunded');
     await expectTakenBack(p, 300);
-    expect(await descriptions(p)).toEqual(['Top-up 10000', 'Refund (Stripe) -4000', 'Refund failed 4000', 'Refund (Stripe) -3000']);
+    // A refund waiting for the customer (requires_action) that is then canceled: taken, then given back.
+    const waiting = { id: unique('re'), cents: 200 };
+    expect(await refundObject(p, { ...waiting, status: 'requires_action' }, 'refund.created')).toBe('refunded');
+    await expectTakenBack(p, 500);
+    expect(await refundObject(p, { ...waiting, status: 'canceled' })).toBe('refund_failed');
+    await expectTakenBack(p, 300);
+    expect(await descriptions(p)).toEqual(['Top-up 10000', 'Refund (Stripe) -4000', 'Refund failed 4000', 'Refund (Stripe) -3000', 'Refund (Stripe) -2000', 'Refund failed 2000']);
   });
 });
 
