@@ -11,7 +11,7 @@ export const CURRENCY = 'usd';
 
 /**
  * The largest amount Stripe charges in one payment, in cents (99,999,999 cents, 999,999.99 USD,
- * for USD: https://docs.stripe.com/currencies#minimum-and-maximum-charge-amounts). A paid amount
+ * for USD, docs.stripe.com/currencies). A paid amount
  * above it, or above the operator's TOPUP_MAX_USD, is refused at the credit (`refused_amount`).
  */
 export const STRIPE_MAX_CENTS = 99_999_999;
