@@ -82,9 +82,17 @@ const dispute = z.object({
   amount: cents,
   currency,
   status: z.string(),
-  // The funds withdrawn (negative) and reinstated (positive) as the event saw them.
-  balance_transactions: z.array(z.object({ amount: z.number().int() })).nullish(),
+  // The funds withdrawn (negative) and reinstated (positive) as the event saw them; read loosely
+  // (an entry without an amount makes the list unknown, never a refused event).
+  balance_transactions: z.array(z.unknown()).nullish(),
 });
+
+/** The amounts of a dispute's balance transactions, or null when the event carries none that can be read. */
+function balanceAmounts(list: unknown[] | null | undefined): number[] | null {
+  if (!list) return null;
+  const amounts = list.map((t) => (t && typeof t === 'object' && Number.isInteger((t as { amount?: unknown }).amount) ? (t as { amount: number }).amount : null));
+  return amounts.every((a): a is number => a !== null) ? amounts : null;
+}
 
 const DISPUTE_STAGES = {
   'charge.dispute.created': 'created',
@@ -148,7 +156,7 @@ export function stripeEvent(raw: unknown): PaymentEvent {
         amountCents: d.amount,
         currency: d.currency,
         status: d.status,
-        balanceAmounts: d.balance_transactions ? d.balance_transactions.map((t) => t.amount) : null,
+        balanceAmounts: balanceAmounts(d.balance_transactions),
       },
     };
   }

@@ -53,10 +53,11 @@ interface PaymentRow {
   checkout_session_id: string | null;
   payment_intent_id: string | null;
   customer_id: string | null;
-  amount_cents: number;
+  /** bigint as text: read as a number only in TypeScript (no int cast in SQL can overflow). */
+  amount_cents: string;
   currency: string;
   coins_micro: string;
-  refunded_cents: number;
+  refunded_cents: string;
   disputed: boolean;
   won: boolean;
   created_at: Date | string;
@@ -65,7 +66,7 @@ interface ReversalRow {
   payment_id: string;
   kind: 'refund' | 'refund_failed' | 'dispute' | 'dispute_won';
   provider_object_id: string;
-  amount_cents: number;
+  amount_cents: string;
   coins_micro: string;
   created_at: Date | string;
 }
@@ -73,8 +74,8 @@ interface ReversalRow {
 /** The newest payments first (optionally one account's), each with its refunds and disputes. */
 export async function listPayments(em: EntityManager, input: z.output<typeof paymentsInput>): Promise<z.infer<typeof paymentListSchema>> {
   const rows = await em.execute<PaymentRow[]>(
-    `select p.id, p.account_id, p.source, p.checkout_session_id, p.payment_intent_id, p.customer_id, p.amount_cents::int as amount_cents, p.currency, p.coins_micro::text,
-            least(p.amount_cents, coalesce(mas_payment_refunded_cents(p.payment_intent_id), 0))::int as refunded_cents,
+    `select p.id, p.account_id, p.source, p.checkout_session_id, p.payment_intent_id, p.customer_id, p.amount_cents::text as amount_cents, p.currency, p.coins_micro::text,
+            least(p.amount_cents, coalesce(mas_payment_refunded_cents(p.payment_intent_id), 0))::text as refunded_cents,
             exists (select 1 from payment_disputes d where d.payment_intent_id = p.payment_intent_id and d.state in ('withdrawn', 'lost')) as disputed,
             exists (select 1 from payment_disputes d where d.payment_intent_id = p.payment_intent_id and d.state = 'won') as won,
             p.created_at
@@ -85,7 +86,7 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
     rows.length === 0
       ? []
       : await em.execute<ReversalRow[]>(
-          `select payment_id, kind, provider_object_id, amount_cents::int as amount_cents, coins_micro::text, created_at
+          `select payment_id, kind, provider_object_id, amount_cents::text as amount_cents, coins_micro::text, created_at
            from payment_reversals where payment_id = any(string_to_array(?, ',')) order by created_at, id`,
           [rows.map((r) => r.id).join(',')],
         );
@@ -93,10 +94,11 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
     object: 'list',
     data: rows.map((p) => {
       const mine = reversals.filter((r) => r.payment_id === p.id);
-      const refunded = p.refunded_cents;
+      const amount = Number(p.amount_cents);
+      const refunded = Number(p.refunded_cents);
       const status = p.disputed
         ? 'disputed'
-        : refunded >= p.amount_cents
+        : refunded >= amount
           ? 'refunded'
           : refunded > 0
             ? 'partially_refunded'
@@ -111,8 +113,8 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
         checkout_session_id: p.checkout_session_id,
         payment_intent_id: p.payment_intent_id,
         customer_id: p.customer_id,
-        amount_cents: p.amount_cents,
-        amount_usd: formatUsd(p.amount_cents),
+        amount_cents: amount,
+        amount_usd: formatUsd(amount),
         currency: p.currency,
         coins: coinsToJson(BigInt(p.coins_micro)),
         status,
@@ -120,7 +122,7 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
         reversals: mine.map((r) => ({
           kind: r.kind,
           provider_object_id: r.provider_object_id,
-          amount_cents: r.amount_cents,
+          amount_cents: Number(r.amount_cents),
           coins: coinsToJson(BigInt(r.coins_micro)),
           created_at: new Date(r.created_at).toISOString(),
         })),

@@ -49,7 +49,6 @@ interface PaymentRow {
   account_id: string;
   /** The Checkout Session's id, or for an auto top-up (no session) its PaymentIntent's: what audit entries name. */
   target: string;
-  amount_cents: number;
 }
 
 /**
@@ -59,7 +58,7 @@ interface PaymentRow {
  */
 async function creditedPayment(tx: EntityManager, paymentIntentId: string): Promise<PaymentRow | null> {
   const [row] = await tx.execute<PaymentRow[]>(
-    `select id, account_id, coalesce(checkout_session_id, payment_intent_id) as target, amount_cents::int as amount_cents
+    `select id, account_id, coalesce(checkout_session_id, payment_intent_id) as target
      from payments where payment_intent_id = ? order by created_at, id limit 1`,
     [paymentIntentId],
   );
@@ -70,7 +69,7 @@ type StepKind = 'refund' | 'refund_failed' | 'dispute' | 'dispute_won';
 interface Step {
   step_kind: StepKind;
   step_object: string;
-  step_cents: number;
+  step_cents: string;
   step_micro: string;
   purchased_after: string;
 }
@@ -88,7 +87,7 @@ const STEP_AUDIT: Record<StepKind, { action: string; reason: (usd: string, coins
  */
 async function settle(tx: EntityManager, eventId: string, paymentIntentId: string, payment: PaymentRow, note = ''): Promise<Step[]> {
   const steps = await tx.execute<Step[]>(
-    'select step_kind, step_object, step_cents::int as step_cents, step_micro::text, purchased_after::text from mas_settle_payment(?, ?)',
+    'select step_kind, step_object, step_cents::text, step_micro::text, purchased_after::text from mas_settle_payment(?, ?)',
     [paymentIntentId, eventId],
   );
   for (const s of steps) {
@@ -98,13 +97,13 @@ async function settle(tx: EntityManager, eventId: string, paymentIntentId: strin
       action: audit.action,
       targetType: 'payment',
       targetId: payment.target,
-      reason: `${audit.reason(formatUsd(s.step_cents), coins.replace(/^-/, ''))}${note}`,
+      reason: `${audit.reason(formatUsd(Number(s.step_cents)), coins.replace(/^-/, ''))}${note}`,
       after: {
         event_id: eventId,
         account_id: payment.account_id,
         payment_id: payment.id,
         [s.step_kind.startsWith('refund') ? 'charge' : 'dispute']: s.step_object,
-        amount_cents: s.step_cents,
+        amount_cents: Number(s.step_cents),
         coins,
         purchased_coins_after: formatCoins(BigInt(s.purchased_after)),
       },

@@ -3,6 +3,7 @@ import { stripeEvent } from '../../adapters/payments/stripe-events.ts';
 import { ConfigError, loadEnv } from '../../config/env.ts';
 import { centsToMicro, parseUsdCents } from '../../core/payments/amounts.ts';
 import { PlansError, validatePlans } from '../../core/payments/plans.ts';
+import { disputeState } from '../../core/payments/reversals.ts';
 import { PaymentWebhookError } from '../../core/ports.ts';
 
 describe('payment settings', () => {
@@ -190,6 +191,9 @@ describe('Stripe events as domain events', () => {
     }
     const withdrawn = { ...dispute, balance_transactions: [{ id: 'txn_1', object: 'balance_transaction', amount: -1000, fee: 1500 }] };
     expect(stripeEvent(event('charge.dispute.funds_withdrawn', withdrawn))).toMatchObject({ dispute: { balanceAmounts: [-1000] } });
+    expect(stripeEvent(event('charge.dispute.updated', { ...dispute, balance_transactions: [] }))).toMatchObject({ dispute: { balanceAmounts: [] } });
+    // Balance transactions only named by id say nothing of the funds: unknown, not a refused event.
+    expect(stripeEvent(event('charge.dispute.closed', { ...dispute, balance_transactions: ['txn_1'] }))).toMatchObject({ dispute: { balanceAmounts: null } });
     const refund = { id: 're_1', object: 'refund', amount: 400, charge: 'ch_1', payment_intent: 'pi_1', currency: 'USD', status: 'failed' };
     for (const type of ['refund.created', 'refund.updated', 'refund.failed', 'charge.refund.updated']) {
       expect(stripeEvent(event(type, refund))).toMatchObject({
@@ -207,5 +211,28 @@ describe('Stripe events as domain events', () => {
     }
     expect(() => stripeEvent(event('checkout.session.completed', { ...session, amount_total: 12.5 }))).toThrow(/checkout\.session\.completed event's object cannot be read: amount_total/);
     expect(() => stripeEvent(event('checkout.session.completed', { ...session, mode: 'other' }))).toThrow(PaymentWebhookError);
+  });
+});
+
+describe("a dispute event's state of the funds (core/payments/reversals.ts disputeState)", () => {
+  it('follows Stripe: inquiries withdraw nothing, chargebacks withdraw, won or reinstated gives back, lost keeps, an inquiry closed never took', () => {
+    const cases: [Parameters<typeof disputeState>, ReturnType<typeof disputeState>][] = [
+      [['created', 'warning_needs_response', null], 'inquiry'],
+      [['updated', 'warning_under_review', []], 'inquiry'],
+      [['created', 'needs_response', null], 'withdrawn'],
+      [['updated', 'under_review', [-1000]], 'withdrawn'],
+      // A chargeback whose event shows no balance transaction yet: its funds_withdrawn will say.
+      [['created', 'needs_response', []], 'inquiry'],
+      // An inquiry escalated: funds_withdrawn, whatever the status says.
+      [['funds_withdrawn', 'warning_needs_response', null], 'withdrawn'],
+      [['funds_reinstated', 'under_review', null], 'won'],
+      [['updated', 'under_review', [-1000, 1000]], 'won'],
+      [['closed', 'won', null], 'won'],
+      [['closed', 'lost', [-1000]], 'lost'],
+      [['closed', 'warning_closed', []], 'closed'],
+      [['closed', 'prevented', null], 'closed'],
+      [['updated', 'some_new_status', null], 'inquiry'],
+    ];
+    for (const [args, state] of cases) expect(disputeState(...args), args.join(' ')).toBe(state);
   });
 });
