@@ -46,7 +46,7 @@ export async function receivePaymentWebhook(
     throw err.kind === 'signature' ? invalid('signature', err.message, 'invalid_webhook_signature') : invalid('body', err.message, 'invalid_webhook_payload');
   }
   const outcome = await handlePaymentEvent(deps, em, event);
-  if (outcome.alert) deps.logger.warn({ event: event.eventId, type: event.providerType, outcome: outcome.outcome, account: outcome.accountId }, 'payment received but not credited: see the admin audit log');
+  if (outcome.alert) deps.logger.warn({ event: event.eventId, type: event.providerType, outcome: outcome.outcome, account: outcome.accountId }, outcome.outcome === 'reversal_pending' ? 'refund or dispute of a payment not credited (yet): kept, see the admin audit log' : 'payment received but not credited: see the admin audit log');
   return { object: 'payment_webhook', event: event.eventId, type: event.providerType, outcome: outcome.outcome };
 }
 
