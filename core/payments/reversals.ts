@@ -114,8 +114,8 @@ async function settle(tx: EntityManager, eventId: string, paymentIntentId: strin
 
 /**
  * After a payment is credited (a top-up's session, an auto top-up's PaymentIntent; by the webhook
- * or the reconciliation), in the credit's transaction: the refunds and disputes recorded before
- * it are taken back now.
+ * or the reconciliation), in the credit's transaction, which took the payment's lock before the
+ * wallet's: the refunds and disputes recorded before it are taken back now.
  */
 export async function settleAfterCredit(tx: EntityManager, eventId: string, paymentIntentId: string | null): Promise<void> {
   if (!paymentIntentId) return;
