@@ -533,10 +533,18 @@ export type PaymentEvent = { eventId: string; providerType: string; createdAt: D
   | { kind: 'subscription_deleted'; subscription: { id: string; customerId: string | null; accountId: string | null } }
   /** A charge was refunded, in part or in full: `amountRefundedCents` is the total refunded so far. */
   | { kind: 'refund'; charge: { id: string; paymentIntentId: string | null; amountCents: number; amountRefundedCents: number; currency: string } }
+  /** One refund was created or changed (its status: pending, requires_action, succeeded, failed, canceled). */
+  | { kind: 'refund_object'; refund: { id: string; chargeId: string | null; paymentIntentId: string | null; amountCents: number; currency: string; status: string } }
+  /**
+   * A dispute (chargeback) or an inquiry, at one step of its life. `status` is the provider's
+   * (warning_needs_response, needs_response, won, lost, …); `balanceAmounts` the amounts of the
+   * balance transactions the event carries (funds withdrawn: negative; reinstated: positive),
+   * null when it carries none.
+   */
   | {
       kind: 'dispute';
-      stage: 'created' | 'closed';
-      dispute: { id: string; chargeId: string | null; paymentIntentId: string | null; amountCents: number; currency: string; status: string };
+      stage: 'created' | 'updated' | 'funds_withdrawn' | 'funds_reinstated' | 'closed';
+      dispute: { id: string; chargeId: string | null; paymentIntentId: string | null; amountCents: number; currency: string; status: string; balanceAmounts: number[] | null };
     }
   /** An event type the service does not use. */
   | { kind: 'ignored' }

@@ -46,8 +46,10 @@ const invoice = z.object({
   amount_paid: cents,
   currency,
   customer: ref,
-  // Before API version 2025-03-31 the subscription sat on the invoice; now under parent.
+  // Before API version 2025-03-31 the subscription and its metadata sat on the invoice
+  // (`subscription`, `subscription_details.metadata`); since then they are under `parent`.
   subscription: ref,
+  subscription_details: z.object({ metadata }).nullish(),
   parent: z
     .object({ subscription_details: z.object({ subscription: ref, metadata }).nullish() })
     .nullish(),
@@ -72,7 +74,36 @@ const paymentIntent = z.object({
 });
 const subscription = z.object({ id: stripeId, customer: ref, metadata });
 const charge = z.object({ id: stripeId, payment_intent: ref, amount: cents, amount_refunded: cents, currency });
-const dispute = z.object({ id: stripeId, charge: ref, payment_intent: ref, amount: cents, currency, status: z.string() });
+const refund = z.object({ id: stripeId, charge: ref, payment_intent: ref, amount: cents, currency, status: z.string().min(1) });
+const dispute = z.object({
+  id: stripeId,
+  charge: ref,
+  payment_intent: ref,
+  amount: cents,
+  currency,
+  status: z.string(),
+  // The funds withdrawn (negative) and reinstated (positive) as the event saw them; read loosely
+  // (an entry without an amount makes the list unknown, never a refused event).
+  balance_transactions: z.array(z.unknown()).nullish(),
+});
+
+/** The amounts of a dispute's balance transactions, or null when the event carries none that can be read. */
+function balanceAmounts(list: unknown[] | null | undefined): number[] | null {
+  if (!list) return null;
+  const amounts = list.map((t) => (t && typeof t === 'object' && Number.isInteger((t as { amount?: unknown }).amount) ? (t as { amount: number }).amount : null));
+  return amounts.every((a): a is number => a !== null) ? amounts : null;
+}
+
+const DISPUTE_STAGES = {
+  'charge.dispute.created': 'created',
+  'charge.dispute.updated': 'updated',
+  'charge.dispute.funds_withdrawn': 'funds_withdrawn',
+  'charge.dispute.funds_reinstated': 'funds_reinstated',
+  'charge.dispute.closed': 'closed',
+} as const;
+
+/** The events of one refund object: refund.failed in newer API versions, charge.refund.updated in older ones. */
+const REFUND_OBJECT_TYPES = new Set(['refund.created', 'refund.updated', 'refund.failed', 'charge.refund.updated']);
 
 const CHECKOUT_STAGES = {
   'checkout.session.completed': 'completed',
@@ -109,19 +140,31 @@ export function stripeEvent(raw: unknown): PaymentEvent {
       const c = object(charge);
       return { ...base, kind: 'refund', charge: { id: c.id, paymentIntentId: c.payment_intent, amountCents: c.amount, amountRefundedCents: c.amount_refunded, currency: c.currency } };
     }
-    case 'charge.dispute.created':
-    case 'charge.dispute.closed': {
-      const d = object(dispute);
-      return {
-        ...base,
-        kind: 'dispute',
-        stage: e.type === 'charge.dispute.created' ? 'created' : 'closed',
-        dispute: { id: d.id, chargeId: d.charge, paymentIntentId: d.payment_intent, amountCents: d.amount, currency: d.currency, status: d.status },
-      };
-    }
     default:
-      return { ...base, kind: 'ignored' };
+      break;
   }
+  if (e.type in DISPUTE_STAGES) {
+    const d = object(dispute);
+    return {
+      ...base,
+      kind: 'dispute',
+      stage: DISPUTE_STAGES[e.type as keyof typeof DISPUTE_STAGES],
+      dispute: {
+        id: d.id,
+        chargeId: d.charge,
+        paymentIntentId: d.payment_intent,
+        amountCents: d.amount,
+        currency: d.currency,
+        status: d.status,
+        balanceAmounts: balanceAmounts(d.balance_transactions),
+      },
+    };
+  }
+  if (REFUND_OBJECT_TYPES.has(e.type)) {
+    const r = object(refund);
+    return { ...base, kind: 'refund_object', refund: { id: r.id, chargeId: r.charge, paymentIntentId: r.payment_intent, amountCents: r.amount, currency: r.currency, status: r.status } };
+  }
+  return { ...base, kind: 'ignored' };
 }
 
 function invoiceFacts(i: z.output<typeof invoice>): PaidInvoiceFacts {
@@ -131,7 +174,7 @@ function invoiceFacts(i: z.output<typeof invoice>): PaidInvoiceFacts {
     id: i.id,
     subscriptionId: details?.subscription ?? i.subscription,
     customerId: i.customer,
-    accountId: details?.metadata[METADATA.account] ?? null,
+    accountId: details?.metadata[METADATA.account] ?? i.subscription_details?.metadata[METADATA.account] ?? null,
     priceIds: i.lines.data.map((l) => l.pricing?.price_details?.price ?? l.price?.id ?? null).filter((p): p is string => p !== null),
     amountPaidCents: i.amount_paid,
     currency: i.currency,

@@ -18,7 +18,7 @@ export const paymentsInput = z
   .strict();
 
 const reversalSchema = z.object({
-  kind: z.enum(['refund', 'dispute', 'dispute_won']),
+  kind: z.enum(['refund', 'refund_failed', 'dispute', 'dispute_won']).describe('refund_failed: a refund that failed gave its coins back; dispute_won: a dispute won (its funds reinstated) gave back what it held'),
   provider_object_id: z.string().describe('the refunded charge (`ch_…`) or the dispute (`dp_…`)'),
   amount_cents: z.number().int(),
   coins: coinsSchema.describe('signed: taken back (−) or given back (+)'),
@@ -37,8 +37,10 @@ export const paymentSchema = z.object({
   amount_usd: z.string().describe('"12.34"'),
   currency: z.string(),
   coins: coinsSchema,
-  status: z.enum(['credited', 'partially_refunded', 'refunded', 'disputed', 'dispute_won']).describe('disputed: a dispute took its coins back and was not won (open or lost)'),
-  refunded_cents: z.number().int(),
+  status: z
+    .enum(['credited', 'partially_refunded', 'refunded', 'disputed', 'dispute_won'])
+    .describe('disputed: a dispute has its funds withdrawn (open or lost); refunded and partially_refunded: by its refunds; dispute_won: a dispute was won and nothing else applies'),
+  refunded_cents: z.number().int().describe('what its refunds returned to the customer, as Stripe said (at most the amount)'),
   reversals: z.array(reversalSchema),
   created_at: isoTimeSchema,
 });
@@ -51,16 +53,20 @@ interface PaymentRow {
   checkout_session_id: string | null;
   payment_intent_id: string | null;
   customer_id: string | null;
-  amount_cents: number;
+  /** bigint as text: read as a number only in TypeScript (no int cast in SQL can overflow). */
+  amount_cents: string;
   currency: string;
   coins_micro: string;
+  refunded_cents: string;
+  disputed: boolean;
+  won: boolean;
   created_at: Date | string;
 }
 interface ReversalRow {
   payment_id: string;
-  kind: 'refund' | 'dispute' | 'dispute_won';
+  kind: 'refund' | 'refund_failed' | 'dispute' | 'dispute_won';
   provider_object_id: string;
-  amount_cents: number;
+  amount_cents: string;
   coins_micro: string;
   created_at: Date | string;
 }
@@ -68,15 +74,19 @@ interface ReversalRow {
 /** The newest payments first (optionally one account's), each with its refunds and disputes. */
 export async function listPayments(em: EntityManager, input: z.output<typeof paymentsInput>): Promise<z.infer<typeof paymentListSchema>> {
   const rows = await em.execute<PaymentRow[]>(
-    `select id, account_id, source, checkout_session_id, payment_intent_id, customer_id, amount_cents::int as amount_cents, currency, coins_micro::text, created_at
-     from payments where (?::text is null or account_id = ?) order by created_at desc, id desc limit ?`,
+    `select p.id, p.account_id, p.source, p.checkout_session_id, p.payment_intent_id, p.customer_id, p.amount_cents::text as amount_cents, p.currency, p.coins_micro::text,
+            least(p.amount_cents, coalesce(mas_payment_refunded_cents(p.payment_intent_id), 0))::text as refunded_cents,
+            exists (select 1 from payment_disputes d where d.payment_intent_id = p.payment_intent_id and d.state in ('withdrawn', 'lost')) as disputed,
+            exists (select 1 from payment_disputes d where d.payment_intent_id = p.payment_intent_id and d.state = 'won') as won,
+            p.created_at
+     from payments p where (?::text is null or p.account_id = ?) order by p.created_at desc, p.id desc limit ?`,
     [input.account_id ?? null, input.account_id ?? null, input.limit],
   );
   const reversals =
     rows.length === 0
       ? []
       : await em.execute<ReversalRow[]>(
-          `select payment_id, kind, provider_object_id, amount_cents::int as amount_cents, coins_micro::text, created_at
+          `select payment_id, kind, provider_object_id, amount_cents::text as amount_cents, coins_micro::text, created_at
            from payment_reversals where payment_id = any(string_to_array(?, ',')) order by created_at, id`,
           [rows.map((r) => r.id).join(',')],
         );
@@ -84,11 +94,17 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
     object: 'list',
     data: rows.map((p) => {
       const mine = reversals.filter((r) => r.payment_id === p.id);
-      const refunded = mine.filter((r) => r.kind === 'refund').reduce((a, r) => a + r.amount_cents, 0);
-      const disputes = new Set(mine.filter((r) => r.kind === 'dispute').map((r) => r.provider_object_id));
-      const won = new Set(mine.filter((r) => r.kind === 'dispute_won').map((r) => r.provider_object_id));
-      const status =
-        [...disputes].some((d) => !won.has(d)) ? 'disputed' : disputes.size > 0 ? 'dispute_won' : refunded >= p.amount_cents ? 'refunded' : refunded > 0 ? 'partially_refunded' : 'credited';
+      const amount = Number(p.amount_cents);
+      const refunded = Number(p.refunded_cents);
+      const status = p.disputed
+        ? 'disputed'
+        : refunded >= amount
+          ? 'refunded'
+          : refunded > 0
+            ? 'partially_refunded'
+            : p.won
+              ? 'dispute_won'
+              : 'credited';
       return {
         id: p.id,
         object: 'payment' as const,
@@ -97,8 +113,8 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
         checkout_session_id: p.checkout_session_id,
         payment_intent_id: p.payment_intent_id,
         customer_id: p.customer_id,
-        amount_cents: p.amount_cents,
-        amount_usd: formatUsd(p.amount_cents),
+        amount_cents: amount,
+        amount_usd: formatUsd(amount),
         currency: p.currency,
         coins: coinsToJson(BigInt(p.coins_micro)),
         status,
@@ -106,7 +122,7 @@ export async function listPayments(em: EntityManager, input: z.output<typeof pay
         reversals: mine.map((r) => ({
           kind: r.kind,
           provider_object_id: r.provider_object_id,
-          amount_cents: r.amount_cents,
+          amount_cents: Number(r.amount_cents),
           coins: coinsToJson(BigInt(r.coins_micro)),
           created_at: new Date(r.created_at).toISOString(),
         })),
@@ -137,7 +153,9 @@ export const revenueSchema = z.object({
 /** Per UTC day of the range (days with nothing included, as zeros): money in and coins in and out. */
 export async function revenuePerDay(em: EntityManager, input: z.output<typeof revenueInput>): Promise<z.infer<typeof revenueSchema>> {
   const until = addDays(input.to, 1);
-  const rows = await em.execute<{ day: string; usd: number; credited: string; spent: string; taken: string }[]>(
+  // Every money sum stays numeric (bigint sums) in SQL and is read as text: a day of many large
+  // payments passes 2^31 cents (21.47 M USD).
+  const rows = await em.execute<{ day: string; usd: string; credited: string; spent: string; taken: string }[]>(
     `with days as (select to_char(d, 'YYYY-MM-DD') as day from generate_series(?::date, ?::date, interval '1 day') d),
      usd as (
        select to_char(created_at at time zone 'UTC', 'YYYY-MM-DD') as day, sum(amount_cents) as cents from (
@@ -151,7 +169,7 @@ export async function revenuePerDay(em: EntityManager, input: z.output<typeof re
               coalesce(-sum(amount_micro) filter (where kind = 'capture'), 0) as spent,
               coalesce(-sum(amount_micro) filter (where kind = 'payment_reversal'), 0) as taken
        from ledger_entries where created_at >= ?::date and created_at < ?::date group by 1)
-     select d.day, coalesce(u.cents, 0)::int as usd, coalesce(c.credited, 0)::text as credited, coalesce(c.spent, 0)::text as spent, coalesce(c.taken, 0)::text as taken
+     select d.day, coalesce(u.cents, 0)::text as usd, coalesce(c.credited, 0)::text as credited, coalesce(c.spent, 0)::text as spent, coalesce(c.taken, 0)::text as taken
      from days d left join usd u on u.day = d.day left join coins c on c.day = d.day order by d.day`,
     [input.from, input.to, input.from, until, input.from, until, input.from, until],
   );
@@ -161,8 +179,8 @@ export async function revenuePerDay(em: EntityManager, input: z.output<typeof re
     to: input.to,
     data: rows.map((r) => ({
       day: r.day,
-      usd_in_cents: r.usd,
-      usd_in: formatUsd(r.usd),
+      usd_in_cents: Number(r.usd),
+      usd_in: formatUsd(Number(r.usd)),
       coins_credited: coinsToJson(BigInt(r.credited)),
       coins_spent: coinsToJson(BigInt(r.spent)),
       coins_taken_back: coinsToJson(BigInt(r.taken)),

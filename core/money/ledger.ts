@@ -3,6 +3,14 @@ import type { z } from 'zod';
 import { coinsToJson } from './coins.ts';
 import { historyInput, parseCursor } from './history.ts';
 
+/**
+ * Every kind of entry the ledger writes (its check constraint, ledger_entries_kind_check):
+ * adapters that name kinds (the GraphQL admin's LedgerKind) take this list, and a test walks each
+ * one through them.
+ */
+export const LEDGER_KINDS = ['topup', 'subscription_grant', 'reservation', 'capture', 'release', 'adjustment', 'refund', 'payment_reversal'] as const;
+export type LedgerKind = (typeof LEDGER_KINDS)[number];
+
 interface LedgerRow {
   entry_id: string;
   pocket: string;

@@ -8,7 +8,8 @@
 --
 -- Amounts are integer micro-coins (1 coin = 1,000,000). Pockets: subscription and purchased
 -- are spendable, held is what open reservations hold. Only the purchased pocket may be negative
--- (mas_reverse_payment); while it is, nothing is reserved. Locks are taken hold first, then wallet.
+-- (mas_reverse_payment); while it is, nothing is reserved. Locks are taken hold first, then wallet;
+-- a payment's lock (mas_lock_payment) before its account's wallet.
 
 -- ledger_entries_append_only: The ledger is append-only: a trigger refuses every UPDATE and DELETE of ledger_entries.
 CREATE OR REPLACE FUNCTION public.ledger_entries_append_only()
@@ -137,6 +138,17 @@ AS $function$
           returning * into e;
         return query select 'credited'::text, e.id, after;
       end $function$
+;
+
+-- mas_dispute_rank: How far a dispute has gone: an inquiry 0, funds withdrawn 1, won (funds reinstated), lost or
+-- closed (an inquiry closed, a dispute prevented) 2, final. A dispute's recorded state only moves up.
+CREATE OR REPLACE FUNCTION public.mas_dispute_rank(p_state text)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+        select case when p_state in ('won', 'lost', 'closed') then 2 when p_state = 'withdrawn' then 1 else 0 end
+      $function$
 ;
 
 -- mas_end_hold: Ends one hold exactly once. 'settled': captures p_actual (at most the hold) as `API usage`
@@ -337,6 +349,112 @@ AS $function$
                 and h.ended_at >= mas_key_period_start(k.spend_limit_period) and h.status = 'settled'
             ), 0)::bigint
         from api_keys k where k.id = p_key_id and k.spend_limit_micro is not null
+      $function$
+;
+
+-- mas_lock_payment: The lock of one payment, by its PaymentIntent, to the end of the transaction: every record of a
+-- refund or dispute and every settle take it, and the credit of the payment takes it before it settles,
+-- so a refund arriving while its payment is being credited is taken back by one of the two, never by
+-- neither (the one that waits sees the other's rows).
+CREATE OR REPLACE FUNCTION public.mas_lock_payment(p_payment_intent text)
+ RETURNS void
+ LANGUAGE sql
+AS $function$
+        select pg_advisory_xact_lock(hashtextextended('mas_payment:' || p_payment_intent, 0));
+      $function$
+;
+
+-- mas_payment_refunded_cents: What the refunds of a payment (by its PaymentIntent) returned to the customer, as far as the
+-- events told: the larger of the charges' refunded amounts (charge.refunded) less the refunds that
+-- failed or were canceled, and the refunds still standing (refund.* events). Never more than Stripe
+-- said; the settle caps it at the payment.
+CREATE OR REPLACE FUNCTION public.mas_payment_refunded_cents(p_payment_intent text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+        select greatest(0,
+          coalesce((select sum(c.refunded_cents) from charge_refunds c where c.payment_intent_id = p_payment_intent), 0)
+            - coalesce((select sum(r.amount_cents) from payment_refunds r where r.payment_intent_id = p_payment_intent and mas_refund_rank(r.status) = 2), 0),
+          coalesce((select sum(r.amount_cents) from payment_refunds r where r.payment_intent_id = p_payment_intent and mas_refund_rank(r.status) < 2), 0))::bigint
+      $function$
+;
+
+-- mas_record_charge_refund: charge.refunded, under the payment's lock: keeps the largest amount Stripe said was refunded
+-- of the charge in all (an older event arriving late lowers nothing). Answers what the payment's
+-- refunds came to before and after.
+CREATE OR REPLACE FUNCTION public.mas_record_charge_refund(p_payment_intent text, p_charge text, p_refunded_cents bigint)
+ RETURNS TABLE(refunded_before bigint, refunded_after bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        was bigint;
+      begin
+        perform mas_lock_payment(p_payment_intent);
+        was := mas_payment_refunded_cents(p_payment_intent);
+        insert into charge_refunds as c (charge_id, payment_intent_id, refunded_cents)
+          values (p_charge, p_payment_intent, p_refunded_cents)
+          on conflict (charge_id) do update set refunded_cents = greatest(c.refunded_cents, excluded.refunded_cents), updated_at = now();
+        return query select was, mas_payment_refunded_cents(p_payment_intent);
+      end $function$
+;
+
+-- mas_record_dispute: A dispute event, under the payment's lock: keeps the dispute with the furthest state it reached
+-- (mas_dispute_rank; an event of an earlier step changes nothing: a `created` after `closed won`) and
+-- the amount of the event that set it. Answers the state before and the state kept.
+CREATE OR REPLACE FUNCTION public.mas_record_dispute(p_payment_intent text, p_dispute text, p_charge text, p_amount_cents bigint, p_state text, p_status text)
+ RETURNS TABLE(previous_state text, kept_state text)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        was text;
+        kept text;
+      begin
+        perform mas_lock_payment(p_payment_intent);
+        select d.state into was from payment_disputes d where d.dispute_id = p_dispute;
+        insert into payment_disputes as d (dispute_id, payment_intent_id, charge_id, amount_cents, state, status)
+          values (p_dispute, p_payment_intent, p_charge, p_amount_cents, p_state, p_status)
+          on conflict (dispute_id) do update set
+            state = case when mas_dispute_rank(excluded.state) > mas_dispute_rank(d.state) then excluded.state else d.state end,
+            status = case when mas_dispute_rank(excluded.state) > mas_dispute_rank(d.state) then excluded.status else d.status end,
+            amount_cents = case when mas_dispute_rank(excluded.state) > mas_dispute_rank(d.state) then excluded.amount_cents else d.amount_cents end,
+            updated_at = now()
+          returning d.state into kept;
+        return query select was, kept;
+      end $function$
+;
+
+-- mas_record_refund: A refund object's event, under the payment's lock: keeps the refund with the furthest status it
+-- reached (mas_refund_rank) and its largest amount. Answers what the payment's refunds came to before
+-- and after, and the status kept.
+CREATE OR REPLACE FUNCTION public.mas_record_refund(p_payment_intent text, p_refund text, p_charge text, p_amount_cents bigint, p_status text)
+ RETURNS TABLE(refunded_before bigint, refunded_after bigint, kept_status text)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        was bigint;
+        kept text;
+      begin
+        perform mas_lock_payment(p_payment_intent);
+        was := mas_payment_refunded_cents(p_payment_intent);
+        insert into payment_refunds as r (refund_id, payment_intent_id, charge_id, amount_cents, status)
+          values (p_refund, p_payment_intent, p_charge, p_amount_cents, p_status)
+          on conflict (refund_id) do update set
+            status = case when mas_refund_rank(excluded.status) > mas_refund_rank(r.status) then excluded.status else r.status end,
+            amount_cents = greatest(r.amount_cents, excluded.amount_cents),
+            updated_at = now()
+          returning r.status into kept;
+        return query select was, mas_payment_refunded_cents(p_payment_intent), kept;
+      end $function$
+;
+
+-- mas_refund_rank: How far a refund has gone: pending or requires_action 0, succeeded 1, failed or canceled 2, final.
+CREATE OR REPLACE FUNCTION public.mas_refund_rank(p_status text)
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+AS $function$
+        select case when p_status in ('failed', 'canceled') then 2 when p_status = 'succeeded' then 1 else 0 end
       $function$
 ;
 
@@ -560,9 +678,10 @@ AS $function$
       end $function$
 ;
 
--- mas_reverse_payment: A payment taken back (a refund or a dispute at the payment provider: p_amount < 0) or a
--- dispute won (p_amount > 0), on the purchased pocket only, which may go below zero: the coins
--- were spent already. One ledger entry, kind payment_reversal. Idempotent on p_idempotency_key.
+-- mas_reverse_payment: A payment taken back (a refund or a dispute at the payment provider: p_amount < 0) or given
+-- back (a dispute won, a refund failed: p_amount > 0), on the purchased pocket only, which may go below
+-- zero: the coins were spent already. One ledger entry, kind payment_reversal. Idempotent on
+-- p_idempotency_key. Called by mas_settle_payment, which decides the amounts.
 CREATE OR REPLACE FUNCTION public.mas_reverse_payment(p_account text, p_amount bigint, p_reference text, p_idempotency_key text, p_description text)
  RETURNS TABLE(status text, entry_id bigint, balance_after bigint)
  LANGUAGE plpgsql
@@ -590,6 +709,91 @@ AS $function$
           values (p_account, 'purchased', 'payment_reversal', p_amount, w.purchased_micro, p_reference, p_idempotency_key, p_description)
           returning * into e;
         return query select 'applied'::text, e.id, w.purchased_micro;
+      end $function$
+;
+
+-- mas_settle_payment: Brings what one credited payment (by its PaymentIntent) has taken back in line with its refunds
+-- and disputes as recorded, under the payment's lock, and answers each step. Each claim wants cents:
+-- the refunds together what mas_payment_refunded_cents says; each dispute its amount while its funds
+-- are withdrawn (withdrawn, lost), else nothing. A claim holds what its steps took less what they gave
+-- back. First each claim holding more than it wants gives the rest back (`refund_failed`,
+-- `dispute_won`); then each claim wanting more takes it (refunds first, then the disputes in the order
+-- they were first recorded: `refund`, `dispute`) while the payment has room: what the claims hold
+-- together never exceeds the payment's cents. Each step: one ledger entry on the purchased pocket
+-- (mas_reverse_payment, key stripe:reversal:<payment>:<n>, 1 cent = 10,000,000 micro-coins) and one
+-- payment_reversals row. Nothing while no payment of the PaymentIntent is credited: its credit settles.
+CREATE OR REPLACE FUNCTION public.mas_settle_payment(p_payment_intent text, p_event_id text)
+ RETURNS TABLE(step_kind text, step_object text, step_cents bigint, step_micro bigint, step_entry bigint, purchased_after bigint)
+ LANGUAGE plpgsql
+AS $function$
+      declare
+        p payments%rowtype;
+        c record;
+        moved record;
+        n integer;
+        room bigint;
+        step bigint;
+        k text;
+        refund_ref text;
+      begin
+        perform mas_lock_payment(p_payment_intent);
+        select * into p from payments where payment_intent_id = p_payment_intent order by created_at, id limit 1 for update;
+        if not found then
+          return;
+        end if;
+        select count(*) into n from payment_reversals r where r.payment_id = p.id;
+        -- The refunds' steps name the charge refunded (its latest event), else the PaymentIntent.
+        refund_ref := coalesce(
+          (select cr.charge_id from charge_refunds cr where cr.payment_intent_id = p_payment_intent order by cr.updated_at desc limit 1),
+          (select pr.charge_id from payment_refunds pr where pr.payment_intent_id = p_payment_intent and pr.charge_id is not null order by pr.updated_at desc limit 1),
+          p_payment_intent);
+        -- Pass 1 gives back what a claim holds beyond what it wants; pass 2 takes what a claim wants beyond what it holds.
+        for pass in 1..2 loop
+          room := p.amount_cents - coalesce((
+            select sum(case when r.kind in ('refund', 'dispute') then r.amount_cents else -r.amount_cents end)
+            from payment_reversals r where r.payment_id = p.id), 0);
+          for c in
+            select x.claim, x.ref, x.wanted, x.held from (
+              select 0 as ord, 0::bigint as seq, 'refund'::text as claim, refund_ref as ref,
+                     mas_payment_refunded_cents(p_payment_intent) as wanted,
+                     coalesce((select sum(case r.kind when 'refund' then r.amount_cents else -r.amount_cents end) from payment_reversals r
+                               where r.payment_id = p.id and r.kind in ('refund', 'refund_failed')), 0) as held
+              union all
+              select 1, d.seq, 'dispute', d.dispute_id,
+                     case when d.state in ('withdrawn', 'lost') then d.amount_cents else 0 end,
+                     coalesce((select sum(case r.kind when 'dispute' then r.amount_cents else -r.amount_cents end) from payment_reversals r
+                               where r.payment_id = p.id and r.kind in ('dispute', 'dispute_won') and r.provider_object_id = d.dispute_id), 0)
+              from payment_disputes d where d.payment_intent_id = p_payment_intent
+            ) x order by x.ord, x.seq
+          loop
+            if pass = 1 and c.held > c.wanted then
+              step := c.held - c.wanted;
+              step_kind := case c.claim when 'refund' then 'refund_failed' else 'dispute_won' end;
+              step_micro := step * 10000000;
+            elsif pass = 2 and c.wanted > c.held and room > 0 then
+              step := least(c.wanted - c.held, room);
+              room := room - step;
+              step_kind := c.claim;
+              step_micro := -step * 10000000;
+            else
+              continue;
+            end if;
+            n := n + 1;
+            k := 'stripe:reversal:' || p.id || ':' || n;
+            select * into moved from mas_reverse_payment(p.account_id, step_micro, c.ref, k,
+              case step_kind when 'refund' then 'Refund (Stripe)' when 'refund_failed' then 'Refund failed' when 'dispute' then 'Dispute' else 'Dispute won' end);
+            if moved.status <> 'applied' then
+              raise exception 'payment reversal % not applied: %', k, moved.status;
+            end if;
+            insert into payment_reversals (id, payment_id, account_id, kind, provider_object_id, amount_cents, coins_micro, step_key, event_id, ledger_entry_id)
+              values ('prv_' || left(md5(k), 24), p.id, p.account_id, step_kind, c.ref, step, step_micro, k, p_event_id, moved.entry_id);
+            step_object := c.ref;
+            step_cents := step;
+            step_entry := moved.entry_id;
+            purchased_after := moved.balance_after;
+            return next;
+          end loop;
+        end loop;
       end $function$
 ;
 

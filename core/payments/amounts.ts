@@ -9,6 +9,18 @@ export const COINS_PER_CENT = 10n;
 /** The one currency the service sells coins in: the coin is defined in US dollars. */
 export const CURRENCY = 'usd';
 
+/**
+ * The largest amount Stripe charges in one payment, in cents (99,999,999 cents, 999,999.99 USD,
+ * for USD, docs.stripe.com/currencies). A paid amount
+ * above it, or above the operator's TOPUP_MAX_USD, is refused at the credit (`refused_amount`).
+ */
+export const STRIPE_MAX_CENTS = 99_999_999;
+
+/** The largest top-up the service credits: the operator's maximum, never more than Stripe's. */
+export function largestTopUpCents(bounds: { topUpMaxCents: number }): number {
+  return Math.min(STRIPE_MAX_CENTS, bounds.topUpMaxCents);
+}
+
 /** What `cents` buy, in micro-coins. */
 export function centsToMicro(cents: number): Micro {
   return BigInt(cents) * COINS_PER_CENT * MICRO_PER_COIN;

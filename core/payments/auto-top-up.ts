@@ -8,9 +8,10 @@ import { newId } from '../ids.ts';
 import { MICRO_PER_COIN } from '../money/coins.ts';
 import { credit } from '../money/wallet.ts';
 import { PaymentProviderError, type CheckoutSessionFacts, type OffSessionChargeResult, type PaymentEvent } from '../ports.ts';
-import { centsToMicro, formatUsd } from './amounts.ts';
+import { centsToMicro, formatUsd, largestTopUpCents } from './amounts.ts';
 import { checkTopUpAmount, startTopUpCheckout, usdAmount } from './create-checkout.ts';
 import { notCredited, outcome, type EventOutcome } from './outcome.ts';
+import { settleAfterCredit } from './reversals.ts';
 import { paymentProvider } from './setup.ts';
 
 /**
@@ -304,8 +305,9 @@ type IntentEvent = Extract<PaymentEvent, { kind: 'payment_intent' }>;
 /**
  * An off-session charge's PaymentIntent, in the transaction that recorded its event. Only the
  * service's own auto top-ups count (a Checkout's intent is credited through its session):
- * - succeeded: `amount_received` cents × 10 coins into the purchased pocket as `Auto top-up`,
- *   once per intent (the ledger key and the payments row), and the charge marked credited;
+ * - succeeded: `amount_received` cents × 10 coins into the purchased pocket as `Auto top-up`
+ *   (at most the largest top-up), once per intent (the ledger key and the payments row), the
+ *   charge marked credited, and the refunds and disputes recorded before it taken back;
  * - failed (a charge first `processing`): the charge fails and auto top-up turns off with the reason.
  */
 export async function creditAutoTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: IntentEvent): Promise<EventOutcome> {
@@ -321,9 +323,13 @@ export async function creditAutoTopUp(deps: Pick<CoreDeps, 'config'>, tx: Entity
     notCredited(tx, { outcome: name, objectId: i.id, accountId: i.accountId, why, facts: { event_id: event.eventId, account_id: i.accountId, amount_cents: i.amountReceivedCents, currency: i.currency } });
   if (i.currency !== deps.config.payments.currency) return refuse('refused_currency', `paid in ${i.currency}, not ${deps.config.payments.currency}`);
   if (i.amountReceivedCents <= 0) return refuse('refused_amount', 'the payment received nothing to credit');
+  const largest = largestTopUpCents(deps.config.payments);
+  if (i.amountReceivedCents > largest) return refuse('refused_amount', `${formatUsd(i.amountReceivedCents)} USD is more than the largest top-up (${formatUsd(largest)} USD): nothing credited`);
   const [account] = i.accountId ? await tx.execute<{ id: string }[]>('select id from accounts where id = ?', [i.accountId]) : [];
   if (!account) return refuse('unknown_account', i.accountId ? `no account ${i.accountId}` : 'the payment names no account');
 
+  // The payment's lock before the wallet's (the order every step of a payment takes them in).
+  await tx.execute('select mas_lock_payment(?)', [i.id]);
   const coins = centsToMicro(i.amountReceivedCents);
   const entry = await credit(tx, { accountId: account.id, kind: 'topup', amount: coins, reference: i.id, idempotencyKey: `stripe:payment_intent:${i.id}`, description: 'Auto top-up' });
   if (!entry.applied) return outcome('already_credited', account.id);
@@ -336,5 +342,7 @@ export async function creditAutoTopUp(deps: Pick<CoreDeps, 'config'>, tx: Entity
     `update auto_top_up_charges set status = 'credited', payment_intent_id = ?, ended_at = now() where account_id = ? and (id = ? or payment_intent_id = ?)`,
     [i.id, account.id, i.chargeId, i.id],
   );
+  // Its refunds and disputes that arrived before it are taken back at once.
+  await settleAfterCredit(tx, event.eventId, i.id);
   return outcome('credited', account.id);
 }

@@ -3,9 +3,10 @@ import type { CoreDeps } from '../context.ts';
 import { newId } from '../ids.ts';
 import { credit } from '../money/wallet.ts';
 import type { PaymentEvent } from '../ports.ts';
-import { centsToMicro } from './amounts.ts';
+import { centsToMicro, formatUsd, largestTopUpCents } from './amounts.ts';
 import { cardSavedAtCheckout } from './auto-top-up.ts';
 import { notCredited, outcome, type EventOutcome } from './outcome.ts';
+import { settleAfterCredit } from './reversals.ts';
 
 type CheckoutEvent = Extract<PaymentEvent, { kind: 'checkout_session' }>;
 
@@ -14,12 +15,14 @@ type CheckoutEvent = Extract<PaymentEvent, { kind: 'checkout_session' }>;
  * - only a Checkout Session the service made as a top-up (payment mode, purpose `topup`);
  * - only once paid: `completed` with payment status `paid`, or `async_payment_succeeded`
  *   (also `paid` by then); a completed session still `unpaid` waits for that second event;
- * - only in the service's currency, for a positive amount: `amount_total` cents × 10 coins,
- *   into the purchased pocket as `Top-up`, which makes the account paid (mas_credit);
+ * - only in the service's currency, for a positive amount no larger than the largest top-up
+ *   (TOPUP_MAX_USD, and never above Stripe's 99,999,999 cents): `amount_total` cents × 10
+ *   coins, into the purchased pocket as `Top-up`, which makes the account paid (mas_credit);
  * - once per session, whichever event carries it: the ledger entry's idempotency key and the
- *   payments row's unique session id, both in this transaction.
- * A paid session that cannot be credited (unknown account, other currency, no amount) is
- * written to the admin audit log for an operator to settle by hand.
+ *   payments row's unique session id, both in this transaction;
+ * - the refunds and disputes of its payment that arrived before it are taken back at once.
+ * A paid session that cannot be credited (unknown account, other currency, no amount, too large
+ * an amount) is written to the admin audit log for an operator to settle by hand.
  */
 export async function creditTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: CheckoutEvent): Promise<EventOutcome> {
   const s = event.session;
@@ -39,9 +42,13 @@ export async function creditTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityMana
     });
   if (s.currency !== deps.config.payments.currency) return refuse('refused_currency', `paid in ${s.currency ?? 'no currency'}, not ${deps.config.payments.currency}`);
   if (s.amountTotalCents === null || s.amountTotalCents <= 0) return refuse('refused_amount', 'the session has no amount to credit');
+  const largest = largestTopUpCents(deps.config.payments);
+  if (s.amountTotalCents > largest) return refuse('refused_amount', `${formatUsd(s.amountTotalCents)} USD is more than the largest top-up (${formatUsd(largest)} USD): nothing credited`);
   const [account] = s.accountId ? await tx.execute<{ id: string }[]>('select id from accounts where id = ?', [s.accountId]) : [];
   if (!account) return refuse('unknown_account', s.accountId ? `no account ${s.accountId}` : 'the session names no account');
 
+  // The payment's lock before the wallet's (the order every step of a payment takes them in).
+  if (s.paymentIntentId) await tx.execute('select mas_lock_payment(?)', [s.paymentIntentId]);
   const coins = centsToMicro(s.amountTotalCents);
   const entry = await credit(tx, {
     accountId: account.id,
@@ -59,5 +66,6 @@ export async function creditTopUp(deps: Pick<CoreDeps, 'config'>, tx: EntityMana
   );
   // A top-up that saved the card for auto top-up turns it on.
   await cardSavedAtCheckout(tx, account.id, s);
+  await settleAfterCredit(tx, event.eventId, s.paymentIntentId);
   return outcome('credited', account.id);
 }

@@ -7,7 +7,7 @@ import { creditAutoTopUp } from './auto-top-up.ts';
 import { creditTopUp } from './credit-top-up.ts';
 import type { EventOutcome } from './outcome.ts';
 import { paymentProvider } from './setup.ts';
-import { handleDispute, takeBackRefund } from './reversals.ts';
+import { handleDispute, recordRefundObject, takeBackRefund } from './reversals.ts';
 import { endSubscription, grantInvoice } from './subscriptions.ts';
 
 export const webhookInput = z.object({
@@ -46,7 +46,7 @@ export async function receivePaymentWebhook(
     throw err.kind === 'signature' ? invalid('signature', err.message, 'invalid_webhook_signature') : invalid('body', err.message, 'invalid_webhook_payload');
   }
   const outcome = await handlePaymentEvent(deps, em, event);
-  if (outcome.alert) deps.logger.warn({ event: event.eventId, type: event.providerType, outcome: outcome.outcome, account: outcome.accountId }, 'payment received but not credited: see the admin audit log');
+  if (outcome.alert) deps.logger.warn({ event: event.eventId, type: event.providerType, outcome: outcome.outcome, account: outcome.accountId }, outcome.outcome === 'reversal_pending' ? 'refund or dispute of a payment not credited (yet): kept, see the admin audit log' : 'payment received but not credited: see the admin audit log');
   return { object: 'payment_webhook', event: event.eventId, type: event.providerType, outcome: outcome.outcome };
 }
 
@@ -84,6 +84,8 @@ async function act(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: Pay
       return { outcome: 'ignored', accountId: null, alert: false };
     case 'refund':
       return takeBackRefund(deps, tx, event);
+    case 'refund_object':
+      return recordRefundObject(deps, tx, event);
     case 'dispute':
       return handleDispute(deps, tx, event);
   }
@@ -101,6 +103,8 @@ function objectId(event: PaymentEvent): string | null {
       return event.subscription.id;
     case 'refund':
       return event.charge.id;
+    case 'refund_object':
+      return event.refund.id;
     case 'dispute':
       return event.dispute.id;
     case 'ignored':

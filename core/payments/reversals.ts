@@ -1,191 +1,262 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { CoreDeps } from '../context.ts';
 import { recordAudit } from '../admin/audit.ts';
-import { newId } from '../ids.ts';
-import { formatCoins, type Micro } from '../money/coins.ts';
+import { formatCoins } from '../money/coins.ts';
 import type { PaymentEvent } from '../ports.ts';
-import { centsToMicro, formatUsd } from './amounts.ts';
+import { formatUsd } from './amounts.ts';
 import { notCredited, outcome, type EventOutcome } from './outcome.ts';
 
 type RefundEvent = Extract<PaymentEvent, { kind: 'refund' }>;
+type RefundObjectEvent = Extract<PaymentEvent, { kind: 'refund_object' }>;
 type DisputeEvent = Extract<PaymentEvent, { kind: 'dispute' }>;
 
-/** The history labels of the three steps (docs/payments.md, "Refunds and disputes"). */
-export const REVERSAL_LABELS = { refund: 'Refund (Stripe)', dispute: 'Dispute', dispute_won: 'Dispute won' } as const;
-type ReversalKind = keyof typeof REVERSAL_LABELS;
+/**
+ * Refunds and disputes (docs/payments.md, "Refunds and disputes"). What the payment provider says
+ * about a payment is recorded under the payment's lock, by its PaymentIntent, whether or not the
+ * payment is credited yet (mas_record_charge_refund, mas_record_refund, mas_record_dispute); then
+ * mas_settle_payment moves the coins so that what the payment has taken back equals
+ * min(credited, refunded + what its withdrawn disputes hold), each claim giving back what it no
+ * longer wants (a refund that failed, a dispute won) before any takes more. The rules are the SQL
+ * functions' (core/money/money.sql); here: what an event says, the answer and the audit entries.
+ */
+
+/** A dispute's state as the service keeps it: only `withdrawn` and `lost` hold money. */
+export type DisputeState = 'inquiry' | 'withdrawn' | 'won' | 'lost' | 'closed';
+
+/**
+ * What one dispute event says of the funds, by Stripe's dispute statuses and balance
+ * transactions: an inquiry (`warning_needs_response`, `warning_under_review`) withdraws nothing;
+ * a chargeback (`needs_response`, `under_review`) has its funds withdrawn, unless the event shows
+ * no balance transaction yet; `charge.dispute.funds_withdrawn` withdraws (an inquiry escalated);
+ * `won` or `charge.dispute.funds_reinstated` gives the funds back; `lost` keeps them; an inquiry
+ * closed (`warning_closed`), a dispute `prevented` or closed as `charge_refunded` never took any.
+ */
+export function disputeState(stage: DisputeEvent['stage'], status: string, balanceAmounts: number[] | null): DisputeState {
+  const withdrawn = balanceAmounts?.some((a) => a < 0) ?? false;
+  const reinstated = balanceAmounts?.some((a) => a > 0) ?? false;
+  if (status === 'lost') return 'lost';
+  if (status === 'won' || stage === 'funds_reinstated' || reinstated) return 'won';
+  if (status === 'warning_closed' || status === 'prevented' || status === 'charge_refunded') return 'closed';
+  if (stage === 'funds_withdrawn' || withdrawn) return 'withdrawn';
+  if ((status === 'needs_response' || status === 'under_review') && (balanceAmounts === null || balanceAmounts.length > 0)) return 'withdrawn';
+  return 'inquiry';
+}
+
+const holdsMoney = (state: DisputeState) => state === 'withdrawn' || state === 'lost';
 
 interface PaymentRow {
   id: string;
   account_id: string;
   /** The Checkout Session's id, or for an auto top-up (no session) its PaymentIntent's: what audit entries name. */
-  checkout_session_id: string;
-  amount_cents: number;
-  currency: string;
+  target: string;
 }
 
 /**
- * The top-up a charge or dispute belongs to, by its PaymentIntent, its row locked: the steps of
- * one payment (two refunds, a refund and a dispute) are taken one after the other, so what was
- * already taken back is read under the lock.
+ * The credited payment of a PaymentIntent, or null while none is. Read after a record function
+ * took the payment's lock, so a credit of the same payment either committed before (and is seen
+ * here) or waits for this transaction (and settles what it recorded).
  */
-async function paymentOf(tx: EntityManager, paymentIntentId: string | null): Promise<PaymentRow | null> {
-  if (!paymentIntentId) return null;
+async function creditedPayment(tx: EntityManager, paymentIntentId: string): Promise<PaymentRow | null> {
   const [row] = await tx.execute<PaymentRow[]>(
-    'select id, account_id, coalesce(checkout_session_id, payment_intent_id) as checkout_session_id, amount_cents::int as amount_cents, currency from payments where payment_intent_id = ? order by created_at limit 1 for update',
+    `select id, account_id, coalesce(checkout_session_id, payment_intent_id) as target
+     from payments where payment_intent_id = ? order by created_at, id limit 1`,
     [paymentIntentId],
   );
   return row ?? null;
 }
 
-/**
- * One step, exactly once: the purchased pocket moves by `coins` (negative: taken back; it may go
- * below zero) with its ledger entry (mas_reverse_payment, keyed `stepKey`), its payment_reversals
- * row (unique `stepKey`) and its audit entry, all in the event's transaction. False when the key
- * was used already (nothing moved).
- */
-async function applyStep(
-  tx: EntityManager,
-  event: PaymentEvent,
-  payment: PaymentRow,
-  step: { kind: ReversalKind; providerObjectId: string; cents: number; stepKey: string; action: string; reason: string },
-): Promise<boolean> {
-  const coins: Micro = step.kind === 'dispute_won' ? centsToMicro(step.cents) : -centsToMicro(step.cents);
-  const [row] = await tx.execute<{ status: string; entry_id: string | null; balance_after: string | null }[]>(
-    'select status, entry_id::text, balance_after::text from mas_reverse_payment(?, ?::bigint, ?, ?, ?)',
-    [payment.account_id, coins.toString(), step.providerObjectId, step.stepKey, REVERSAL_LABELS[step.kind]],
-  );
-  if (row!.status !== 'applied') return false;
-  await tx.execute(
-    `insert into payment_reversals (id, payment_id, account_id, kind, provider_object_id, amount_cents, coins_micro, step_key, event_id, ledger_entry_id)
-     values (?, ?, ?, ?, ?, ?, ?::bigint, ?, ?, ?::bigint)`,
-    [newId('prv'), payment.id, payment.account_id, step.kind, step.providerObjectId, step.cents, coins.toString(), step.stepKey, event.eventId, row!.entry_id],
-  );
-  await recordAudit(tx, { kind: 'internal' }, {
-    action: step.action,
-    targetType: 'payment',
-    targetId: payment.checkout_session_id,
-    reason: step.reason,
-    after: {
-      event_id: event.eventId,
-      account_id: payment.account_id,
-      payment_id: payment.id,
-      [step.kind === 'refund' ? 'charge' : 'dispute']: step.providerObjectId,
-      amount_cents: step.cents,
-      coins: formatCoins(coins),
-      purchased_coins_after: formatCoins(BigInt(row!.balance_after!)),
-    },
-  });
-  return true;
+type StepKind = 'refund' | 'refund_failed' | 'dispute' | 'dispute_won';
+interface Step {
+  step_kind: StepKind;
+  step_object: string;
+  step_cents: string;
+  step_micro: string;
+  purchased_after: string;
 }
 
-/** A refund or dispute of a payment the service did not credit (an invoice, a payment it does not know): an operator looks. */
-function unmatched(tx: EntityManager, event: PaymentEvent, objectId: string, paymentIntentId: string | null, facts: Record<string, unknown>) {
+const STEP_AUDIT: Record<StepKind, { action: string; reason: (usd: string, coins: string) => string }> = {
+  refund: { action: 'payment.refunded', reason: (usd, coins) => `refunded ${usd} USD: ${coins} coins taken back` },
+  refund_failed: { action: 'payment.refund_failed', reason: (usd, coins) => `a refund of ${usd} USD failed at the payment provider: ${coins} coins given back` },
+  dispute: { action: 'payment.disputed', reason: (usd, coins) => `disputed ${usd} USD: ${coins} coins taken back until the dispute is won` },
+  dispute_won: { action: 'payment.dispute_won', reason: (usd, coins) => `dispute won, its funds reinstated: the ${usd} USD it held are given back (${coins} coins)` },
+};
+
+/**
+ * mas_settle_payment for the payment, with an audit entry per step it took (target the
+ * payment's session, actor internal), in the event's transaction. Answers the steps.
+ */
+async function settle(tx: EntityManager, eventId: string, paymentIntentId: string, payment: PaymentRow, note = ''): Promise<Step[]> {
+  const steps = await tx.execute<Step[]>(
+    'select step_kind, step_object, step_cents::text, step_micro::text, purchased_after::text from mas_settle_payment(?, ?)',
+    [paymentIntentId, eventId],
+  );
+  for (const s of steps) {
+    const audit = STEP_AUDIT[s.step_kind];
+    const coins = formatCoins(BigInt(s.step_micro));
+    await recordAudit(tx, { kind: 'internal' }, {
+      action: audit.action,
+      targetType: 'payment',
+      targetId: payment.target,
+      reason: `${audit.reason(formatUsd(Number(s.step_cents)), coins.replace(/^-/, ''))}${note}`,
+      after: {
+        event_id: eventId,
+        account_id: payment.account_id,
+        payment_id: payment.id,
+        [s.step_kind.startsWith('refund') ? 'charge' : 'dispute']: s.step_object,
+        amount_cents: Number(s.step_cents),
+        coins,
+        purchased_coins_after: formatCoins(BigInt(s.purchased_after)),
+      },
+    });
+  }
+  return steps;
+}
+
+/**
+ * After a payment is credited (a top-up's session, an auto top-up's PaymentIntent; by the webhook
+ * or the reconciliation), in the credit's transaction, which took the payment's lock before the
+ * wallet's: the refunds and disputes recorded before it are taken back now.
+ */
+export async function settleAfterCredit(tx: EntityManager, eventId: string, paymentIntentId: string | null): Promise<void> {
+  if (!paymentIntentId) return;
+  const payment = await creditedPayment(tx, paymentIntentId);
+  if (payment) await settle(tx, eventId, paymentIntentId, payment, ' (recorded before the payment was credited)');
+}
+
+/** A refund or dispute whose event names no payment: an operator looks. */
+function unmatched(tx: EntityManager, event: PaymentEvent, objectId: string, facts: Record<string, unknown>) {
   return notCredited(tx, {
     outcome: 'unknown_payment',
     objectId,
     accountId: null,
-    why: paymentIntentId ? `no top-up was credited for the payment ${paymentIntentId}: nothing taken back` : 'the event names no payment: nothing taken back',
-    facts: { event_id: event.eventId, type: event.providerType, payment_intent: paymentIntentId, ...facts },
+    why: 'the event names no payment: nothing taken back',
+    facts: { event_id: event.eventId, type: event.providerType, ...facts },
+  });
+}
+
+function refusedCurrency(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: PaymentEvent, objectId: string, currency: string, facts: Record<string, unknown>) {
+  return notCredited(tx, {
+    outcome: 'refused_currency',
+    objectId,
+    accountId: null,
+    why: `a refund or dispute in ${currency}, not ${deps.config.payments.currency}: nothing taken back`,
+    facts: { event_id: event.eventId, type: event.providerType, currency, ...facts },
   });
 }
 
 /**
- * `charge.refunded`: Stripe's `amount_refunded` is what was refunded of the charge so far, in all.
- * The step takes back only its increase over what this payment's refunds already took (capped at
- * the payment), cents × 10 coins from the purchased pocket, keyed on the charge and the cumulative
- * amount: a replay, or an older event arriving after a newer one, takes nothing.
+ * A refund or dispute of a payment not credited (yet): kept, and taken back when the payment is
+ * credited, by the webhook or the reconciliation (docs/payments.md). Audited: if the payment is
+ * not one the service credits (a subscription invoice's, another system's), an operator decides.
+ */
+async function pending(tx: EntityManager, event: PaymentEvent, objectId: string, paymentIntentId: string, facts: Record<string, unknown>): Promise<EventOutcome> {
+  await recordAudit(tx, { kind: 'internal' }, {
+    action: 'payment.reversal_pending',
+    targetType: 'payment',
+    targetId: objectId,
+    reason: `no top-up of the payment ${paymentIntentId} is credited yet: kept, and taken back when it is credited (if it is not a top-up, nothing will be)`,
+    after: { event_id: event.eventId, type: event.providerType, payment_intent: paymentIntentId, ...facts },
+  });
+  return outcome('reversal_pending', null, true);
+}
+
+/** What a refund event led to, once recorded: `refunded` (coins taken), `nothing_to_take`, `already_refunded`. */
+function refundOutcome(steps: Step[], raised: boolean, accountId: string): EventOutcome {
+  if (steps.some((s) => s.step_kind === 'refund')) return outcome('refunded', accountId);
+  return outcome(raised ? 'nothing_to_take' : 'already_refunded', accountId);
+}
+
+/**
+ * `charge.refunded`: Stripe's `amount_refunded` is what was refunded of the charge so far, in all;
+ * the largest seen is kept (an older event arriving late changes nothing), and the payment settles.
  */
 export async function takeBackRefund(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: RefundEvent): Promise<EventOutcome> {
   const c = event.charge;
-  const payment = await paymentOf(tx, c.paymentIntentId);
-  if (!payment) return unmatched(tx, event, c.id, c.paymentIntentId, { charge: c.id, amount_refunded_cents: c.amountRefundedCents, currency: c.currency });
-  if (c.currency !== payment.currency || c.currency !== deps.config.payments.currency) {
-    return notCredited(tx, {
-      outcome: 'refused_currency',
-      objectId: payment.checkout_session_id,
-      accountId: payment.account_id,
-      why: `a refund in ${c.currency} of a payment in ${payment.currency}: nothing taken back`,
-      facts: { event_id: event.eventId, charge: c.id, amount_refunded_cents: c.amountRefundedCents, currency: c.currency },
-    });
-  }
-  const cumulative = Math.min(c.amountRefundedCents, payment.amount_cents);
-  const [taken] = await tx.execute<{ cents: number }[]>(
-    `select coalesce(sum(amount_cents), 0)::int as cents from payment_reversals where payment_id = ? and kind = 'refund'`,
-    [payment.id],
-  );
-  const increase = cumulative - taken!.cents;
-  if (increase <= 0) return outcome('already_refunded', payment.account_id);
-  const applied = await applyStep(tx, event, payment, {
-    kind: 'refund',
-    providerObjectId: c.id,
-    cents: increase,
-    stepKey: `stripe:refund:${c.id}:${cumulative}`,
-    action: 'payment.refunded',
-    reason: `refunded ${formatUsd(increase)} USD (${formatUsd(cumulative)} of ${formatUsd(payment.amount_cents)} in all): ${formatCoins(centsToMicro(increase))} coins taken back`,
-  });
-  return outcome(applied ? 'refunded' : 'already_refunded', payment.account_id);
+  const facts = { charge: c.id, amount_refunded_cents: c.amountRefundedCents };
+  if (!c.paymentIntentId) return unmatched(tx, event, c.id, facts);
+  if (c.currency !== deps.config.payments.currency) return refusedCurrency(deps, tx, event, c.id, c.currency, facts);
+  const [r] = await tx.execute<{ before: string; after: string }[]>('select refunded_before::text as before, refunded_after::text as after from mas_record_charge_refund(?, ?, ?::bigint)', [
+    c.paymentIntentId,
+    c.id,
+    c.amountRefundedCents,
+  ]);
+  const payment = await creditedPayment(tx, c.paymentIntentId);
+  if (!payment) return pending(tx, event, c.id, c.paymentIntentId, facts);
+  const steps = await settle(tx, event.eventId, c.paymentIntentId, payment);
+  return refundOutcome(steps, BigInt(r!.after) > BigInt(r!.before), payment.account_id);
 }
 
 /**
- * A dispute (chargeback). Stripe withdraws the disputed amount when the dispute is created and
- * returns it if the dispute is won; the coins follow the money:
- * - `charge.dispute.created` takes the disputed coins back (`Dispute`), keyed on the dispute;
- *   an inquiry (status `warning_…`, no funds withdrawn) takes nothing;
- * - `charge.dispute.closed` as `lost` takes them with the same key (nothing more when the
- *   creation took them; they are taken now when its event was missed);
- * - closed as `won` gives back what the dispute took (`Dispute won`), keyed on the dispute too.
+ * A refund object's event (refund.created, refund.updated, refund.failed, charge.refund.updated):
+ * its amount and the furthest status it reached are kept; a refund that failed or was canceled
+ * gives its coins back (`refund_failed`).
+ */
+export async function recordRefundObject(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: RefundObjectEvent): Promise<EventOutcome> {
+  const r = event.refund;
+  const facts = { refund: r.id, charge: r.chargeId, amount_cents: r.amountCents, status: r.status };
+  if (!r.paymentIntentId) return unmatched(tx, event, r.id, facts);
+  if (r.currency !== deps.config.payments.currency) return refusedCurrency(deps, tx, event, r.id, r.currency, facts);
+  const [kept] = await tx.execute<{ before: string; after: string; status: string }[]>(
+    'select refunded_before::text as before, refunded_after::text as after, kept_status as status from mas_record_refund(?, ?, ?, ?::bigint, ?)',
+    [r.paymentIntentId, r.id, r.chargeId, r.amountCents, r.status],
+  );
+  const ended = kept!.status === 'failed' || kept!.status === 'canceled';
+  const payment = await creditedPayment(tx, r.paymentIntentId);
+  if (!payment) return ended || r.amountCents === 0 ? outcome(ended ? 'refund_failed' : 'already_refunded', null) : pending(tx, event, r.id, r.paymentIntentId, facts);
+  const steps = await settle(tx, event.eventId, r.paymentIntentId, payment);
+  if (ended) return outcome('refund_failed', payment.account_id);
+  return refundOutcome(steps, BigInt(kept!.after) > BigInt(kept!.before), payment.account_id);
+}
+
+/**
+ * A dispute event (charge.dispute.created, .updated, .funds_withdrawn, .funds_reinstated,
+ * .closed). The dispute's state only moves forward (inquiry, then withdrawn, then won, lost or
+ * closed), so its events may come in any order: a `created` after the dispute was won takes nothing.
  */
 export async function handleDispute(deps: Pick<CoreDeps, 'config'>, tx: EntityManager, event: DisputeEvent): Promise<EventOutcome> {
   const d = event.dispute;
-  const payment = await paymentOf(tx, d.paymentIntentId);
-  if (!payment) return unmatched(tx, event, d.id, d.paymentIntentId, { dispute: d.id, charge: d.chargeId, amount_cents: d.amountCents, status: d.status });
-  if (d.currency !== payment.currency || d.currency !== deps.config.payments.currency) {
-    return notCredited(tx, {
-      outcome: 'refused_currency',
-      objectId: payment.checkout_session_id,
-      accountId: payment.account_id,
-      why: `a dispute in ${d.currency} of a payment in ${payment.currency}: nothing taken back`,
-      facts: { event_id: event.eventId, dispute: d.id, amount_cents: d.amountCents, currency: d.currency },
-    });
+  const facts = { dispute: d.id, charge: d.chargeId, amount_cents: d.amountCents, status: d.status };
+  if (!d.paymentIntentId) return unmatched(tx, event, d.id, facts);
+  if (d.currency !== deps.config.payments.currency) return refusedCurrency(deps, tx, event, d.id, d.currency, facts);
+  const state = disputeState(event.stage, d.status, d.balanceAmounts);
+  const [r] = await tx.execute<{ previous: DisputeState | null; kept: DisputeState }[]>(
+    'select previous_state as previous, kept_state as kept from mas_record_dispute(?, ?, ?, ?::bigint, ?, ?)',
+    [d.paymentIntentId, d.id, d.chargeId, d.amountCents, state, d.status],
+  );
+  const { previous, kept } = r!;
+  const payment = await creditedPayment(tx, d.paymentIntentId);
+  if (!payment) return holdsMoney(kept) ? pending(tx, event, d.id, d.paymentIntentId, { ...facts, state: kept }) : outcome(DISPUTE_OUTCOME[kept], null);
+  const steps = await settle(tx, event.eventId, d.paymentIntentId, payment);
+  const accountId = payment.account_id;
+  // An event of a step the dispute is already past (a `created` after `closed`): nothing more.
+  if (kept !== state) return outcome('already_closed', accountId);
+  switch (kept) {
+    case 'withdrawn':
+      if (steps.some((s) => s.step_kind === 'dispute' && s.step_object === d.id)) return outcome('dispute_taken', accountId);
+      return outcome(previous === 'withdrawn' ? 'already_disputed' : 'nothing_to_take', accountId);
+    case 'lost':
+      if (previous !== 'lost' && !steps.some((s) => s.step_kind === 'dispute')) {
+        // Taken at the creation (or nothing to take): the loss is only written down.
+        await recordAudit(tx, { kind: 'internal' }, {
+          action: 'payment.dispute_lost',
+          targetType: 'payment',
+          targetId: payment.target,
+          reason: `dispute lost: what it took back (of ${formatUsd(d.amountCents)} USD disputed) stays taken`,
+          after: { event_id: event.eventId, account_id: accountId, payment_id: payment.id, dispute: d.id },
+        });
+      }
+      return outcome('dispute_lost', accountId);
+    case 'won':
+      return outcome(previous === 'won' ? 'already_given_back' : 'dispute_won', accountId);
+    default:
+      return outcome(DISPUTE_OUTCOME[kept], accountId);
   }
-  const cents = Math.min(d.amountCents, payment.amount_cents);
-  const take = (action: string, reason: string) =>
-    cents > 0 ? applyStep(tx, event, payment, { kind: 'dispute', providerObjectId: d.id, cents, stepKey: `stripe:dispute:${d.id}`, action, reason }) : Promise.resolve(false);
-
-  if (event.stage === 'created') {
-    if (d.status.startsWith('warning_')) return outcome('dispute_inquiry', payment.account_id);
-    const taken = await take('payment.disputed', `disputed ${formatUsd(cents)} USD: ${formatCoins(centsToMicro(cents))} coins taken back until the dispute is won`);
-    return outcome(taken ? 'dispute_taken' : 'already_disputed', payment.account_id);
-  }
-  if (d.status === 'lost') {
-    const taken = await take('payment.dispute_lost', `dispute lost, ${formatUsd(cents)} USD: ${formatCoins(centsToMicro(cents))} coins taken back`);
-    if (!taken) {
-      // Taken at the creation: the loss is only written down.
-      await recordAudit(tx, { kind: 'internal' }, {
-        action: 'payment.dispute_lost',
-        targetType: 'payment',
-        targetId: payment.checkout_session_id,
-        reason: `dispute lost: the ${formatUsd(cents)} USD taken back at its creation stay taken`,
-        after: { event_id: event.eventId, account_id: payment.account_id, payment_id: payment.id, dispute: d.id },
-      });
-    }
-    return outcome('dispute_lost', payment.account_id);
-  }
-  if (d.status === 'won') {
-    const [took] = await tx.execute<{ cents: number }[]>(
-      `select amount_cents::int as cents from payment_reversals where kind = 'dispute' and provider_object_id = ? and payment_id = ?`,
-      [d.id, payment.id],
-    );
-    if (!took) return outcome('dispute_won', payment.account_id);
-    const given = await applyStep(tx, event, payment, {
-      kind: 'dispute_won',
-      providerObjectId: d.id,
-      cents: took.cents,
-      stepKey: `stripe:dispute:${d.id}:won`,
-      action: 'payment.dispute_won',
-      reason: `dispute won: the ${formatUsd(took.cents)} USD taken back are given back (${formatCoins(centsToMicro(took.cents))} coins)`,
-    });
-    return outcome(given ? 'dispute_won' : 'already_given_back', payment.account_id);
-  }
-  return outcome('dispute_closed', payment.account_id);
 }
+
+const DISPUTE_OUTCOME: Record<DisputeState, string> = {
+  inquiry: 'dispute_inquiry',
+  withdrawn: 'dispute_taken',
+  won: 'dispute_won',
+  lost: 'dispute_lost',
+  closed: 'dispute_closed',
+};

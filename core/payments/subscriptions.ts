@@ -3,6 +3,7 @@ import type { CoreDeps } from '../context.ts';
 import { newId } from '../ids.ts';
 import { credit } from '../money/wallet.ts';
 import type { PaymentEvent } from '../ports.ts';
+import { formatUsd, STRIPE_MAX_CENTS } from './amounts.ts';
 import { notCredited, outcome, type EventOutcome } from './outcome.ts';
 
 type InvoiceEvent = Extract<PaymentEvent, { kind: 'invoice_paid' }>;
@@ -51,6 +52,7 @@ export async function grantInvoice(deps: Pick<CoreDeps, 'config'>, tx: EntityMan
     });
   const { currency, plans } = deps.config.payments;
   if (i.currency !== currency) return refuse('refused_currency', `paid in ${i.currency}, not ${currency}`);
+  if (i.amountPaidCents > STRIPE_MAX_CENTS) return refuse('refused_amount', `${formatUsd(i.amountPaidCents)} USD is more than Stripe charges in one payment: nothing granted`);
   const plan = plans.find((p) => i.priceIds.includes(p.priceId));
   if (!plan) return refuse('unknown_plan', `no plan in the plans file has price ${i.priceIds.join(', ') || '(none)'}`);
   if (!subscription) {

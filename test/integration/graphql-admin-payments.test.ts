@@ -51,7 +51,7 @@ describe('GraphQL admin: payments', () => {
     const disputed = await topUp(account.id, 1000);
     const dp = unique('dp');
     expect(
-      await handle({ ...base(), providerType: 'charge.dispute.created', kind: 'dispute', stage: 'created', dispute: { id: dp, chargeId: disputed.charge, paymentIntentId: disputed.pi, amountCents: 1000, currency: 'usd', status: 'needs_response' } }),
+      await handle({ ...base(), providerType: 'charge.dispute.created', kind: 'dispute', stage: 'created', dispute: { id: dp, chargeId: disputed.charge, paymentIntentId: disputed.pi, amountCents: 1000, currency: 'usd', status: 'needs_response', balanceAmounts: null } }),
     ).toBe('dispute_taken');
     const plain = await topUp(account.id, 150);
 
@@ -85,7 +85,7 @@ describe('GraphQL admin: payments', () => {
 
     // Won: the dispute's coins come back, and the payment says so.
     expect(
-      await handle({ ...base(), providerType: 'charge.dispute.closed', kind: 'dispute', stage: 'closed', dispute: { id: dp, chargeId: disputed.charge, paymentIntentId: disputed.pi, amountCents: 1000, currency: 'usd', status: 'won' } }),
+      await handle({ ...base(), providerType: 'charge.dispute.closed', kind: 'dispute', stage: 'closed', dispute: { id: dp, chargeId: disputed.charge, paymentIntentId: disputed.pi, amountCents: 1000, currency: 'usd', status: 'won', balanceAmounts: null } }),
     ).toBe('dispute_won');
     const after = (await api.data(api.viewer, PAYMENTS, { accountId: account.id })).payments[1];
     expect(after).toMatchObject({ status: 'dispute_won', reversals: [{ kind: 'dispute', coins: -10000 }, { kind: 'dispute_won', coins: 10000 }] });
@@ -135,6 +135,60 @@ describe('GraphQL admin: payments', () => {
     const bad = await api.gql(api.viewer, `{ revenuePerDay(from: "2001-02-04", to: "2001-02-02") { day } }`);
     expect(bad.status).toBe(200);
     expect(bad.body.errors?.[0]?.extensions).toMatchObject({ code: 'BAD_USER_INPUT' });
+  });
+
+  it('revenue per day sums past 2^31 cents (21.47 M USD) in one day to the cent, and lists payments of 99,999,999 cents', async () => {
+    // 2001-03-04 is a day no other test writes: 25 payments of Stripe's largest amount, 2,499,999,975 cents in all.
+    const account = await makeAccount(api.orm);
+    const em = api.orm.em.fork();
+    const at = '2001-03-04T12:00:00Z';
+    const CENTS = 99_999_999n;
+    const coins = CENTS * 10n * 1_000_000n;
+    for (let i = 0; i < 25; i++) {
+      const [row] = await em.execute<{ id: string }[]>(
+        `insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description, created_at)
+         values (?, 'purchased', 'topup', ?::bigint, ?::bigint, 'revenue-big', ?, 'test', ?::timestamptz) returning id::text`,
+        [account.id, coins.toString(), (coins * BigInt(i + 1)).toString(), unique('key'), at],
+      );
+      await em.execute(
+        `insert into payments (id, checkout_session_id, account_id, amount_cents, currency, coins_micro, event_id, ledger_entry_id, created_at) values (?, ?, ?, ?, 'usd', ?::bigint, 'evt_x', ?::bigint, ?::timestamptz)`,
+        [unique('pay'), unique('cs'), account.id, CENTS.toString(), coins.toString(), row!.id, at],
+      );
+    }
+    const { revenuePerDay } = await api.data(api.viewer, `{ revenuePerDay(from: "2001-03-04", to: "2001-03-04") { day usdInCents usdIn coinsCredited } }`);
+    expect(revenuePerDay).toEqual([{ day: '2001-03-04', usdInCents: 2_499_999_975, usdIn: '24999999.75', coinsCredited: 24_999_999_750 }]);
+    const { payments } = await api.data(api.viewer, PAYMENTS, { accountId: account.id });
+    expect(payments).toHaveLength(25);
+    expect(payments[0]).toMatchObject({ amountCents: 99_999_999, amountUsd: '999999.99', coins: 999_999_990, status: 'credited', refundedCents: 0 });
+  });
+
+  it('ledgerEntries answers every kind the ledger writes (its check constraint), the payment_reversal of refunds and disputes included', async () => {
+    const em = api.orm.em.fork();
+    const [constraint] = await em.execute<{ def: string }[]>(`select pg_get_constraintdef(oid) as def from pg_constraint where conname = 'ledger_entries_kind_check'`);
+    const kinds = [...constraint!.def.matchAll(/'(\w+)'::text/g)].map((m) => m[1]!);
+    expect(kinds).toContain('payment_reversal');
+    const account = await makeAccount(api.orm);
+    for (const kind of kinds) {
+      await em.execute(
+        `insert into ledger_entries (account_id, pocket, kind, amount_micro, balance_after_micro, reference, idempotency_key, description)
+         values (?, 'purchased', ?, 1000000, 0, 'every-kind', ?, ?)`,
+        [account.id, kind, unique('key'), kind],
+      );
+    }
+    const all = await api.data(api.viewer, 'query($id: ID!) { account(id: $id) { ledgerEntries(first: 50) { edges { node { kind description } } } } }', { id: account.id });
+    expect(all.account.ledgerEntries.edges.map((e: { node: { kind: string } }) => e.node.kind).sort()).toEqual([...kinds].sort());
+    for (const kind of kinds) {
+      const one = await api.data(api.viewer, `query($a: ID) { ledgerEntries(account: $a, filter: {kind: ${kind}}) { edges { node { kind } } } }`, { a: account.id });
+      expect(one.ledgerEntries.edges, kind).toEqual([{ node: { kind } }]);
+    }
+    // A real refund's entry, as the webhook writes it.
+    const paid = await makeAccount(api.orm);
+    const p = await topUp(paid.id, 700);
+    expect(await handle({ ...base(), providerType: 'charge.refunded', kind: 'refund', charge: { id: p.charge, paymentIntentId: p.pi, amountCents: 700, amountRefundedCents: 700, currency: 'usd' } })).toBe('refunded');
+    const refunded = await api.data(api.viewer, 'query($id: ID!) { account(id: $id) { id ledgerEntries { edges { node { kind amountCoins } } } } }', { id: paid.id });
+    expect(refunded.account.ledgerEntries.edges.map((e: { node: unknown }) => e.node)).toEqual(
+      expect.arrayContaining([{ kind: 'topup', amountCoins: 7000 }, { kind: 'payment_reversal', amountCoins: -7000 }]),
+    );
   });
 
   it('the admin dashboard shows revenue per day and the newest payments', async () => {

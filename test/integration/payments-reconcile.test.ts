@@ -161,6 +161,29 @@ describe('the payments reconciliation', () => {
     expect(await getBalance(orm.em.fork(), account.id)).toEqual(expected);
   });
 
+  it('a 15 USD top-up refunded at Stripe, whose checkout webhook was lost and whose refund came first, is credited by the reconciliation net of the refund: nothing kept', async () => {
+    const account = await makeAccount(orm);
+    const lost = session(account.id, 1500);
+    const refunded = await handlePaymentEvent(deps, orm.em.fork(), {
+      eventId: unique('evt'),
+      providerType: 'charge.refunded',
+      createdAt: new Date(),
+      kind: 'refund',
+      charge: { id: unique('ch'), paymentIntentId: lost.payment_intent, amountCents: 1500, amountRefundedCents: 1500, currency: 'usd' },
+    });
+    expect(refunded.outcome).toBe('reversal_pending');
+    listed.sessions = [lost];
+    listed.invoices = [];
+    expect(await reconcile()).toMatchObject({ credited: [lost.id], not_credited: [] });
+    expect(await getBalance(orm.em.fork(), account.id)).toEqual({ purchased: 0n, subscription: 0n, held: 0n, paid: true });
+    const entries = await orm.em.fork().execute<{ description: string; amount: string }[]>('select description, amount_micro::text as amount from ledger_entries where account_id = ? order by id', [account.id]);
+    expect(entries).toEqual([
+      { description: 'Top-up', amount: (1500n * MICRO_PER_CENT).toString() },
+      { description: 'Refund (Stripe)', amount: (-1500n * MICRO_PER_CENT).toString() },
+    ]);
+    expect(await audits(lost.id)).toEqual(['payment.refunded', 'payment.reconciled']);
+  });
+
   it('a listed session for an unknown account is audited once, not on every run', async () => {
     const ghost = session(`acct_${randomBytes(8).toString('hex')}`, 700);
     listed.sessions = [ghost];

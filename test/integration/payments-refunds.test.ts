@@ -90,12 +90,14 @@ async function ledger(accountId: string) {
   );
 }
 
+/** The payment's steps, in order; `step` is n of its key `stripe:reversal:<payment id>:<n>`. */
 async function reversals(sessionId: string) {
-  return orm.em.fork().execute<{ kind: string; amount_cents: number; coins_micro: string; step_key: string }[]>(
-    `select r.kind, r.amount_cents::int, r.coins_micro::text, r.step_key from payment_reversals r join payments p on p.id = r.payment_id
+  const rows = await orm.em.fork().execute<{ kind: string; amount_cents: number; coins_micro: string; provider_object_id: string; step_key: string; payment_id: string }[]>(
+    `select r.kind, r.amount_cents::int, r.coins_micro::text, r.provider_object_id, r.step_key, r.payment_id from payment_reversals r join payments p on p.id = r.payment_id
      where p.checkout_session_id = ? order by r.created_at, r.id`,
     [sessionId],
   );
+  return rows.map(({ step_key, payment_id, ...r }) => ({ ...r, step: step_key.startsWith(`stripe:reversal:${payment_id}:`) ? Number(step_key.split(':').at(-1)) : step_key }));
 }
 
 async function audits(sessionId: string) {
@@ -141,8 +143,8 @@ describe('charge.refunded', () => {
       { kind: 'payment_reversal', pocket: 'purchased', amount: (-micro(1500)).toString(), after: '0', reference: p.chargeId, description: 'Refund (Stripe)' },
     ]);
     expect(await reversals(p.sessionId)).toEqual([
-      { kind: 'refund', amount_cents: 500, coins_micro: (-micro(500)).toString(), step_key: `stripe:refund:${p.chargeId}:500` },
-      { kind: 'refund', amount_cents: 1500, coins_micro: (-micro(1500)).toString(), step_key: `stripe:refund:${p.chargeId}:2000` },
+      { kind: 'refund', amount_cents: 500, coins_micro: (-micro(500)).toString(), provider_object_id: p.chargeId, step: 1 },
+      { kind: 'refund', amount_cents: 1500, coins_micro: (-micro(1500)).toString(), provider_object_id: p.chargeId, step: 2 },
     ]);
     expect(await audits(p.sessionId)).toEqual(['internal:payment.refunded', 'internal:payment.refunded']);
 
@@ -156,11 +158,15 @@ describe('charge.refunded', () => {
     ]);
   });
 
-  it('a refund of a payment the service never credited takes nothing and is audited for an operator', async () => {
+  it('a refund of a payment the service has not credited takes nothing now, is kept for its credit, and is audited for an operator', async () => {
     const chargeId = unique('ch');
     const outcome = await deliver(eventOf('charge.refunded', { id: chargeId, object: 'charge', payment_intent: unique('pi'), amount: 900, amount_refunded: 900, currency: 'usd' }));
-    expect(outcome).toBe('unknown_payment');
-    expect(await audits(chargeId)).toEqual(['internal:payment.not_credited']);
+    expect(outcome).toBe('reversal_pending');
+    expect(await audits(chargeId)).toEqual(['internal:payment.reversal_pending']);
+    // An event that names no payment at all: nothing to keep it for.
+    const orphan = unique('ch');
+    expect(await deliver(eventOf('charge.refunded', { id: orphan, object: 'charge', payment_intent: null, amount: 900, amount_refunded: 900, currency: 'usd' }))).toBe('unknown_payment');
+    expect(await audits(orphan)).toEqual(['internal:payment.not_credited']);
   });
 });
 
@@ -234,7 +240,7 @@ describe('disputes', () => {
     expect(await deliver(dispute(p, 'closed', d))).toBe('dispute_lost');
     expect(await deliver(dispute(p, 'closed', d))).toBe('dispute_lost');
     await expectExact(account.id, micro(700) - micro(300));
-    expect(await reversals(p.sessionId)).toEqual([{ kind: 'dispute', amount_cents: 300, coins_micro: (-micro(300)).toString(), step_key: `stripe:dispute:${d.id}` }]);
+    expect(await reversals(p.sessionId)).toEqual([{ kind: 'dispute', amount_cents: 300, coins_micro: (-micro(300)).toString(), provider_object_id: d.id, step: 1 }]);
   });
 
   it('a won dispute gives the coins back, once', async () => {

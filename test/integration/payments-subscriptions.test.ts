@@ -104,6 +104,23 @@ describe('subscription invoices', () => {
     expect(state.ledgerTotal).toBe(20_000_000_000n);
   });
 
+  it('an invoice.paid in the shape before API version 2025-03-31 (subscription and subscription_details on the invoice, no parent) grants its plan once, as the newer shape does', async () => {
+    const account = await makeAccount(orm);
+    const sub = unique('sub');
+    const newer = paidInvoice(sub, account.id, 1);
+    const { parent: _parent, lines: _lines, ...rest } = newer;
+    const older = {
+      ...rest,
+      subscription: sub,
+      subscription_details: { metadata: { mas_account_id: account.id, mas_purpose: 'subscription' } },
+      lines: { data: [{ period: { start: period(0), end: period(1) }, price: { id: STARTER.priceId } }] },
+    };
+    expect((await deliver(eventOf('invoice.paid', older))).body.outcome).toBe('credited');
+    expect((await deliver(eventOf('invoice.paid', newer))).body.outcome).toBe('already_credited');
+    expect((await deliver(eventOf('invoice.paid', older))).body.outcome).toBe('already_credited');
+    expect(await grants(account.id)).toEqual([{ kind: 'subscription_grant', pocket: 'subscription', amount_micro: '10000000000', reference: newer.id, description: 'Subscription coins' }]);
+  });
+
   it('grants one invoice delivered many times at once exactly once', async () => {
     const account = await makeAccount(orm);
     const invoice = paidInvoice(unique('sub'), account.id, 1);

@@ -185,6 +185,26 @@ describe('POST /webhooks/stripe: a paid top-up', () => {
     expect(await getBalance(orm.em.fork(), account.id)).toMatchObject({ purchased: 0n, paid: false });
   });
 
+  it('refuses a paid amount above Stripe’s maximum (99,999,999 cents) or the top-up maximum with 200 refused_amount, audited, never a 500; the maximum itself credits', async () => {
+    const account = await makeAccount(orm);
+    // TOPUP_MAX_USD is 10,000 USD (1,000,000 cents) here.
+    for (const cents of [1_000_000_000_000, 900_000_000_000, 100_000_000, 99_999_999, 1_000_001]) {
+      const session = topUpSession(account.id, { amount_total: cents });
+      const payload = eventOf('checkout.session.completed', session);
+      expect(await deliver(payload), `${cents} cents`).toMatchObject({ status: 200, body: { outcome: 'refused_amount' } });
+      expect(await written(account.id, session.id, eventIdOf(payload))).toEqual({ ledger: 0, payments: 0, events: 1, audits: 1 });
+      const [audit] = await orm.em.fork().execute<{ action: string; reason: string; after: Record<string, unknown> }[]>(
+        `select action, reason, after from admin_audit_log where target_type = 'payment' and target_id = ?`,
+        [session.id],
+      );
+      expect(audit).toMatchObject({ action: 'payment.not_credited', reason: expect.stringMatching(/more than the largest top-up/), after: { amount_cents: cents } });
+    }
+    expect(await getBalance(orm.em.fork(), account.id)).toMatchObject({ purchased: 0n, paid: false });
+    const max = topUpSession(account.id, { amount_total: 1_000_000 });
+    expect(await deliver(eventOf('checkout.session.completed', max))).toMatchObject({ status: 200, body: { outcome: 'credited' } });
+    expect(await getBalance(orm.em.fork(), account.id)).toMatchObject({ purchased: 1_000_000n * 10n * 1_000_000n, paid: true });
+  });
+
   it('records a paid session for an unknown account, answers 200, and audits it', async () => {
     const session = topUpSession('acct_doesNotExist000000000000');
     const payload = eventOf('checkout.session.completed', session);

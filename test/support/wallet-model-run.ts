@@ -15,7 +15,18 @@ import { handlePaymentEvent } from '../../core/payments/receive-webhook.ts';
 import type { PaymentEvent } from '../../core/ports.ts';
 import { makeAppConnection } from './apps.ts';
 import { makeKey, uniqueEmail, walletInvariants } from './db.ts';
-import { WalletModel, type EndOutcome, type Pocket, type ReserveOutcome, type ReservePath, type ReserveRequest } from './wallet-model.ts';
+import {
+  DISPUTE_STEPS,
+  MICRO_PER_CENT,
+  WalletModel,
+  type DisputeStep,
+  type EndOutcome,
+  type ModelPaymentFacts,
+  type Pocket,
+  type ReserveOutcome,
+  type ReservePath,
+  type ReserveRequest,
+} from './wallet-model.ts';
 
 /**
  * The wallet model property (issue 30): random command sequences (fast-check `commands`) run
@@ -43,10 +54,15 @@ import { WalletModel, type EndOutcome, type Pocket, type ReserveOutcome, type Re
  * - race: two or three endings of one hold (open if any) at once (settle, release, the sweep
  *   after its expiry, through either path): exactly one wins, every caller sees its outcome;
  * - batch: several batched reservations in one turn of the event loop (one mas_reserve_many);
- * - payments, through handlePaymentEvent (what the webhook runs once an event is verified): a
- *   paid top-up session (or the same session again under a new event id), a refund with a
- *   cumulative amount drawn up to the payment and above it, a dispute created, lost or won (two
- *   dispute ids per payment, in any order), and a replay of an event already delivered;
+ * - payments, through handlePaymentEvent (what the webhook and the reconciliation run once an
+ *   event is verified): a payment (a Checkout top-up or an auto top-up) credited at once or left
+ *   uncredited, so that its refunds and disputes come first (out-of-order delivery); its credit
+ *   later (the webhook, the reconciliation's `reconcile:<session>` event, or the auto top-up's
+ *   payment_intent.succeeded; again: already credited); charge.refunded with a cumulative amount
+ *   drawn up to the payment and above it; refund objects (two per payment) pending, succeeded,
+ *   failed or canceled; every dispute event (created, updated, funds_withdrawn,
+ *   funds_reinstated, closed) as a chargeback or an inquiry, won, lost or closed (two dispute ids
+ *   per payment), in any order; and a replay of an event already delivered;
  * - parallel: several single reservations at once on separate connections; the model replays
  *   the successful ones in the order the database took them (their ledger entries' ids) and
  *   checks that each refused one did not fit at the end either.
@@ -54,7 +70,9 @@ import { WalletModel, type EndOutcome, type Pocket, type ReserveOutcome, type Re
  * sums per pocket equal the pockets, and each entry's balance_after is the running sum of its
  * pocket; every hold (status, amount, split, captured, connection) equals the model, and its
  * ledger entries show it reserved once and ended at most once; nothing is negative; what each
- * capped connection captured plus holds never exceeds its cap, and equals the model's.
+ * capped connection captured plus holds never exceeds its cap, and equals the model's; each
+ * credited payment has taken back (its payment_reversals, net) what the model says, which is
+ * min(credited, refunded + withdrawn disputes): never more than it credited, never below zero.
  */
 
 /** Runs under `npm test`; `npm run test:reliability` runs RELIABILITY_FACTOR times as many. */
@@ -90,8 +108,8 @@ interface State {
   attempts: { id: string; account: string }[];
   tag: string;
   seq: number;
-  /** The paid top-ups of the run (their session, PaymentIntent, account, cents), in order. */
-  sessions: { session: string; paymentIntent: string; account: string; cents: number }[];
+  /** The payments of the run (credited or not yet), in order. */
+  sessions: ModelPaymentFacts[];
   /** Every payment event delivered, for replays. */
   payEvents: PaymentEvent[];
 }
@@ -115,9 +133,11 @@ type Op =
   | { t: 'race'; hold: number; contenders: { mode: 'settle' | 'release' | 'sweep'; fraction: number; path: ReservePath }[] }
   | { t: 'batch'; items: { who: number; amount: bigint }[] }
   | { t: 'parallel'; items: { who: number; amount: bigint }[] }
-  | { t: 'paytopup'; acct: number; cents: number; resend: number | null }
+  | { t: 'pay'; acct: number; cents: number; auto: boolean; now: boolean; via: 'webhook' | 'reconcile' }
+  | { t: 'credited'; pay: number; via: 'webhook' | 'reconcile' }
   | { t: 'refund'; pay: number; percent: number; plus: number }
-  | { t: 'dispute'; pay: number; dispute: number; stage: 'created' | 'lost' | 'won'; percent: number }
+  | { t: 'refundobj'; pay: number; refund: number; percent: number; status: string }
+  | { t: 'dispute'; pay: number; dispute: number; step: DisputeStep; percent: number }
   | { t: 'replay'; event: number };
 
 // Amounts in micro-coins, of the same order as each other, so that every refusal happens.
@@ -185,18 +205,37 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 2, arbitrary: fc.record({ t: fc.constant('batch' as const), items: fc.array(fc.record({ who, amount: reserveAmount }), { minLength: 2, maxLength: 5 }) }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('parallel' as const), items: fc.array(fc.record({ who, amount: reserveAmount }), { minLength: 2, maxLength: 5 }) }) },
   // Payments: 1 cent = 10,000,000 micro-coins, so 1–3 cents is of the order of the balances above.
+  // A payment credited now, or left for its refunds and disputes to come first.
   {
     weight: 2,
-    arbitrary: fc.record({ t: fc.constant('paytopup' as const), acct: fc.nat(1), cents: fc.integer({ min: 1, max: 3 }), resend: fc.oneof({ weight: 4, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: fc.nat(10) }) }),
+    arbitrary: fc.record({
+      t: fc.constant('pay' as const),
+      acct: fc.nat(1),
+      cents: fc.integer({ min: 1, max: 3 }),
+      auto: fc.boolean(),
+      now: fc.constantFrom(true, true, false),
+      via: fc.constantFrom<'webhook' | 'reconcile'>('webhook', 'reconcile'),
+    }),
   },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('credited' as const), pay: fc.nat(10), via: fc.constantFrom<'webhook' | 'reconcile'>('webhook', 'reconcile') }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('refund' as const), pay: fc.nat(10), percent: fc.constantFrom(0, 34, 50, 67, 100), plus: fc.constantFrom(0, 0, 1) }) },
   {
-    weight: 2,
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant('refundobj' as const),
+      pay: fc.nat(10),
+      refund: fc.nat(1),
+      percent: fc.constantFrom(34, 50, 100),
+      status: fc.constantFrom('pending', 'succeeded', 'succeeded', 'failed', 'canceled', 'requires_action'),
+    }),
+  },
+  {
+    weight: 3,
     arbitrary: fc.record({
       t: fc.constant('dispute' as const),
       pay: fc.nat(10),
       dispute: fc.nat(1),
-      stage: fc.constantFrom<'created' | 'lost' | 'won'>('created', 'created', 'lost', 'won', 'won'),
+      step: fc.constantFrom(...(Object.keys(DISPUTE_STEPS) as DisputeStep[])),
       percent: fc.constantFrom(34, 100, 150),
     }),
   },
@@ -204,7 +243,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
 );
 
 /** What handlePaymentEvent reads of the configuration. */
-const PAYMENT_DEPS = { config: { payments: { currency: 'usd' } } } as unknown as Pick<CoreDeps, 'config'>;
+const PAYMENT_DEPS = { config: { payments: { currency: 'usd', topUpMaxCents: 1_000_000 } } } as unknown as Pick<CoreDeps, 'config'>;
 
 const show = (op: Op) => JSON.stringify(op, (_k, v: unknown) => (typeof v === 'bigint' ? `${v}n` : v));
 
@@ -221,7 +260,9 @@ class Step implements fc.AsyncCommand<State, Real> {
         return s.attempts.length > 0;
       case 'race':
         return s.m.holds.size > 0;
+      case 'credited':
       case 'refund':
+      case 'refundobj':
       case 'dispute':
         return s.sessions.length > 0;
       case 'replay':
@@ -479,34 +520,45 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
       });
       return;
     }
-    case 'paytopup': {
-      const eventId = `evt_wm${s.tag}x${++s.seq}`;
-      const again = op.resend !== null && s.sessions.length > 0 ? pick(s.sessions, op.resend) : null;
-      const p = again ?? { session: `cs_wm${s.tag}x${s.seq}`, paymentIntent: `pi_wm${s.tag}x${s.seq}`, account: pick(accounts, op.acct), cents: op.cents };
-      if (!again) s.sessions.push(p);
-      const expected = s.m.payTopUp(eventId, p);
-      const event: PaymentEvent = {
-        eventId,
-        providerType: 'checkout.session.completed',
-        createdAt: new Date(),
-        kind: 'checkout_session',
-        stage: 'completed',
-        session: { id: p.session, mode: 'payment', accountId: p.account, purpose: 'topup', paymentStatus: 'paid', amountTotalCents: p.cents, currency: 'usd', customerId: null, paymentIntentId: p.paymentIntent },
-      };
-      await deliverPayment(s, real, event, expected);
+    case 'pay': {
+      const n = ++s.seq;
+      const p: ModelPaymentFacts = { session: `cs_wm${s.tag}x${n}`, paymentIntent: `pi_wm${s.tag}x${n}`, account: pick(accounts, op.acct), cents: op.cents, auto: op.auto };
+      s.sessions.push(p);
+      if (op.now) await creditPayment(s, real, p, op.via);
+      else count(real, 'payment:later');
+      return;
+    }
+    case 'credited': {
+      await creditPayment(s, real, pick(s.sessions, op.pay), op.via);
       return;
     }
     case 'refund': {
       const p = pick(s.sessions, op.pay);
       const eventId = `evt_wm${s.tag}x${++s.seq}`;
       const amountRefunded = Math.floor((p.cents * op.percent) / 100) + op.plus;
-      const expected = s.m.refund(eventId, p.paymentIntent, amountRefunded);
+      const charge = `ch_${p.paymentIntent}`;
+      const expected = s.m.refund(eventId, p.paymentIntent, charge, amountRefunded);
       const event: PaymentEvent = {
         eventId,
         providerType: 'charge.refunded',
         createdAt: new Date(),
         kind: 'refund',
-        charge: { id: `ch_${p.paymentIntent}`, paymentIntentId: p.paymentIntent, amountCents: p.cents, amountRefundedCents: amountRefunded, currency: 'usd' },
+        charge: { id: charge, paymentIntentId: p.paymentIntent, amountCents: p.cents, amountRefundedCents: amountRefunded, currency: 'usd' },
+      };
+      await deliverPayment(s, real, event, expected);
+      return;
+    }
+    case 'refundobj': {
+      const p = pick(s.sessions, op.pay);
+      const eventId = `evt_wm${s.tag}x${++s.seq}`;
+      const r = { id: `re_${op.refund}_${p.paymentIntent}`, cents: Math.max(1, Math.floor((p.cents * op.percent) / 100)), status: op.status };
+      const expected = s.m.refundObject(eventId, p.paymentIntent, r);
+      const event: PaymentEvent = {
+        eventId,
+        providerType: op.status === 'failed' ? 'refund.failed' : 'refund.updated',
+        createdAt: new Date(),
+        kind: 'refund_object',
+        refund: { id: r.id, chargeId: `ch_${p.paymentIntent}`, paymentIntentId: p.paymentIntent, amountCents: r.cents, currency: 'usd', status: r.status },
       };
       await deliverPayment(s, real, event, expected);
       return;
@@ -514,15 +566,25 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
     case 'dispute': {
       const p = pick(s.sessions, op.pay);
       const eventId = `evt_wm${s.tag}x${++s.seq}`;
-      const d = { id: `dp_${op.dispute}_${p.paymentIntent}`, stage: op.stage, cents: Math.max(1, Math.floor((p.cents * op.percent) / 100)) };
+      const d = { id: `dp_${op.dispute}_${p.paymentIntent}`, step: op.step, cents: Math.max(1, Math.floor((p.cents * op.percent) / 100)) };
       const expected = s.m.dispute(eventId, p.paymentIntent, d);
+      const [stage, status] = op.step.split('/') as [Extract<PaymentEvent, { kind: 'dispute' }>['stage'], string];
       const event: PaymentEvent = {
         eventId,
-        providerType: op.stage === 'created' ? 'charge.dispute.created' : 'charge.dispute.closed',
+        providerType: `charge.dispute.${stage}`,
         createdAt: new Date(),
         kind: 'dispute',
-        stage: op.stage === 'created' ? 'created' : 'closed',
-        dispute: { id: d.id, chargeId: `ch_${p.paymentIntent}`, paymentIntentId: p.paymentIntent, amountCents: d.cents, currency: 'usd', status: op.stage === 'created' ? 'needs_response' : op.stage },
+        stage,
+        dispute: {
+          id: d.id,
+          chargeId: `ch_${p.paymentIntent}`,
+          paymentIntentId: p.paymentIntent,
+          amountCents: d.cents,
+          currency: 'usd',
+          status,
+          // What Stripe's balance transactions show at these steps: the funds withdrawn, then reinstated.
+          balanceAmounts: stage === 'funds_withdrawn' ? [-d.cents] : stage === 'funds_reinstated' ? [-d.cents, d.cents] : null,
+        },
       };
       await deliverPayment(s, real, event, expected);
       return;
@@ -538,12 +600,40 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
   }
 }
 
+/**
+ * A payment credited: a Checkout top-up by its webhook (a new event id each time) or by the
+ * reconciliation (its own event id, `reconcile:<session>`, as reconcilePayments hands it over),
+ * an auto top-up by its payment_intent.succeeded.
+ */
+async function creditPayment(s: State, real: Real, p: ModelPaymentFacts, via: 'webhook' | 'reconcile'): Promise<void> {
+  const eventId = !p.auto && via === 'reconcile' ? `reconcile:${p.session}` : `evt_wm${s.tag}x${++s.seq}`;
+  const expected = s.m.payTopUp(eventId, p);
+  const event: PaymentEvent = p.auto
+    ? {
+        eventId,
+        providerType: 'payment_intent.succeeded',
+        createdAt: new Date(),
+        kind: 'payment_intent',
+        stage: 'succeeded',
+        intent: { id: p.paymentIntent, purpose: 'auto_topup', accountId: p.account, chargeId: null, amountReceivedCents: p.cents, currency: 'usd', customerId: null, failure: null },
+      }
+    : {
+        eventId,
+        providerType: via === 'reconcile' ? 'reconcile:checkout.session' : 'checkout.session.completed',
+        createdAt: new Date(),
+        kind: 'checkout_session',
+        stage: 'completed',
+        session: { id: p.session, mode: 'payment', accountId: p.account, purpose: 'topup', paymentStatus: 'paid', amountTotalCents: p.cents, currency: 'usd', customerId: null, paymentIntentId: p.paymentIntent },
+      };
+  await deliverPayment(s, real, event, expected);
+}
+
 /** One payment event through core, as the webhook hands it over: the outcome is the model's. */
 async function deliverPayment(s: State, real: Real, event: PaymentEvent, expected: string): Promise<void> {
   s.payEvents.push(event);
   const got = await handlePaymentEvent(PAYMENT_DEPS, real.orm.em.fork(), event);
   expect(got.outcome, `${event.providerType} ${event.eventId}`).toBe(expected);
-  count(real, `payment:${event.kind}:${expected}`);
+  count(real, `payment:${event.kind === 'dispute' ? `dispute:${event.stage}` : event.kind}:${expected}`);
 }
 
 interface HoldRow {
@@ -622,6 +712,23 @@ async function expectAgreement(s: State, real: Real): Promise<void> {
         releases: !open && h.amount - h.captured > 0n ? 1 : 0,
       });
     });
+  }
+  // Each credited payment has taken back what the model says: min(credited, refunded + withdrawn
+  // disputes), never more than it credited, never below zero; nothing is credited that the model did not.
+  const taken = await em.execute<{ pi: string; cents: number; net: string }[]>(
+    `select p.payment_intent_id as pi, p.amount_cents::int as cents, coalesce(-sum(r.coins_micro), 0)::text as net
+     from payments p left join payment_reversals r on r.payment_id = p.id
+     where p.account_id = any(string_to_array(?, ',')) group by p.id`,
+    [[...s.m.accounts.keys()].join(',')],
+  );
+  expect(taken.map((t) => t.pi).sort(), 'the credited payments').toEqual([...s.m.payments.keys()].sort());
+  for (const t of taken) {
+    const p = s.m.payments.get(t.pi)!;
+    const held = s.m.heldCents(p);
+    expect(BigInt(t.net), `coins taken back from ${t.pi}`).toBe(BigInt(held) * MICRO_PER_CENT);
+    expect(held).toBeGreaterThanOrEqual(0);
+    expect(held, `${t.pi} takes back at most what it credited`).toBeLessThanOrEqual(t.cents);
+    expect(held, `${t.pi}: min(credited, refunded + withdrawn disputes)`).toBe(Math.min(t.cents, s.m.wantedCents(t.pi)));
   }
   for (const c of s.m.connections.values()) {
     if (c.cap === null) continue;

@@ -19,14 +19,21 @@
  *   capture above the hold or below 0 is refused and changes nothing; ending an ended hold
  *   answers its first outcome and moves nothing.
  * - `sweep` (releaseExpiredHolds): every open hold past its expiry is released, once.
- * - payments (core/payments, handlePaymentEvent, as the webhook calls it after verification):
- *   every event id acts once (`duplicate_event`). `payTopUp`: a paid Checkout Session credits
- *   cents × 10 coins to purchased once per session. `refund`: Stripe's cumulative refunded
- *   amount, capped at the payment, takes back only its increase over what earlier refunds of the
- *   payment took. `dispute`: created (or closed lost) takes the disputed cents (capped) once per
- *   dispute; closed won gives back what that dispute took, once. Taking back may leave purchased
- *   below zero; while it is, every reservation is refused ('negative_balance', subscription
- *   coins do not hide it) and a correction down never takes from it.
+ * - payments (core/payments, handlePaymentEvent, as the webhook and the reconciliation call it
+ *   after verification): every event id acts once (`duplicate_event`). `payTopUp`: a paid
+ *   Checkout Session (its webhook, or the reconciliation's event) or an auto top-up's
+ *   PaymentIntent credits cents × 10 coins to purchased once per payment. Refunds and disputes are
+ *   recorded per PaymentIntent whether or not the payment is credited yet (`reversal_pending`
+ *   before): a charge's largest cumulative refunded amount; each refund object's furthest status
+ *   (pending < succeeded < failed/canceled) and largest amount; each dispute's furthest state
+ *   (inquiry < withdrawn < won/lost/closed) with the amount of the event that set it. A credited
+ *   payment then settles (`settle`): the refunds want max(charges' refunded − failed refunds,
+ *   standing refunds), each dispute its amount while withdrawn or lost; a claim holding more than
+ *   it wants gives the rest back, then claims wanting more take it (refunds first, then disputes
+ *   in the order first recorded) while what they hold stays within the payment's cents. Taking
+ *   back may leave purchased below zero; while it is, every reservation is refused
+ *   ('negative_balance', subscription coins do not hide it) and a correction down never takes
+ *   from it.
  */
 
 export type Pocket = 'subscription' | 'purchased';
@@ -82,15 +89,53 @@ const max = (a: bigint, b: bigint) => (a > b ? a : b);
 export const MICRO_PER_CENT = 10_000_000n;
 
 /** A top-up paid through the payment provider, as the model sees it. */
-export interface ModelPayment {
+export interface ModelPaymentFacts {
   session: string;
   paymentIntent: string;
   account: string;
   cents: number;
-  /** Cents its refunds took back so far. */
-  refunded: number;
-  /** Its disputes: the cents each took back, and whether a win gave them back. */
-  disputes: Map<string, { cents: number; won: boolean }>;
+  /** An auto top-up (credited by its PaymentIntent's event), else a Checkout Session. */
+  auto: boolean;
+}
+
+export type DisputeState = 'inquiry' | 'withdrawn' | 'won' | 'lost' | 'closed';
+/** The dispute events the model knows, and the state each says the funds are in (Stripe's statuses). */
+export const DISPUTE_STEPS = {
+  'created/needs_response': 'withdrawn',
+  'created/warning_needs_response': 'inquiry',
+  'updated/under_review': 'withdrawn',
+  'updated/warning_under_review': 'inquiry',
+  'funds_withdrawn/needs_response': 'withdrawn',
+  'funds_reinstated/won': 'won',
+  'closed/won': 'won',
+  'closed/lost': 'lost',
+  'closed/warning_closed': 'closed',
+} as const satisfies Record<string, DisputeState>;
+export type DisputeStep = keyof typeof DISPUTE_STEPS;
+
+const disputeRank = (s: DisputeState) => (s === 'inquiry' ? 0 : s === 'withdrawn' ? 1 : 2);
+const refundRank = (s: string) => (s === 'failed' || s === 'canceled' ? 2 : s === 'succeeded' ? 1 : 0);
+const holdsMoney = (s: DisputeState) => s === 'withdrawn' || s === 'lost';
+
+/** What the provider said about one PaymentIntent, credited or not. */
+interface Claims {
+  /** Per charge, the largest cumulative amount_refunded. */
+  charges: Map<string, number>;
+  refunds: Map<string, { cents: number; status: string }>;
+  /** In the order first recorded. */
+  disputes: Map<string, { state: DisputeState; cents: number }>;
+}
+
+/** A credited payment: what its refunds (together) and each dispute hold taken back, in cents. */
+export interface ModelPayment extends ModelPaymentFacts {
+  heldByRefunds: number;
+  heldByDisputes: Map<string, number>;
+}
+
+export interface ModelStep {
+  kind: 'refund' | 'refund_failed' | 'dispute' | 'dispute_won';
+  object: string | null;
+  cents: number;
 }
 
 export class WalletModel {
@@ -102,7 +147,9 @@ export class WalletModel {
   readonly ledgerKeys = new Set<string>();
   /** The payment provider's event ids already handled (each acts once). */
   readonly events = new Set<string>();
+  /** The credited payments, by PaymentIntent. */
   readonly payments = new Map<string, ModelPayment>();
+  readonly claims = new Map<string, Claims>();
 
   addAccount(id: string): ModelAccount {
     const account = { id, sub: 0n, pur: 0n, held: 0n, paid: false };
@@ -244,52 +291,140 @@ export class WalletModel {
     return released;
   }
 
-  /** A paid top-up session (checkout.session.completed); a new event id each time unless `eventId` was seen. */
-  payTopUp(eventId: string, p: { session: string; paymentIntent: string; account: string; cents: number }): string {
+  private claimsOf(paymentIntent: string): Claims {
+    let c = this.claims.get(paymentIntent);
+    if (!c) {
+      c = { charges: new Map(), refunds: new Map(), disputes: new Map() };
+      this.claims.set(paymentIntent, c);
+    }
+    return c;
+  }
+
+  /** What the refunds of a PaymentIntent returned, as far as the events told (before the cap at the payment). */
+  refundedCents(paymentIntent: string): number {
+    const c = this.claimsOf(paymentIntent);
+    const charged = [...c.charges.values()].reduce((a, x) => a + x, 0);
+    const refunds = [...c.refunds.values()];
+    const failed = refunds.filter((r) => refundRank(r.status) === 2).reduce((a, r) => a + r.cents, 0);
+    const standing = refunds.filter((r) => refundRank(r.status) < 2).reduce((a, r) => a + r.cents, 0);
+    return Math.max(0, charged - failed, standing);
+  }
+
+  /** What a credited payment's refunds and disputes want taken back, in all, before the cap: refunded + withdrawn disputes. */
+  wantedCents(paymentIntent: string): number {
+    const disputes = [...this.claimsOf(paymentIntent).disputes.values()].filter((d) => holdsMoney(d.state)).reduce((a, d) => a + d.cents, 0);
+    return this.refundedCents(paymentIntent) + disputes;
+  }
+
+  /** What a credited payment holds taken back, in cents. */
+  heldCents(p: ModelPayment): number {
+    return p.heldByRefunds + [...p.heldByDisputes.values()].reduce((a, x) => a + x, 0);
+  }
+
+  /** Brings a credited payment's coins taken back in line with its claims; answers the steps. */
+  settle(paymentIntent: string): ModelStep[] {
+    const p = this.payments.get(paymentIntent);
+    if (!p) return [];
+    const c = this.claimsOf(paymentIntent);
+    const claims = () => [
+      { kind: 'refund' as const, id: null, wanted: this.refundedCents(paymentIntent), held: p.heldByRefunds },
+      ...[...c.disputes.entries()].map(([id, d]) => ({ kind: 'dispute' as const, id, wanted: holdsMoney(d.state) ? d.cents : 0, held: p.heldByDisputes.get(id) ?? 0 })),
+    ];
+    const steps: ModelStep[] = [];
+    const move = (kind: ModelStep['kind'], id: string | null, cents: number) => {
+      const taken = kind === 'refund' || kind === 'dispute' ? cents : -cents;
+      if (id === null) p.heldByRefunds += taken;
+      else p.heldByDisputes.set(id, (p.heldByDisputes.get(id) ?? 0) + taken);
+      this.account(p.account).pur -= BigInt(taken) * MICRO_PER_CENT;
+      steps.push({ kind, object: id, cents });
+    };
+    for (const x of claims()) if (x.held > x.wanted) move(x.kind === 'refund' ? 'refund_failed' : 'dispute_won', x.id, x.held - x.wanted);
+    let room = p.cents - this.heldCents(p);
+    for (const x of claims()) {
+      if (x.wanted <= x.held || room <= 0) continue;
+      const step = Math.min(x.wanted - x.held, room);
+      room -= step;
+      move(x.kind, x.id, step);
+    }
+    return steps;
+  }
+
+  /**
+   * A payment credited: a Checkout Session's (by its webhook, or by the reconciliation's event
+   * `reconcile:<session>`), or an auto top-up's PaymentIntent. Its earlier refunds and disputes settle.
+   */
+  payTopUp(eventId: string, p: ModelPaymentFacts): string {
     if (this.events.has(eventId)) return 'duplicate_event';
     this.events.add(eventId);
-    const outcome = this.credit(p.account, 'purchased', BigInt(p.cents) * MICRO_PER_CENT, `stripe:checkout:${p.session}`);
-    if (outcome === 'duplicate') return 'already_credited';
-    this.payments.set(p.paymentIntent, { ...p, refunded: 0, disputes: new Map() });
+    const key = p.auto ? `stripe:payment_intent:${p.paymentIntent}` : `stripe:checkout:${p.session}`;
+    if (this.credit(p.account, 'purchased', BigInt(p.cents) * MICRO_PER_CENT, key) === 'duplicate') return 'already_credited';
+    this.payments.set(p.paymentIntent, { ...p, heldByRefunds: 0, heldByDisputes: new Map() });
+    this.settle(p.paymentIntent);
     return 'credited';
   }
 
-  /** charge.refunded with Stripe's cumulative `amountRefunded`. */
-  refund(eventId: string, paymentIntent: string, amountRefunded: number): string {
-    if (this.events.has(eventId)) return 'duplicate_event';
-    this.events.add(eventId);
-    const p = this.payments.get(paymentIntent);
-    if (!p) return 'unknown_payment';
-    const cumulative = Math.min(amountRefunded, p.cents);
-    const increase = cumulative - p.refunded;
-    if (increase <= 0) return 'already_refunded';
-    this.account(p.account).pur -= BigInt(increase) * MICRO_PER_CENT;
-    p.refunded = cumulative;
-    return 'refunded';
+  private refundOutcome(steps: ModelStep[], raised: boolean): string {
+    if (steps.some((x) => x.kind === 'refund')) return 'refunded';
+    return raised ? 'nothing_to_take' : 'already_refunded';
   }
 
-  /** charge.dispute.created (status needs_response) or charge.dispute.closed (lost or won). */
-  dispute(eventId: string, paymentIntent: string, d: { id: string; stage: 'created' | 'lost' | 'won'; cents: number }): string {
+  /** charge.refunded with Stripe's cumulative `amountRefunded`. */
+  refund(eventId: string, paymentIntent: string, charge: string, amountRefunded: number): string {
     if (this.events.has(eventId)) return 'duplicate_event';
     this.events.add(eventId);
-    const p = this.payments.get(paymentIntent);
-    if (!p) return 'unknown_payment';
-    const a = this.account(p.account);
-    const taken = p.disputes.get(d.id);
-    if (d.stage === 'won') {
-      if (!taken) return 'dispute_won';
-      if (taken.won) return 'already_given_back';
-      taken.won = true;
-      a.pur += BigInt(taken.cents) * MICRO_PER_CENT;
-      return 'dispute_won';
+    const c = this.claimsOf(paymentIntent);
+    const before = this.refundedCents(paymentIntent);
+    c.charges.set(charge, Math.max(c.charges.get(charge) ?? 0, amountRefunded));
+    const after = this.refundedCents(paymentIntent);
+    if (!this.payments.has(paymentIntent)) return 'reversal_pending';
+    return this.refundOutcome(this.settle(paymentIntent), after > before);
+  }
+
+  /** A refund object's event (refund.created, refund.updated, refund.failed). */
+  refundObject(eventId: string, paymentIntent: string, r: { id: string; cents: number; status: string }): string {
+    if (this.events.has(eventId)) return 'duplicate_event';
+    this.events.add(eventId);
+    const c = this.claimsOf(paymentIntent);
+    const before = this.refundedCents(paymentIntent);
+    const kept = c.refunds.get(r.id);
+    if (!kept) c.refunds.set(r.id, { cents: r.cents, status: r.status });
+    else {
+      if (refundRank(r.status) > refundRank(kept.status)) kept.status = r.status;
+      kept.cents = Math.max(kept.cents, r.cents);
     }
-    if (!taken) {
-      const cents = Math.min(d.cents, p.cents);
-      p.disputes.set(d.id, { cents, won: false });
-      a.pur -= BigInt(cents) * MICRO_PER_CENT;
-      return d.stage === 'created' ? 'dispute_taken' : 'dispute_lost';
+    const status = c.refunds.get(r.id)!.status;
+    const ended = refundRank(status) === 2;
+    const after = this.refundedCents(paymentIntent);
+    if (!this.payments.has(paymentIntent)) return ended ? 'refund_failed' : r.cents === 0 ? 'already_refunded' : 'reversal_pending';
+    const steps = this.settle(paymentIntent);
+    if (ended) return 'refund_failed';
+    return this.refundOutcome(steps, after > before);
+  }
+
+  /** A charge.dispute.* event. */
+  dispute(eventId: string, paymentIntent: string, d: { id: string; step: DisputeStep; cents: number }): string {
+    if (this.events.has(eventId)) return 'duplicate_event';
+    this.events.add(eventId);
+    const state: DisputeState = DISPUTE_STEPS[d.step];
+    const c = this.claimsOf(paymentIntent);
+    const recorded = c.disputes.get(d.id);
+    const previous = recorded?.state ?? null;
+    if (!recorded) c.disputes.set(d.id, { state, cents: d.cents });
+    else if (disputeRank(state) > disputeRank(recorded.state)) {
+      recorded.state = state;
+      recorded.cents = d.cents;
     }
-    return d.stage === 'created' ? 'already_disputed' : 'dispute_lost';
+    const kept = c.disputes.get(d.id)!.state;
+    const named: Record<DisputeState, string> = { inquiry: 'dispute_inquiry', withdrawn: 'dispute_taken', won: 'dispute_won', lost: 'dispute_lost', closed: 'dispute_closed' };
+    if (!this.payments.has(paymentIntent)) return holdsMoney(kept) ? 'reversal_pending' : named[kept];
+    const steps = this.settle(paymentIntent);
+    if (kept !== state) return 'already_closed';
+    if (kept === 'withdrawn') {
+      if (steps.some((x) => x.kind === 'dispute' && x.object === d.id)) return 'dispute_taken';
+      return previous === 'withdrawn' ? 'already_disputed' : 'nothing_to_take';
+    }
+    if (kept === 'won') return previous === 'won' ? 'already_given_back' : 'dispute_won';
+    return named[kept];
   }
 
   holdsOf(accountId: string): ModelHold[] {

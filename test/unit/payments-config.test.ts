@@ -3,6 +3,7 @@ import { stripeEvent } from '../../adapters/payments/stripe-events.ts';
 import { ConfigError, loadEnv } from '../../config/env.ts';
 import { centsToMicro, parseUsdCents } from '../../core/payments/amounts.ts';
 import { PlansError, validatePlans } from '../../core/payments/plans.ts';
+import { disputeState } from '../../core/payments/reversals.ts';
 import { PaymentWebhookError } from '../../core/ports.ts';
 
 describe('payment settings', () => {
@@ -157,11 +158,81 @@ describe('Stripe events as domain events', () => {
     expect(stripeEvent(event('customer.created', { id: 'cus_1' }))).toMatchObject({ kind: 'ignored', providerType: 'customer.created' });
   });
 
+  it('reads invoice.paid in the shape before API version 2025-03-31 (subscription and subscription_details.metadata on the invoice) as the newer one', () => {
+    const older = {
+      id: 'in_2',
+      amount_paid: 1000,
+      currency: 'usd',
+      customer: 'cus_1',
+      subscription: 'sub_1',
+      subscription_details: { metadata: { mas_account_id: 'acct_A', mas_purpose: 'subscription' } },
+      lines: { data: [{ period: { end: 1_800_100_000 }, price: { id: 'price_1' } }] },
+    };
+    const newer = {
+      ...older,
+      subscription: undefined,
+      subscription_details: undefined,
+      parent: { type: 'subscription_details', subscription_details: { subscription: 'sub_1', metadata: { mas_account_id: 'acct_A', mas_purpose: 'subscription' } } },
+      lines: { data: [{ period: { end: 1_800_100_000 }, pricing: { price_details: { price: 'price_1' } } }] },
+    };
+    const expected = { id: 'in_2', subscriptionId: 'sub_1', customerId: 'cus_1', accountId: 'acct_A', priceIds: ['price_1'], amountPaidCents: 1000, currency: 'usd', periodEnd: new Date(1_800_100_000_000) };
+    expect(stripeEvent(event('invoice.paid', older))).toMatchObject({ kind: 'invoice_paid', invoice: expected });
+    expect(stripeEvent(event('invoice.paid', newer))).toMatchObject({ kind: 'invoice_paid', invoice: expected });
+  });
+
+  it('reads every dispute event with its balance transactions, and refund objects (refund.created, refund.updated, refund.failed, charge.refund.updated)', () => {
+    const dispute = { id: 'dp_1', charge: 'ch_1', payment_intent: 'pi_1', amount: 1000, currency: 'usd', status: 'needs_response' };
+    for (const stage of ['created', 'updated', 'funds_withdrawn', 'funds_reinstated', 'closed'] as const) {
+      expect(stripeEvent(event(`charge.dispute.${stage}`, dispute))).toMatchObject({
+        kind: 'dispute',
+        stage,
+        dispute: { id: 'dp_1', chargeId: 'ch_1', paymentIntentId: 'pi_1', amountCents: 1000, currency: 'usd', status: 'needs_response', balanceAmounts: null },
+      });
+    }
+    const withdrawn = { ...dispute, balance_transactions: [{ id: 'txn_1', object: 'balance_transaction', amount: -1000, fee: 1500 }] };
+    expect(stripeEvent(event('charge.dispute.funds_withdrawn', withdrawn))).toMatchObject({ dispute: { balanceAmounts: [-1000] } });
+    expect(stripeEvent(event('charge.dispute.updated', { ...dispute, balance_transactions: [] }))).toMatchObject({ dispute: { balanceAmounts: [] } });
+    // Balance transactions only named by id say nothing of the funds: unknown, not a refused event.
+    expect(stripeEvent(event('charge.dispute.closed', { ...dispute, balance_transactions: ['txn_1'] }))).toMatchObject({ dispute: { balanceAmounts: null } });
+    const refund = { id: 're_1', object: 'refund', amount: 400, charge: 'ch_1', payment_intent: 'pi_1', currency: 'USD', status: 'failed' };
+    for (const type of ['refund.created', 'refund.updated', 'refund.failed', 'charge.refund.updated']) {
+      expect(stripeEvent(event(type, refund))).toMatchObject({
+        kind: 'refund_object',
+        providerType: type,
+        refund: { id: 're_1', chargeId: 'ch_1', paymentIntentId: 'pi_1', amountCents: 400, currency: 'usd', status: 'failed' },
+      });
+    }
+    expect(() => stripeEvent(event('refund.updated', { ...refund, status: undefined }))).toThrow(PaymentWebhookError);
+  });
+
   it('refuses what is not an event, or an event of a used type whose object cannot be read', () => {
     for (const raw of [[], { id: 'evt_1' }, { ...event('x', {}), object: 'v2.core.event' }, 'text', null]) {
       expect(() => stripeEvent(raw)).toThrow(PaymentWebhookError);
     }
     expect(() => stripeEvent(event('checkout.session.completed', { ...session, amount_total: 12.5 }))).toThrow(/checkout\.session\.completed event's object cannot be read: amount_total/);
     expect(() => stripeEvent(event('checkout.session.completed', { ...session, mode: 'other' }))).toThrow(PaymentWebhookError);
+  });
+});
+
+describe("a dispute event's state of the funds (core/payments/reversals.ts disputeState)", () => {
+  it('follows Stripe: inquiries withdraw nothing, chargebacks withdraw, won or reinstated gives back, lost keeps, an inquiry closed never took', () => {
+    const cases: [Parameters<typeof disputeState>, ReturnType<typeof disputeState>][] = [
+      [['created', 'warning_needs_response', null], 'inquiry'],
+      [['updated', 'warning_under_review', []], 'inquiry'],
+      [['created', 'needs_response', null], 'withdrawn'],
+      [['updated', 'under_review', [-1000]], 'withdrawn'],
+      // A chargeback whose event shows no balance transaction yet: its funds_withdrawn will say.
+      [['created', 'needs_response', []], 'inquiry'],
+      // An inquiry escalated: funds_withdrawn, whatever the status says.
+      [['funds_withdrawn', 'warning_needs_response', null], 'withdrawn'],
+      [['funds_reinstated', 'under_review', null], 'won'],
+      [['updated', 'under_review', [-1000, 1000]], 'won'],
+      [['closed', 'won', null], 'won'],
+      [['closed', 'lost', [-1000]], 'lost'],
+      [['closed', 'warning_closed', []], 'closed'],
+      [['closed', 'prevented', null], 'closed'],
+      [['updated', 'some_new_status', null], 'inquiry'],
+    ];
+    for (const [args, state] of cases) expect(disputeState(...args), args.join(' ')).toBe(state);
   });
 });

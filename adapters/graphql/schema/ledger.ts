@@ -1,9 +1,10 @@
+import { LEDGER_KINDS, type LedgerKind as Kind } from '../../../core/money/ledger.ts';
 import { builder } from '../builder.ts';
 import { Account } from './account.ts';
 import { connection, pageArgs, pageComplexity, pageOf, present, timeRangeFields } from './paging.ts';
 
 const LedgerKind = builder.enumType('LedgerKind', {
-  values: ['topup', 'subscription_grant', 'reservation', 'capture', 'release', 'adjustment', 'refund'] as const,
+  values: LEDGER_KINDS,
 });
 const Pocket = builder.enumType('Pocket', { values: ['subscription', 'purchased', 'held'] as const });
 
@@ -11,7 +12,7 @@ interface LedgerEntryShape {
   id: string;
   account: string;
   pocket: 'subscription' | 'purchased' | 'held';
-  kind: 'topup' | 'subscription_grant' | 'reservation' | 'capture' | 'release' | 'adjustment' | 'refund';
+  kind: Kind;
   amount_coins: number;
   balance_after_coins: number;
   reference: string;

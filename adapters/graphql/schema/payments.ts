@@ -10,7 +10,7 @@ type Revenue = z.infer<typeof revenueSchema>;
 const PaymentReversal = builder.objectRef<Payment['reversals'][number]>('PaymentReversal').implement({
   description: 'A refund, a dispute or a dispute won, and the coins it moved.',
   fields: (t) => ({
-    kind: t.exposeString('kind', { description: '`refund`, `dispute` or `dispute_won`.' }),
+    kind: t.exposeString('kind', { description: '`refund`, `refund_failed` (a refund that failed at Stripe: its coins given back), `dispute` or `dispute_won`.' }),
     stripeId: t.exposeString('provider_object_id', { description: 'The refunded charge (`ch_…`) or the dispute (`dp_…`).' }),
     amountCents: t.exposeInt('amount_cents'),
     coins: t.expose('coins', { type: 'Coins', description: 'Signed: taken back (−) or given back (+).' }),
@@ -31,8 +31,10 @@ const Payment = builder.objectRef<Payment>('Payment').implement({
     amountUsd: t.exposeString('amount_usd', { description: '"12.34"' }),
     currency: t.exposeString('currency'),
     coins: t.expose('coins', { type: 'Coins', description: 'Credited.' }),
-    status: t.exposeString('status', { description: '`credited`, `partially_refunded`, `refunded`, `disputed` (a dispute took its coins back and was not won) or `dispute_won`.' }),
-    refundedCents: t.exposeInt('refunded_cents'),
+    status: t.exposeString('status', {
+      description: '`disputed` (a dispute has its funds withdrawn: open or lost), `refunded`, `partially_refunded`, `dispute_won` (a dispute was won, nothing refunded) or `credited`.',
+    }),
+    refundedCents: t.exposeInt('refunded_cents', { description: 'What its refunds returned to the customer, as Stripe said (at most the amount).' }),
     reversals: t.field({ type: [PaymentReversal], description: 'Its refunds and disputes, oldest first.', resolve: (p) => p.reversals }),
     createdAt: t.expose('created_at', { type: 'DateTime' }),
   }),
@@ -41,7 +43,7 @@ const Payment = builder.objectRef<Payment>('Payment').implement({
 const RevenueDay = builder.objectRef<Revenue['data'][number]>('RevenueDay').implement({
   fields: (t) => ({
     day: t.exposeString('day', { description: 'A UTC day, YYYY-MM-DD.' }),
-    usdInCents: t.exposeInt('usd_in_cents', { description: 'Top-ups and paid subscription invoices credited that day.' }),
+    usdInCents: t.exposeFloat('usd_in_cents', { description: 'Top-ups and paid subscription invoices credited that day: a whole number of cents (a Float, as a day can pass the 2^31 cents of an Int).' }),
     usdIn: t.exposeString('usd_in', { description: '"12.34"' }),
     coinsCredited: t.expose('coins_credited', { type: 'Coins', description: 'Top-ups and subscription grants.' }),
     coinsSpent: t.expose('coins_spent', { type: 'Coins', description: 'Captured by requests and jobs.' }),

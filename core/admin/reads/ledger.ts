@@ -1,10 +1,9 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { coinsToJson } from '../../money/coins.ts';
+import { LEDGER_KINDS } from '../../money/ledger.ts';
 import { accountId } from './accounts.ts';
 import { Conditions, iso, pageInput, pageOf, timeRangeInput } from './paging.ts';
-
-const LEDGER_KINDS = ['topup', 'subscription_grant', 'reservation', 'capture', 'release', 'adjustment', 'refund'] as const;
 
 export const ledgerListInput = pageInput.merge(timeRangeInput).extend({
   account: accountId.optional(),

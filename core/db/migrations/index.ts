@@ -36,6 +36,7 @@ import { Migration20261203010000_mail } from './Migration20261203010000_mail.ts'
 import { Migration20261205030000_app_reconnect } from './Migration20261205030000_app_reconnect.ts';
 import { Migration20261206000000_trace_id } from './Migration20261206000000_trace_id.ts';
 import { Migration20261207000000_key_room_limited_only } from './Migration20261207000000_key_room_limited_only.ts';
+import { Migration20261208100000_payment_claims } from './Migration20261208100000_payment_claims.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -77,4 +78,5 @@ export const migrations = [
   { name: 'Migration20261205030000_app_reconnect', class: Migration20261205030000_app_reconnect },
   { name: 'Migration20261206000000_trace_id', class: Migration20261206000000_trace_id },
   { name: 'Migration20261207000000_key_room_limited_only', class: Migration20261207000000_key_room_limited_only },
+  { name: 'Migration20261208100000_payment_claims', class: Migration20261208100000_payment_claims },
 ];
