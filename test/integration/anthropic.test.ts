@@ -337,6 +337,8 @@ describe('the Anthropic catalog example (config/models.yaml)', () => {
       base_url: 'https://api.anthropic.com',
       api_key_env: 'ANTHROPIC_API_KEY',
       timeout_seconds: 120,
+      // The whole answer's limit (adapters/providers/timeouts.ts), by default.
+      deadline_seconds: 600,
       anthropic_version: '2023-06-01',
     });
     const sonnet = catalog.parsed.models.find((m) => m.id === 'anthropic/claude-sonnet-4-5') as TextModel;

@@ -212,6 +212,13 @@ async function acceptedJob(model = IMAGE, extra: Record<string, unknown> = {}) {
   return { me, id: generation.id };
 }
 
+/** A job its workflow began (running, its hold open): the only kind a step may send upstream (core/generations/upstream.ts). */
+async function runningJob(model = IMAGE, extra: Record<string, unknown> = {}) {
+  const job = await acceptedJob(model, extra);
+  await orm.em.fork().execute(`update generations set status = 'running', started_at = now() where id = ?`, [job.id]);
+  return job;
+}
+
 function fakeStorage() {
   const deleted: string[] = [];
   const put: string[] = [];
@@ -311,7 +318,7 @@ describe("the workflow's steps", () => {
   it("submitJob: sends the spec to the model's provider, a disabled model's too; uploaded files go as signed links for 6 hours, URLs as they are", async () => {
     const { media, seen } = fakeMedia();
     const now = new Date();
-    const { id } = await acceptedJob();
+    const { id } = await runningJob();
     await orm.em.fork().execute('update generations set model_id = ? where id = ?', [DISABLED, id]);
     expect(await submitJob({ ...base, media, clock: () => now }, orm.em.fork(), id)).toEqual({ provider: 'local', handle: 'handle-1' });
     expect(seen.spec).toMatchObject({ jobId: id, model: 'image', type: 'image', prompt: 'x' });
@@ -323,7 +330,7 @@ describe("the workflow's steps", () => {
 
   it("submitJob on a route: the route's model, an idempotency key per job and route; a route gone from the catalog or a provider not configured is route_unavailable", async () => {
     const { media, seen } = fakeMedia();
-    const { id } = await acceptedJob(ROUTED);
+    const { id } = await runningJob(ROUTED);
     expect(await submitJob({ ...base, media }, orm.em.fork(), id, { route: 'local/image-hd', fallback: false })).toEqual({ provider: 'local', handle: 'handle-1' });
     expect(seen.spec).toMatchObject({ jobId: `${id}:local/image-hd`, model: 'image-hd' });
     expect(await orm.em.fork().execute('select provider, route_model, upstream_handle from generations where id = ?', [id])).toEqual([
@@ -344,10 +351,10 @@ describe("the workflow's steps", () => {
 
   it('submitJob: a job of a text model is refused; a provider not configured is unavailable', async () => {
     const { media } = fakeMedia();
-    const { id } = await acceptedJob();
+    const { id } = await runningJob();
     await orm.em.fork().execute('update generations set model_id = ? where id = ?', ['test/ok', id]);
     await expect(submitJob({ ...base, media }, orm.em.fork(), id)).rejects.toMatchObject({ code: 'invalid_request', reason: 'wrong_model_type' });
-    const { id: other } = await acceptedJob();
+    const { id: other } = await runningJob();
     await expect(submitJob({ ...base, media: { get: () => undefined } }, orm.em.fork(), other)).rejects.toMatchObject({ code: 'unavailable', reason: 'provider_unavailable' });
   });
 
@@ -364,8 +371,9 @@ describe("the workflow's steps", () => {
   it('storeJobResult: stored under generations/<job>.<extension>, with its type and size', async () => {
     const { media } = fakeMedia();
     const { storage, put } = fakeStorage();
-    expect(await storeJobResult({ ...base, media, storage }, orm.em.fork(), 'gen_x1', 'local', 'handle-1')).toEqual({ key: 'generations/gen_x1.png', mime_type: 'image/png', bytes: 4, filename: 'gen_x1.png' });
-    expect(put).toEqual(['generations/gen_x1.png']);
+    const { id } = await runningJob();
+    expect(await storeJobResult({ ...base, media, storage }, orm.em.fork(), id, 'local', 'handle-1')).toEqual({ key: `generations/${id}.png`, mime_type: 'image/png', bytes: 4, filename: `${id}.png` });
+    expect(put).toEqual([`generations/${id}.png`]);
   });
 
   it('deleteJobResult: deletes a stored result once; a job with none, or one already deleted, is left alone', async () => {
