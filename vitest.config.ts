@@ -49,11 +49,11 @@ export default defineConfig({
       tier('unit', 0, { include: ['test/unit/**/*.test.ts'], pool: 'threads' }),
       // Medium: the real PostgreSQL (a database of each file's own, cloned from the template) and
       // Temporal, core and the HTTP app in the test's process, fakes of third parties as servers.
-      tier('integration', 1, { include: ['test/integration/**/*.test.ts'], pool: 'forks', setupFiles: ['test/support/file-database.ts'] }),
+      tier('integration', 1, { include: ['test/integration/**/*.test.ts'], pool: 'forks', isolate: false, setupFiles: ['test/support/file-database.ts'] }),
       // The pages in a real Chromium (one per worker, a fresh context per test).
-      tier('browser', 2, { include: ['test/browser/**/*.test.ts'], pool: 'forks', setupFiles: ['test/support/file-database.ts'] }),
+      tier('browser', 2, { include: ['test/browser/**/*.test.ts'], pool: 'forks', isolate: false, setupFiles: ['test/support/file-database.ts'] }),
       // Large: the service as real processes (dist/), over real HTTP, with official clients.
-      tier('e2e', 3, { include: ['test/e2e/**/*.test.ts'], pool: 'forks', setupFiles: ['test/support/file-database.ts'] }),
+      tier('e2e', 3, { include: ['test/e2e/**/*.test.ts'], pool: 'forks', isolate: false, setupFiles: ['test/support/file-database.ts'] }),
     ],
   },
 });

@@ -86,8 +86,10 @@ async function walk(context: BrowserContext, area: string, paths: string[]): Pro
 const tooWide = (f: Finding[]) => f.filter((x) => x.scrollWidth > x.width).map((x) => `${x.page} at ${x.viewport}: ${x.scrollWidth} px (${x.wide.join(', ')})`);
 const inaccessible = (f: Finding[]) => f.filter((x) => x.violations.length > 0).map((x) => `${x.page} at ${x.viewport}: ${x.violations.join('; ')}`);
 
-// Each page is loaded, measured, checked by axe and photographed twice: a walk takes a while on a loaded 2-core machine.
-describe('every page fits a phone and a laptop, and passes axe', { timeout: 300_000 }, () => {
+// Each page is loaded, measured, checked by axe and photographed twice: a walk takes a while on a loaded
+// 2-core machine. The three walks, each in a context of its own, run at once (Chromium renders them in
+// processes of its own, so they share the cores rather than queue).
+describe.concurrent('every page fits a phone and a laptop, and passes axe', { timeout: 300_000 }, () => {
   it('signed-out pages', async () => {
     const context = await browser.newContext();
     const findings = await walk(context, 'public', [

@@ -223,7 +223,8 @@ describe('the Usage page', () => {
   });
 
   const PAGES = ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/models/mas/none', '/docs', '/docs/api', '/docs/catalog', '/docs/generations', '/account/usage', '/account/generations/<job>'];
-  it.each([390, 1280].flatMap((width) => PAGES.map((path) => ({ width, height: width === 390 ? 844 : 800, path }))))('$path fits a $width px wide window, headings in order, with no serious axe-core violation', async ({ width, height, path: at }) => {
+  // Independent page visits, each in a page of its own: several at once (vitest's maxConcurrency).
+  it.concurrent.each([390, 1280].flatMap((width) => PAGES.map((path) => ({ width, height: width === 390 ? 844 : 800, path }))))('$path fits a $width px wide window, headings in order, with no serious axe-core violation', async ({ width, height, path: at }) => {
     const page = await context.newPage();
     await page.setViewportSize({ width, height });
     for (const p of [at.replace('<job>', jobId)]) {

@@ -1,7 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import AxeBuilder from '@axe-core/playwright';
-import { chromium, type Browser, type Locator, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { expect } from 'vitest';
 import { ROOT } from './process.ts';
 import { systemTool } from './tools.ts';
@@ -10,10 +10,58 @@ import { systemTool } from './tools.ts';
  * A real Chromium for browser tests: Debian's `chromium` (playwright-core downloads nothing),
  * found or installed once per machine by the global setup (scripts/support/system-tools.ts); a
  * machine where it cannot be had fails these tests with the reason, never skips them.
+ *
+ * One Chromium per test worker (the browser tier's files share a worker's process:
+ * vitest.config.ts), launched by the first file that asks and kept for the next ones; each file
+ * gets a handle whose `close()` closes the contexts and pages that file opened, not the browser.
+ * Tests open a fresh context each, as before. Other launch arguments (WebGL's) get a browser of
+ * their own, closed with the handle.
  */
+const shared = new Map<string, Promise<Browser>>();
+
 export async function launchChromium(extraArgs: string[] = [], executablePath = systemTool('chromium')): Promise<Browser> {
   // As root, Chromium's sandbox cannot start: --no-sandbox (tests only browse this machine's server).
-  return chromium.launch({ executablePath, headless: true, args: [...(process.getuid?.() === 0 ? ['--no-sandbox'] : []), ...extraArgs] });
+  const launch = () => chromium.launch({ executablePath, headless: true, args: [...(process.getuid?.() === 0 ? ['--no-sandbox'] : []), ...extraArgs] });
+  if (extraArgs.length > 0) return launch();
+  let browser = shared.get(executablePath);
+  if (!browser) {
+    browser = launch();
+    shared.set(executablePath, browser);
+    browser.catch(() => shared.delete(executablePath));
+  }
+  return fileHandle(await browser);
+}
+
+/** The shared browser as one file sees it: what it opens is closed by its `close()`, the browser stays. */
+function fileHandle(browser: Browser): Browser {
+  const contexts = new Set<BrowserContext>();
+  return new Proxy(browser, {
+    get(target, prop, receiver) {
+      if (prop === 'newContext') {
+        return async (...args: Parameters<Browser['newContext']>) => {
+          const context = await target.newContext(...args);
+          contexts.add(context);
+          context.once('close', () => contexts.delete(context));
+          return context;
+        };
+      }
+      if (prop === 'newPage') {
+        return async (...args: Parameters<Browser['newPage']>) => {
+          const page = await target.newPage(...args);
+          contexts.add(page.context());
+          return page;
+        };
+      }
+      if (prop === 'close') {
+        return async () => {
+          await Promise.all([...contexts].map((c) => c.close().catch(() => undefined)));
+          contexts.clear();
+        };
+      }
+      const value = Reflect.get(target, prop, receiver) as unknown;
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
 }
 
 /** Where screenshots go: test/artifacts/ (git-ignored; CI keeps them). */
