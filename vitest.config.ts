@@ -1,5 +1,6 @@
 import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
 import { nodeConditions } from './vitest.node-conditions.ts';
+import LongFirstSequencer from './test/support/sequencer.ts';
 
 /**
  * `npm test`: four tiers, each a vitest project with its own worker count (test/README.md says
@@ -43,6 +44,8 @@ export default defineConfig({
   test: {
     // Once for every tier: PostgreSQL, Temporal, dist/ (test/support/global-setup.ts).
     globalSetup: ['test/support/global-setup.ts'],
+    // The longest files first in each tier, on a fresh clone too (test/support/sequencer.ts).
+    sequence: { sequencer: LongFirstSequencer },
     ...shared,
     projects: [
       // Small: no database, no network but loopback, no child process but a fake's; milliseconds each.
