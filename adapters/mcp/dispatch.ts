@@ -63,7 +63,7 @@ export function listResources(publicBaseUrl: string) {
   return { resources: appResources(publicBaseUrl) };
 }
 
-/** The spec's "Resource not found" (-32002). */
+/** The 2025 revisions' "Resource not found" (-32002); on 2026-07-28 the v2 SDK answers it as invalid params (-32602), as that revision says. */
 export const RESOURCE_NOT_FOUND = -32002;
 
 /** One view's HTML for resources/read; an unknown uri is the spec's resource-not-found error, never a 500. */
