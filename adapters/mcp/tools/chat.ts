@@ -24,8 +24,15 @@ export const chat = defineTool({
       temperature: z.number().min(0).max(2).optional().describe('Sampling temperature, 0 to 2.'),
       top_p: z.number().min(0).max(1).optional().describe('Nucleus sampling, 0 to 1.'),
       tools: toolsSchema.optional().describe('Functions the model may call, as in POST /chat/completions (at most 128).'),
-      tool_choice: toolChoiceSchema.optional(),
-      parallel_tool_calls: z.boolean().optional(),
+      tool_choice: toolChoiceSchema
+        .optional()
+        .describe(
+          'Only with `tools`: "auto" (the model decides; the default), "none" (no call), "required" (at least one call), or {"type":"function","function":{"name":"…"}} to force that tool. Without `tools` it is refused.',
+        ),
+      parallel_tool_calls: z
+        .boolean()
+        .optional()
+        .describe('Only with `tools`: false lets the model call at most one tool per answer; true (the default) lets it call several at once. Without `tools` it is refused.'),
       response_format: responseFormatSchema.optional().describe('{"type":"json_object"} or {"type":"json_schema","json_schema":{name,schema}}: the answer is JSON.'),
     })
     .refine((a) => (a.messages === undefined) !== (a.prompt === undefined), { path: ['messages'], message: 'give messages or prompt, not both and not neither' }),
