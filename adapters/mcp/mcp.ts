@@ -86,7 +86,18 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
       return;
     }
     const options: McpServerOptions = { core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, generateQuietWaitSeconds: opts.generateQuietWaitSeconds ?? DEFAULT_QUIET_WAIT_SECONDS, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl };
-    const request = toWebRequest(req, res);
+    const { request, release } = toWebRequest(req, res);
+    // Once the SDK has its answer, what it left of the body is read and dropped (web.ts), as
+    // REST's parser does: a body over the limit gets its 413 on a connection that stays usable.
+    const answer = async (respond: () => Promise<globalThis.Response>) => {
+      let response: globalThis.Response;
+      try {
+        response = await respond();
+      } finally {
+        release();
+      }
+      await sendWebResponse(res, response);
+    };
     // The protocol revision decides the binding: the 2025 revisions (no per-request envelope) go
     // to the v1 SDK, as before; 2026-07-28 to the v2 SDK. The SDK's own classification, read
     // from a clone of the body under the same size limit.
@@ -98,11 +109,11 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
         void server.close();
       });
       await server.connect(transport);
-      await sendWebResponse(res, await transport.handleRequest(request));
+      await answer(() => transport.handleRequest(request));
       return;
     }
     modernOptions.set(request, options);
-    await sendWebResponse(res, await modern.fetch(request));
+    await answer(() => modern.fetch(request));
   };
   // The v2 handler makes each request's server from the options the door checked for that request.
   const modernOptions = new WeakMap<globalThis.Request, McpServerOptions>();
