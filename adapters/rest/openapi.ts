@@ -88,7 +88,7 @@ const ERROR_TEXT: Record<number, string> = {
   400: 'Invalid request; the message names the field',
   401: 'Missing, malformed, unknown, revoked or expired key',
   402: 'Insufficient balance, an app’s spend cap or the key’s spend limit reached',
-  403: 'The model needs a paid account or is not among the key’s allowed models, or a signed link expired or was tampered with',
+  403: 'The model needs a paid account or is not among the key’s allowed models, a signed link expired or was tampered with, or the server takes no payments (`payments_not_configured`)',
   404: 'Unknown object, or another account’s',
   409: 'Conflict with the current state',
   413: 'Body or upload too large',
@@ -210,12 +210,12 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     description:
       'Takes `amount_usd` (at most 2 decimals; 1 USD buys 1000 coins) between the server’s minimum and maximum (400 names `amount_usd` otherwise). ' +
       'Nothing is credited by this call or by the customer’s return from the page: the coins are added to the purchased pocket, once, when Stripe’s webhook ' +
-      'reports the payment. 503 `payments_not_configured` when the server takes no payments.',
+      'reports the payment. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and amount: the same Checkout Session (Stripe keeps keys 24 hours); another amount: 422') }),
       body: { required: true, content: { 'application/json': { schema: topUpCheckoutInput.omit({ idempotency_key: true }), example: { amount_usd: 20 } } } },
     },
-    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 413, 415, 422, 502, ...common) },
+    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 403, 413, 415, 422, 502, ...common) },
   });
   path({
     method: 'post',
@@ -225,12 +225,12 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     description:
       'Takes `plan`, the name of one of the server’s plans (`GET /credits/billing` lists them; 400 names `plan` otherwise). 409 `already_subscribed` while the ' +
       'account has a running subscription: change or cancel it in the customer portal. Nothing is granted by this call: each paid invoice grants its period’s ' +
-      'coins to the subscription pocket, once. 503 `payments_not_configured` when the server takes no payments.',
+      'coins to the subscription pocket, once. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and plan: the same Checkout Session') }),
       body: { required: true, content: { 'application/json': { schema: subscriptionCheckoutInput.omit({ idempotency_key: true }), example: { plan: 'Starter' } } } },
     },
-    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 409, 413, 415, 422, 502, ...common) },
+    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 403, 409, 413, 415, 422, 502, ...common) },
   });
   path({
     method: 'get',
