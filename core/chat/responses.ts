@@ -1,5 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
+import { jsonRecord } from '../json-record.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import type { CoreDeps } from '../context.ts';
 import { CoreError, invalid } from '../errors.ts';
@@ -67,7 +68,7 @@ const functionTool = z.object({
   type: z.literal('function', { error: "only 'function' tools are supported" }),
   name: z.string().min(1).max(64),
   description: z.string().max(100_000).nullish(),
-  parameters: z.record(z.string(), z.unknown()).nullish(),
+  parameters: jsonRecord(z.unknown()).nullish(),
   strict: z.boolean().nullish(),
 });
 
@@ -78,7 +79,7 @@ const format = z.union(
     z.object({
       type: z.literal('json_schema'),
       name: z.string().min(1).max(64),
-      schema: z.record(z.string(), z.unknown()),
+      schema: jsonRecord(z.unknown()),
       description: z.string().max(100_000).nullish(),
       strict: z.boolean().nullish(),
     }),
@@ -105,7 +106,7 @@ export const responsesRequestSchema = z.object({
   user: z.string().max(256).nullish(),
   safety_identifier: z.string().max(256).nullish(),
   prompt_cache_key: z.string().max(256).nullish(),
-  metadata: z.record(z.string().max(64), z.string().max(512)).nullish(),
+  metadata: jsonRecord(z.string().max(512), z.string().max(64)).nullish(),
   service_tier: z.string().max(64).nullish(),
   truncation: z.enum(['disabled', 'auto']).nullish(),
   include: z.array(z.string().max(128)).max(16).nullish(),

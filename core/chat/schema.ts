@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { CoreError } from '../errors.ts';
+import { jsonRecord } from '../json-record.ts';
 import type { SupportedParameter } from '../catalog/schema.ts';
 import type { ResponseFormat, ToolCall, ToolChoice, ToolSpec } from '../ports.ts';
 import { MAX_SCHEMA_BYTES, MAX_TOOLS, schemaShapeProblem } from './json-schema.ts';
@@ -36,7 +37,7 @@ const content = z.union([
  * (depth, size) is checked without recursion; Ajv compiles it later (prepareChat), once the
  * request is known to be within every cheap limit.
  */
-const jsonSchemaObject = z.record(z.string(), z.unknown()).superRefine((schema, ctx) => {
+const jsonSchemaObject = jsonRecord(z.unknown()).superRefine((schema, ctx) => {
   const problem = schemaShapeProblem(schema);
   if (problem) ctx.addIssue({ code: 'custom', message: `the schema ${problem}` });
 });

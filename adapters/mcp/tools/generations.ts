@@ -1,6 +1,7 @@
 import type { ContentBlock } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { invalid } from '../../../core/errors.ts';
+import { jsonRecord } from '../../../core/json-record.ts';
 import { generationListSchema } from '../../../core/generations/list-generations.ts';
 import { generationSchema, type GenerationView } from '../../../core/generations/views.ts';
 import { RESULT_VIEW_URI } from '../apps/index.ts';
@@ -55,9 +56,8 @@ export const generate = defineTool({
   input: z.object({
     model: z.string().min(1).max(200).describe('A media model id from list_models, e.g. "mas/image-demo".'),
     prompt: z.string().max(20_000).optional().describe('What to make.'),
-    settings: z.record(z.string(), z.unknown()).optional().describe("The model's settings (see get_model), e.g. {\"size\": 512}; left-out settings take their defaults."),
-    inputs: z
-      .record(z.string(), z.union([z.string(), z.array(z.string())]))
+    settings: jsonRecord(z.unknown()).optional().describe("The model's settings (see get_model), e.g. {\"size\": 512}; left-out settings take their defaults."),
+    inputs: jsonRecord(z.union([z.string(), z.array(z.string())]))
       .optional()
       .describe("The model's file inputs (see get_model): a public URL or a file id from upload_file, e.g. {\"reference_image\": \"file_…\"}."),
     wait_seconds: z
