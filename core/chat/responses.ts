@@ -6,7 +6,7 @@ import type { CoreDeps } from '../context.ts';
 import { CoreError, invalid } from '../errors.ts';
 import { coinsSchema } from '../views.ts';
 import { chatCompletion } from './complete.ts';
-import { chatRequestSchema, MAX_MESSAGES } from './schema.ts';
+import { chatRequestSchema, MAX_MESSAGES, onlyWithTools } from './schema.ts';
 
 /**
  * POST /responses: OpenAI's Responses API, stateless, as a second shape of the chat use case
@@ -36,7 +36,22 @@ const inputPart = z
   })
   .transform((part) => part.text as string);
 
-const messageContent = z.union([text, z.array(inputPart).min(1).transform((parts) => parts.join(''))]);
+const messageContent = z.union([
+  text,
+  z
+    .array(inputPart)
+    .min(1)
+    .transform((parts) => parts.join(''))
+    // The refinement above as JSON Schema, for the documents made from this schema (schema.ts says why).
+    .meta({
+      items: {
+        type: 'object',
+        properties: { type: { enum: ['input_text', 'output_text', 'text'] }, text: { type: 'string' } },
+        required: ['type', 'text'],
+        description: 'a text part: images, files and audio are not supported',
+      },
+    }),
+]);
 
 const messageItem = z.object({
   type: z.literal('message').optional(),
@@ -116,7 +131,9 @@ export const responsesRequestSchema = z.object({
   conversation: z.null({ error: 'is not supported until stored responses exist: send the whole conversation in `input`' }).optional(),
   background: z.literal(false, { error: 'background responses are not supported' }).nullish(),
   reasoning: z.null({ error: 'is not supported by these models' }).optional(),
-});
+})
+  // Refused by the chat request it becomes (schema.ts); parallel_tool_calls without tools is dropped, not refused.
+  .meta({ allOf: [onlyWithTools('tool_choice')] });
 export type ResponsesRequest = z.output<typeof responsesRequestSchema>;
 
 const CHAT_PARAM_TO_RESPONSES: Record<string, string> = {
