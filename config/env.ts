@@ -103,6 +103,8 @@ const envSchema = z
       .refine((v) => /^(true|false|[1-9]|)$/.test(v), 'must be true, false or a number of proxies from 1 to 9')
       .transform((v) => (v === 'true' ? 1 : /^[1-9]$/.test(v) ? Number(v) : false)),
     MCP_GENERATE_WAIT_SECONDS: z.coerce.number().int().min(0).max(600).default(100),
+    /** How long `generate` waits when the call carries no progressToken: under the 60 s after which clients without progress give up. */
+    MCP_GENERATE_QUIET_WAIT_SECONDS: z.coerce.number().int().min(0).max(600).default(50),
     SIGNUP: z
       .enum(['open', 'closed', ''])
       .default('open')

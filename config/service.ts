@@ -91,7 +91,7 @@ export async function startService(
       // The MCP server, the admin API and the admin pages load on their first request
       // (lazyAdapter: memory an instance nobody calls them on never pays).
       lazyAdapter('/api/v1/mcp', async () =>
-        (await import('../adapters/mcp/mcp.ts')).mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
+        (await import('../adapters/mcp/mcp.ts')).mcpAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, version: VERSION, generateWaitSeconds: env.MCP_GENERATE_WAIT_SECONDS, generateQuietWaitSeconds: env.MCP_GENERATE_QUIET_WAIT_SECONDS, allowedHosts: env.MCP_ALLOWED_HOSTS }),
       ),
       restAdapter(deps, { publicBaseUrl: env.PUBLIC_BASE_URL, logger, uploadSpoolDir }),
       // Stripe's webhook (POST /webhooks/stripe): outside /api/v1, its body read raw on that route only.

@@ -78,11 +78,16 @@ async function main(): Promise<number> {
     // Payments on, against stripe-mock (Stripe's API, locally): the payment routes are fuzzed as
     // a server that takes payments runs them, not only as "payments are not set up" (503).
     stripe = await startStripeMock(await ensureStripeMock(createLogger('warn', process.stderr)));
+    // Plans too: the document then names them (`plan` is one of them), and a plan's Checkout is
+    // fuzzed as on a server that sells them. (With no plans no body is valid: `plan` admits nothing.)
+    const plansFile = path.join(work, 'plans.yaml');
+    await fs.writeFile(plansFile, 'plans:\n  - { name: Starter, stripe_price_id: price_SchemaFuzzStarter, coins_per_period: 10000 }\n  - { name: Pro, stripe_price_id: price_SchemaFuzzPro, coins_per_period: 50000 }\n');
     say(`starting the server (DATA_DIR ${dataDir}; Stripe API: stripe-mock at ${stripe.url})`);
     server = await startServer(say, work, dataDir, logFile, {
       STRIPE_SECRET_KEY: 'sk_test_SchemaFuzz',
       STRIPE_WEBHOOK_SECRET: 'whsec_schema_fuzz',
       STRIPE_API_URL: stripe.url,
+      PLANS_FILE: plansFile,
     });
     if (interrupted) return 130;
     say(`server up at ${server.base}; fuzzing with up to ${maxExamples} examples per operation`);

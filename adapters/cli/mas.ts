@@ -1,4 +1,4 @@
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import { publicError, type CoreError } from '../../core/errors.ts';
 import type { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
@@ -193,9 +193,33 @@ async function readSecret(prompt: string, fromPipe: boolean): Promise<string> {
   }
 }
 
-const HELP = `Usage: npm run --silent mas -- <command> [--json]\n\nCommands:\n${Object.values(COMMANDS)
-  .map((c) => `  ${c.usage}`)
-  .join('\n')}\n`;
+/**
+ * Every flag any command's usage names (a test holds the two together: a flag in a usage line
+ * that the parser does not know is refused before the command runs).
+ */
+export const OPTIONS = {
+  json: { type: 'boolean', default: false },
+  help: { type: 'boolean', short: 'h', default: false },
+  email: { type: 'string' },
+  account: { type: 'string' },
+  coins: { type: 'string' },
+  name: { type: 'string' },
+  id: { type: 'string' },
+  role: { type: 'string' },
+  password: { type: 'string' },
+  'password-stdin': { type: 'boolean' },
+  'idempotency-key': { type: 'string' },
+  reason: { type: 'string' },
+  'spend-limit-coins': { type: 'string' },
+  'spend-limit-period': { type: 'string' },
+  'expires-at': { type: 'string' },
+  'allowed-models': { type: 'string' },
+} as const satisfies ParseArgsOptionsConfig;
+
+/** The usage line of each command, as `--help` prints them. */
+export const USAGES: string[] = Object.values(COMMANDS).map((c) => c.usage);
+
+const HELP = `Usage: npm run --silent mas -- <command> [--json]\n\nCommands:\n${USAGES.map((u) => `  ${u}`).join('\n')}\n`;
 
 function fail(json: boolean, error: { message: string; type: string; code: string }, exitCode: number): never {
   if (json) process.stdout.write(`${JSON.stringify({ error })}\n`);
@@ -206,25 +230,7 @@ function fail(json: boolean, error: { message: string; type: string; code: strin
 async function main(argv: string[], connect: Connect): Promise<void> {
   let parsed;
   try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        json: { type: 'boolean', default: false },
-        help: { type: 'boolean', short: 'h', default: false },
-        email: { type: 'string' },
-        account: { type: 'string' },
-        coins: { type: 'string' },
-        name: { type: 'string' },
-        id: { type: 'string' },
-        role: { type: 'string' },
-        password: { type: 'string' },
-        'password-stdin': { type: 'boolean' },
-        'idempotency-key': { type: 'string' },
-        reason: { type: 'string' },
-      },
-    });
+    parsed = parseArgs({ args: argv, allowPositionals: true, strict: true, options: OPTIONS });
   } catch (err) {
     fail(argv.includes('--json'), { message: `${(err as Error).message}\n${HELP}`, type: 'invalid_request_error', code: 'usage' }, 2);
   }

@@ -27,7 +27,7 @@ export const SERVER_INFO = { name: 'model-access-service', title: 'Model Access 
 export const INSTRUCTIONS =
   'Paid access to text, image, video, audio and 3D models. Every call that runs a model is paid in coins (1 USD = 1000 coins) ' +
   'from this account: list_models and get_model show prices, get_balance what is left. Text models answer chat; media models run ' +
-  'as jobs with generate, which waits for the result up to about 100 s; get_generation fetches a job later, and list_generations finds ' +
+  'as jobs with generate, which waits for the result up to about 100 s with progress notifications (about 50 s without a progressToken), then returns the running job; get_generation fetches a job later, and list_generations finds ' +
   'recent jobs (a generate call that timed out). upload_file makes a file usable as a generation input.';
 
 function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): ToolDefinition['inputSchema'] {
@@ -63,7 +63,7 @@ export function listResources(publicBaseUrl: string) {
   return { resources: appResources(publicBaseUrl) };
 }
 
-/** The spec's "Resource not found" (-32002). */
+/** The 2025 revisions' "Resource not found" (-32002); on 2026-07-28 the v2 SDK answers it as invalid params (-32602), as that revision says. */
 export const RESOURCE_NOT_FOUND = -32002;
 
 /** One view's HTML for resources/read; an unknown uri is the spec's resource-not-found error, never a 500. */
@@ -82,7 +82,10 @@ export interface CallContext {
   /** Sends a progress notification if the client asked for them; else does nothing. */
   progress(message: string, done: number, total?: number): Promise<void>;
   logger: Logger;
+  /** How long `generate` waits for its job on this call: shorter when the call carries no progressToken (mcp.ts). */
   generateWaitSeconds: number;
+  /** The most `wait_seconds` may ask for (MCP_GENERATE_WAIT_SECONDS). */
+  maxWaitSeconds: number;
 }
 
 /**
@@ -108,7 +111,7 @@ export async function callTool(name: string, args: Record<string, unknown> | und
   const tool = BY_NAME.get(name);
   if (!tool) throw protocolError(ErrorCode.InvalidParams, `Unknown tool: ${name}. tools/list names the tools.`);
   try {
-    const result = await tool.run(toolArguments(tool, args), { core: ctx.core(ctx.signal), signal: ctx.signal, progress: ctx.progress, generateWaitSeconds: ctx.generateWaitSeconds });
+    const result = await tool.run(toolArguments(tool, args), { core: ctx.core(ctx.signal), signal: ctx.signal, progress: ctx.progress, generateWaitSeconds: ctx.generateWaitSeconds, maxWaitSeconds: ctx.maxWaitSeconds });
     return answer(result);
   } catch (err) {
     const core = toCoreError(err);

@@ -20,8 +20,14 @@ export interface McpOptions {
   publicBaseUrl: string;
   logger: Logger;
   version: string;
-  /** How long `generate` waits for its job (MCP_GENERATE_WAIT_SECONDS). */
+  /** How long `generate` waits for its job (MCP_GENERATE_WAIT_SECONDS) when it can send progress. */
   generateWaitSeconds: number;
+  /**
+   * How long `generate` waits when the call carries no progressToken (MCP_GENERATE_QUIET_WAIT_SECONDS,
+   * 50 s by default): clients that get no progress give up on a call after 60 s (the TypeScript SDK,
+   * the MCP Inspector), so the running job is returned before that.
+   */
+  generateQuietWaitSeconds?: number | undefined;
   /** Host names (no port) besides PUBLIC_BASE_URL's and the loopback names that may reach MCP (MCP_ALLOWED_HOSTS). */
   allowedHosts?: string[] | undefined;
 }
@@ -33,6 +39,9 @@ export interface McpOptions {
  * 16 MiB leaves about 12 MB of file (docs/mcp.md); bigger files go by URL or POST /files.
  */
 export const MCP_MAX_BODY_BYTES = 16 * 1024 * 1024;
+
+/** MCP_GENERATE_QUIET_WAIT_SECONDS's default: under the 60 s timeout of the TypeScript SDK and the MCP Inspector. */
+export const DEFAULT_QUIET_WAIT_SECONDS = 50;
 
 /**
  * The MCP server (SPEC part 4): Streamable HTTP at /api/v1/mcp with `Authorization: Bearer
@@ -76,8 +85,19 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
       sendErrorBody(res, status, { message, type, param: null, code });
       return;
     }
-    const options: McpServerOptions = { core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl };
-    const request = toWebRequest(req, res);
+    const options: McpServerOptions = { core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, generateQuietWaitSeconds: opts.generateQuietWaitSeconds ?? DEFAULT_QUIET_WAIT_SECONDS, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl };
+    const { request, release } = toWebRequest(req, res);
+    // Once the SDK has its answer, what it left of the body is read and dropped (web.ts), as
+    // REST's parser does: a body over the limit gets its 413 on a connection that stays usable.
+    const answer = async (respond: () => Promise<globalThis.Response>) => {
+      let response: globalThis.Response;
+      try {
+        response = await respond();
+      } finally {
+        release();
+      }
+      await sendWebResponse(res, response);
+    };
     // The protocol revision decides the binding: the 2025 revisions (no per-request envelope) go
     // to the v1 SDK, as before; 2026-07-28 to the v2 SDK. The SDK's own classification, read
     // from a clone of the body under the same size limit.
@@ -89,11 +109,11 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
         void server.close();
       });
       await server.connect(transport);
-      await sendWebResponse(res, await transport.handleRequest(request));
+      await answer(() => transport.handleRequest(request));
       return;
     }
     modernOptions.set(request, options);
-    await sendWebResponse(res, await modern.fetch(request));
+    await answer(() => modern.fetch(request));
   };
   // The v2 handler makes each request's server from the options the door checked for that request.
   const modernOptions = new WeakMap<globalThis.Request, McpServerOptions>();

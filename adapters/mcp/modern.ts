@@ -41,7 +41,8 @@ export function createModernServer(opts: McpServerOptions): Server {
       signal: ctx.mcpReq.signal,
       progress,
       logger: opts.logger,
-      generateWaitSeconds: opts.generateWaitSeconds,
+      generateWaitSeconds: token === undefined ? Math.min(opts.generateWaitSeconds, opts.generateQuietWaitSeconds) : opts.generateWaitSeconds,
+      maxWaitSeconds: opts.generateWaitSeconds,
     });
     // The SDK's one projection of a tool result for the served revision (its text fallback rules).
     return server.projectCallToolResult(result as Parameters<Server['projectCallToolResult']>[0], OUTPUT_SCHEMAS.get(request.params.name));

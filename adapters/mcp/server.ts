@@ -14,6 +14,8 @@ export interface McpServerOptions {
   logger: Logger;
   version: string;
   generateWaitSeconds: number;
+  /** How long `generate` waits when the call carries no progressToken (mcp.ts). */
+  generateQuietWaitSeconds: number;
   /** How long a job's result is kept (RESULT_RETENTION_SECONDS): a task's ttl (tasks.ts). */
   resultRetentionSeconds: number;
   /** PUBLIC_BASE_URL: the one origin the MCP Apps views' CSP allows (their result links). */
@@ -44,7 +46,14 @@ export function createMcpServer(opts: McpServerOptions): Server {
         .sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: done, ...(total !== undefined ? { total } : {}), message } })
         .catch(() => undefined);
     };
-    return callTool(request.params.name, request.params.arguments, { core: opts.core, signal: extra.signal, progress, logger: opts.logger, generateWaitSeconds: opts.generateWaitSeconds });
+    return callTool(request.params.name, request.params.arguments, {
+      core: opts.core,
+      signal: extra.signal,
+      progress,
+      logger: opts.logger,
+      generateWaitSeconds: token === undefined ? Math.min(opts.generateWaitSeconds, opts.generateQuietWaitSeconds) : opts.generateWaitSeconds,
+      maxWaitSeconds: opts.generateWaitSeconds,
+    });
   });
   return server;
 }

@@ -12,8 +12,14 @@ export interface ToolContext {
   signal: AbortSignal;
   /** Sends a progress notification when the client asked for them (a progressToken); else does nothing. */
   progress(message: string, progress: number, total?: number): Promise<void>;
-  /** How long `generate` may wait for its job (MCP_GENERATE_WAIT_SECONDS). */
+  /**
+   * How long `generate` waits for its job on this call: MCP_GENERATE_WAIT_SECONDS when the call
+   * carries a progressToken, else at most MCP_GENERATE_QUIET_WAIT_SECONDS (clients without progress
+   * give up after 60 s).
+   */
   generateWaitSeconds: number;
+  /** The most `wait_seconds` may ask for (MCP_GENERATE_WAIT_SECONDS). */
+  maxWaitSeconds: number;
 }
 
 /** What a handler returns: the structured result (matching `output`), a short text, and more content if any. */

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { modelTypeFilter } from '../../core/catalog/catalog.ts';
 import { chatRequestSchema } from '../../core/chat/schema.ts';
 import { generationRequestSchema } from '../../core/generations/schema.ts';
+import { inputsDocument, settingsDocument, type DocumentedModel } from '../../core/generations/request-document.ts';
 import { generationSchema } from '../../core/generations/views.ts';
 import { listGenerationsInput } from '../../core/generations/list-generations.ts';
 import { fileSchema } from '../../core/files/file-row.ts';
@@ -88,7 +89,7 @@ const ERROR_TEXT: Record<number, string> = {
   400: 'Invalid request; the message names the field',
   401: 'Missing, malformed, unknown, revoked or expired key',
   402: 'Insufficient balance, an app’s spend cap or the key’s spend limit reached',
-  403: 'The model needs a paid account or is not among the key’s allowed models, or a signed link expired or was tampered with',
+  403: 'The model needs a paid account or is not among the key’s allowed models, a signed link expired or was tampered with, or the server takes no payments (`payments_not_configured`)',
   404: 'Unknown object, or another account’s',
   409: 'Conflict with the current state',
   413: 'Body or upload too large',
@@ -173,7 +174,21 @@ const downloadResponses = (what: string): RouteConfig['responses'] => ({
   ...errors(400, 403, 404, 500),
 });
 
-export function buildOpenApiDocument(publicBaseUrl: string) {
+/** What the operator configured that decides which requests are valid: the top-up bounds and the plans (core checks them against the same values). */
+export interface DocumentedConfig {
+  topUpMinCents: number;
+  topUpMaxCents: number;
+  plans: string[];
+}
+
+/** A media model of the catalog, as the document states its job requests. */
+export type DocumentedMediaModel = DocumentedModel & { id: string };
+
+/**
+ * The document for this server's configuration and catalog: a job's `model` is one of the media
+ * models, and its `settings` and `inputs` are that model's (core/generations/request-document.ts).
+ */
+export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedConfig, mediaModels: DocumentedMediaModel[]) {
   const registry = new OpenAPIRegistry();
   const bearer = registry.registerComponent('securitySchemes', 'bearerAuth', {
     type: 'http',
@@ -210,12 +225,12 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     description:
       'Takes `amount_usd` (at most 2 decimals; 1 USD buys 1000 coins) between the server’s minimum and maximum (400 names `amount_usd` otherwise). ' +
       'Nothing is credited by this call or by the customer’s return from the page: the coins are added to the purchased pocket, once, when Stripe’s webhook ' +
-      'reports the payment. 503 `payments_not_configured` when the server takes no payments.',
+      'reports the payment. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and amount: the same Checkout Session (Stripe keeps keys 24 hours); another amount: 422') }),
       body: { required: true, content: { 'application/json': { schema: topUpCheckoutInput.omit({ idempotency_key: true }), example: { amount_usd: 20 } } } },
     },
-    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 413, 415, 422, 502, ...common) },
+    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 403, 413, 415, 422, 502, ...common) },
   });
   path({
     method: 'post',
@@ -225,12 +240,12 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     description:
       'Takes `plan`, the name of one of the server’s plans (`GET /credits/billing` lists them; 400 names `plan` otherwise). 409 `already_subscribed` while the ' +
       'account has a running subscription: change or cancel it in the customer portal. Nothing is granted by this call: each paid invoice grants its period’s ' +
-      'coins to the subscription pocket, once. 503 `payments_not_configured` when the server takes no payments.',
+      'coins to the subscription pocket, once. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and plan: the same Checkout Session') }),
       body: { required: true, content: { 'application/json': { schema: subscriptionCheckoutInput.omit({ idempotency_key: true }), example: { plan: 'Starter' } } } },
     },
-    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 409, 413, 415, 422, 502, ...common) },
+    responses: { 200: json(CheckoutSession, 'The Checkout Session: its id and the page to send the customer to'), ...errors(400, 403, 409, 413, 415, 422, 502, ...common) },
   });
   path({
     method: 'get',
@@ -431,7 +446,8 @@ export function buildOpenApiDocument(publicBaseUrl: string) {
     servers: [{ url: `${publicBaseUrl}/api/v1` }],
     security: secured,
   });
-  declareServerRules(doc);
+  declareServerRules(doc, config);
+  declareJobModels(doc, mediaModels);
   return doc;
 }
 
@@ -443,13 +459,13 @@ const SAFE_INTEGER = Number.MAX_SAFE_INTEGER;
  * - zod's integers are safe integers: every integer in a request gets that range;
  * - a `pattern` is a JavaScript regular expression, whose \d is [0-9] (in Python's, which
  *   schemathesis uses, \d is any Unicode digit);
- * - the chat request's refusals (core/chat/schema.ts, in a transform): max_tokens and
- *   max_completion_tokens not both; n only 1; functions, audio, prediction… only null;
- *   tool_choice and parallel_tool_calls only with tools; logprobs only false; modalities only "text";
- *   stream_options only with stream: true; content parts only {"type":"text","text":"…"};
  * - the names of the multipart parts of an upload: no control characters.
+ * The refusals core makes in refinements and transforms (the chat request's: max_tokens and
+ * max_completion_tokens not both, tool_choice only with tools, a message's content…) are not
+ * here: core's schemas carry them as JSON Schema (`.meta()`, core/chat/schema.ts), so the
+ * document states them from the server's own schemas.
  */
-function declareServerRules(doc: ReturnType<OpenApiGeneratorV31['generateDocument']>): void {
+function declareServerRules(doc: ReturnType<OpenApiGeneratorV31['generateDocument']>, config: DocumentedConfig): void {
   for (const item of Object.values(doc.paths ?? {}) as Json[]) {
     for (const op of Object.values(item) as Json[]) {
       for (const param of (op.parameters ?? []) as Json[]) if (param.schema) walkRequestSchema(param.schema as Json);
@@ -459,10 +475,7 @@ function declareServerRules(doc: ReturnType<OpenApiGeneratorV31['generateDocumen
   }
   const bodySchema = (path: string, media: string) =>
     ((doc.paths?.[path]?.post?.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.[media]?.schema as Json | undefined;
-  const chat = bodySchema('/chat/completions', 'application/json');
-  if (chat) declareChatRefusals(chat);
-  const responses = bodySchema('/responses', 'application/json');
-  if (responses) declareResponsesRefusals(responses);
+  declarePaymentBounds(bodySchema('/credits/checkout', 'application/json'), bodySchema('/credits/subscription', 'application/json'), config);
   const upload = bodySchema('/files', 'multipart/form-data');
   if (upload) {
     // Parts other than `file` are ignored, but busboy refuses a part header holding a control
@@ -484,66 +497,55 @@ function walkRequestSchema(schema: unknown): void {
   for (const value of Object.values(node)) if (value && typeof value === 'object') walkRequestSchema(value);
 }
 
-/** The Responses request's refusals made in refinements (core/chat/responses.ts): content parts are text parts only. */
-function declareResponsesRefusals(schema: Json): void {
-  const textPart = {
-    type: 'object',
-    properties: { type: { enum: ['input_text', 'output_text', 'text'] }, text: { type: 'string' } },
-    required: ['type', 'text'],
-    description: 'a text part: images, files and audio are not supported',
-  };
-  const visit = (node: unknown): void => {
-    if (Array.isArray(node)) return node.forEach(visit);
-    if (!node || typeof node !== 'object') return;
-    const n = node as Json;
-    const content = (n.properties as Record<string, Json> | undefined)?.content ?? (n.properties as Record<string, Json> | undefined)?.output;
-    for (const alternative of ((content?.anyOf ?? []) as Json[])) if (alternative.type === 'array') alternative.items = textPart;
-    for (const value of Object.values(n)) if (value && typeof value === 'object') visit(value);
-  };
-  visit((schema.properties as Record<string, Json>).input);
+/**
+ * The operator's top-up bounds and plans (TOPUP_MIN_USD, TOPUP_MAX_USD, PLANS_FILE), which core
+ * checks (checkTopUpAmount, createSubscriptionCheckout): a number amount gets them as minimum and
+ * maximum. "At most 2 decimals" stays in words: `multipleOf: 0.01` would make validators that
+ * divide binary floats refuse 20.07 (20.07 / 0.01 is 2006.9999999999998), and a decimal text
+ * cannot carry a numeric bound in JSON Schema. `plan` is one of the plans' names (the server also
+ * takes them in any case, spaces trimmed).
+ */
+function declarePaymentBounds(checkout: Json | undefined, subscription: Json | undefined, config: DocumentedConfig): void {
+  const usd = (cents: number) => cents / 100;
+  const amount = (checkout?.properties as Record<string, Json> | undefined)?.amount_usd;
+  for (const branch of (amount?.anyOf ?? []) as Json[]) {
+    if (branch.type === 'number') {
+      delete branch.exclusiveMinimum;
+      Object.assign(branch, { minimum: usd(config.topUpMinCents), maximum: usd(config.topUpMaxCents), description: 'at most 2 decimals' });
+    } else if (branch.type === 'string') {
+      branch.description = `a decimal amount from ${usd(config.topUpMinCents)} to ${usd(config.topUpMaxCents)}, at most 2 decimals`;
+    }
+  }
+  if (amount) amount.description = `US dollars, at most 2 decimals, from ${usd(config.topUpMinCents)} to ${usd(config.topUpMaxCents)} on this server (TOPUP_MIN_USD, TOPUP_MAX_USD); 1 USD buys 1000 coins, 1 cent 10`;
+  const plan = (subscription?.properties as Record<string, Json> | undefined)?.plan;
+  if (plan && config.plans.length > 0) {
+    plan.enum = config.plans;
+    plan.description = 'the name of one of this server’s plans (GET /credits/billing lists them)';
+  } else if (plan) {
+    // An empty enum is not a valid schema for every validator: "no value" is `not: {}`.
+    plan.not = {};
+    plan.description = 'this server offers no plans (PLANS_FILE): every name is refused';
+  }
 }
 
-function declareChatRefusals(schema: Json): void {
-  const props = schema.properties as Record<string, Json>;
-  const nullOnly = (description: string): Json => ({ type: 'null', description });
-  for (const name of ['audio', 'prediction', 'top_logprobs']) {
-    if (props[name]) props[name] = nullOnly('not supported: only null');
-  }
-  for (const name of ['functions', 'function_call']) {
-    if (props[name]) props[name] = nullOnly('deprecated function calling, not supported: use tools and tool_choice');
-  }
-  if (props.n) props.n = { type: ['integer', 'null'], enum: [1, null], description: 'only 1 is supported' };
-  if (props.logprobs) props.logprobs = { type: ['boolean', 'null'], enum: [false, null], description: 'not supported: only false or null' };
-  const modalities = props.modalities;
-  if (modalities?.items) modalities.items = { type: 'string', const: 'text' };
-  const content = ((props.messages?.items as Json | undefined)?.properties as Record<string, Json> | undefined)?.content;
-  const textParts = (node: Json): void => {
-    for (const alternative of (node.anyOf ?? []) as Json[]) {
-      if (alternative.type === 'array') {
-        alternative.items = { type: 'object', properties: { type: { const: 'text' }, text: { type: 'string' } }, required: ['type', 'text'] };
-      } else if (alternative.anyOf) {
-        textParts(alternative);
-      }
-    }
-  };
-  if (content) textParts(content);
-  const notNull = { not: { type: 'null' } };
-  schema.allOf = [
-    {
-      description: 'max_tokens or max_completion_tokens, not both',
-      not: { required: ['max_tokens', 'max_completion_tokens'], properties: { max_tokens: notNull, max_completion_tokens: notNull } },
-    },
-    {
-      description: 'tool_choice only with tools',
-      anyOf: [{ not: { required: ['tool_choice'], properties: { tool_choice: notNull } } }, { required: ['tools'], properties: { tools: { type: 'array' } } }],
-    },
-    {
-      description: 'parallel_tool_calls only with tools',
-      anyOf: [{ not: { required: ['parallel_tool_calls'], properties: { parallel_tool_calls: notNull } } }, { required: ['tools'], properties: { tools: { type: 'array' } } }],
-    },
-    {
-      description: 'stream_options only with stream: true',
-      anyOf: [{ not: { required: ['stream_options'], properties: { stream_options: { type: 'object' } } } }, { required: ['stream'], properties: { stream: { const: true } } }],
-    },
-  ];
+/**
+ * `POST /generations`: the `model` is one of the catalog's media models (another id is 404, a
+ * text model's 400 wrong_endpoint), and the `settings` and `inputs` are that model's, as core
+ * checks them (an unknown setting or input is refused): one branch per model.
+ */
+function declareJobModels(doc: ReturnType<OpenApiGeneratorV31['generateDocument']>, models: DocumentedMediaModel[]): void {
+  const body = ((doc.paths?.['/generations']?.post?.requestBody as Json | undefined)?.content as Record<string, Json> | undefined)?.['application/json']?.schema as Json | undefined;
+  const model = (body?.properties as Record<string, Json> | undefined)?.model;
+  if (!body || !model) return;
+  model.enum = models.map((m) => m.id);
+  model.description = 'a media model of GET /models (image, video, audio, 3d); its settings and inputs are below';
+  body.anyOf = models.map((m) => {
+    const inputs = inputsDocument(m);
+    return {
+      title: m.id,
+      properties: { model: { const: m.id }, settings: settingsDocument(m), inputs },
+      ...(Array.isArray(inputs.required) ? { required: ['inputs'] } : {}),
+    };
+  });
 }
+

@@ -38,7 +38,7 @@ export function restAdapter(deps: CoreDeps, opts: RestOptions): HttpAdapter {
     keyRoutes(deps),
     creditRoutes(deps),
     modelRoutes(deps),
-    docsRoutes(opts.publicBaseUrl),
+    docsRoutes(deps, opts.publicBaseUrl, { topUpMinCents: deps.config.payments.topUpMinCents, topUpMaxCents: deps.config.payments.topUpMaxCents, plans: deps.config.payments.plans.map((p) => p.name) }),
   );
   router.use((req, res) => sendUnknownRoute(req, res, opts.publicBaseUrl));
   router.use(errorHandler(opts.logger));

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { jsonRecord } from '../json-record.ts';
 import { parseCoins } from '../money/coins.ts';
 
 /**
@@ -61,9 +62,9 @@ export const textPricingSchema = z.object({
  */
 export const mediaPricingSchema = z.object({
   base: decimal6,
-  per_unit: z.record(z.string(), decimal6).default({}),
+  per_unit: jsonRecord(decimal6).default({}),
   multiply_by: z.array(z.string()).default([]),
-  factors: z.record(z.string(), z.record(z.string(), decimal6)).default({}),
+  factors: jsonRecord(jsonRecord(decimal6)).default({}),
 });
 
 export const providerRouteSchema = z.object({
@@ -109,9 +110,9 @@ const baseModel = {
   /** The one upstream of a model with one route; a model with several lists `routes` instead (both: the first route is `provider`). */
   provider: providerRouteSchema.optional(),
   route_selection: z.enum(ROUTE_SELECTIONS).default('ordered'),
-  settings: z.record(z.string(), settingSchema).default({}),
-  inputs: z.record(z.string(), inputSchema).default({}),
-  example: z.record(z.string(), z.unknown()).optional(),
+  settings: jsonRecord(settingSchema).default({}),
+  inputs: jsonRecord(inputSchema).default({}),
+  example: jsonRecord(z.unknown()).optional(),
 };
 
 /**
@@ -176,14 +177,14 @@ export const modelSchema = z.discriminatedUnion('type', [textModelSchema, mediaM
   if (m.type !== 'text') {
     const referenced = [...Object.keys(m.pricing.per_unit), ...m.pricing.multiply_by, ...Object.keys(m.pricing.factors)];
     for (const key of referenced) {
-      const s = m.settings[key];
+      const s = Object.hasOwn(m.settings, key) ? m.settings[key] : undefined;
       if (!s) ctx.addIssue({ code: 'custom', path: ['pricing'], message: `prices by setting "${key}", which the model does not have` });
-      else if (key in m.pricing.factors && s.type !== 'enum' && s.type !== 'boolean') {
+      else if (Object.hasOwn(m.pricing.factors, key) && s.type !== 'enum' && s.type !== 'boolean') {
         ctx.addIssue({ code: 'custom', path: ['pricing', 'factors', key], message: 'factors need an enum or boolean setting' });
-      } else if (key in m.pricing.factors) {
+      } else if (Object.hasOwn(m.pricing.factors, key)) {
         const options = s.type === 'enum' ? s.options.map(String) : ['true', 'false'];
         for (const option of options) {
-          if (!(option in m.pricing.factors[key]!)) ctx.addIssue({ code: 'custom', path: ['pricing', 'factors', key], message: `no factor for option "${option}"` });
+          if (!Object.hasOwn(m.pricing.factors[key]!, option)) ctx.addIssue({ code: 'custom', path: ['pricing', 'factors', key], message: `no factor for option "${option}"` });
         }
       } else if (s.type !== 'integer' && s.type !== 'number' && !(s.type === 'enum' && s.options.every((o) => typeof o === 'number'))) {
         ctx.addIssue({ code: 'custom', path: ['pricing'], message: `setting "${key}" must be numeric to price by its value` });
@@ -218,7 +219,7 @@ function routeProblems(m: ParsedModel, ctx: z.RefinementCtx): void {
     if (m.type === 'text' || !r.cost) return;
     const cost = r.cost as z.output<typeof mediaPricingSchema>;
     for (const setting of [...Object.keys(cost.per_unit), ...cost.multiply_by, ...Object.keys(cost.factors)]) {
-      if (!(setting in m.settings)) ctx.addIssue({ code: 'custom', path: ['routes', i, 'cost'], message: `costs by setting "${setting}", which the model does not have` });
+      if (!Object.hasOwn(m.settings, setting)) ctx.addIssue({ code: 'custom', path: ['routes', i, 'cost'], message: `costs by setting "${setting}", which the model does not have` });
     }
   });
 }
@@ -389,7 +390,7 @@ export const catalogFileSchema = z
       // A model that failed its own checks was not transformed: its routes may still be missing.
       const routes: readonly { provider: string }[] = m.routes ?? (m.provider ? [{ provider: m.provider.name }] : []);
       routes.forEach((r, j) => {
-        if (!(r.provider in file.providers)) {
+        if (!Object.hasOwn(file.providers, r.provider)) {
           ctx.addIssue({ code: 'custom', path: ['models', i, 'routes', j, 'provider'], message: `unknown provider "${r.provider}"` });
         }
       });

@@ -1,6 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import { LRUCache } from 'lru-cache';
 import { CoreError, invalid } from '../errors.ts';
+import { refLoop } from './schema-checks.ts';
 
 /**
  * The JSON Schemas a chat request carries (each tool's `parameters`, `response_format`'s
@@ -20,9 +21,10 @@ export const MAX_SCHEMA_DEPTH = 32;
 
 /**
  * What is wrong with a schema's shape, if anything: nested deeper than MAX_SCHEMA_DEPTH or
- * bigger than MAX_SCHEMA_BYTES serialized. The size is summed during the walk from a lower
- * bound of each node's serialized length, so the walk stops early on a huge schema; a schema
- * that passes is serialized once to check the exact size.
+ * bigger than MAX_SCHEMA_BYTES serialized, or a `$ref` loop no value can end (schema-checks.ts).
+ * The size is summed during the walk from a lower bound of each node's serialized length, so the
+ * walk stops early on a huge schema; a schema that passes is serialized once to check the exact
+ * size.
  */
 export function schemaShapeProblem(schema: unknown): string | undefined {
   const stack: [unknown, number][] = [[schema, 1]];
@@ -45,7 +47,7 @@ export function schemaShapeProblem(schema: unknown): string | undefined {
     if (bytes > MAX_SCHEMA_BYTES) return `is larger than ${MAX_SCHEMA_BYTES / 1024} KiB as JSON`;
   }
   if (Buffer.byteLength(JSON.stringify(schema)) > MAX_SCHEMA_BYTES) return `is larger than ${MAX_SCHEMA_BYTES / 1024} KiB as JSON`;
-  return undefined;
+  return refLoop(schema);
 }
 
 /**
@@ -133,7 +135,9 @@ export async function compileSchema(schema: Record<string, unknown>, param: stri
   if (compiles.has(key)) return;
   const answer = await answerFor(schema, param);
   if (answer.error !== undefined) {
-    throw invalid(param, `Invalid value for '${param}': not a valid JSON Schema (${answer.error}).`, 'invalid_schema');
+    // A loop the $ref walk (schema-checks.ts) does not follow (an anchor, a remote $id) still overflows Ajv's stack: say what it means.
+    const why = /maximum call stack/i.test(answer.error) ? 'it refers to itself ($ref) in a loop too deep to compile' : answer.error;
+    throw invalid(param, `Invalid value for '${param}': not a valid JSON Schema (${why}).`, 'invalid_schema');
   }
   compiles.set(key, true);
 }

@@ -1,11 +1,12 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
+import { jsonRecord } from '../json-record.ts';
 import type { SpendingPrincipal as Principal } from '../auth/principals.ts';
 import type { CoreDeps } from '../context.ts';
 import { CoreError, invalid } from '../errors.ts';
 import { coinsSchema } from '../views.ts';
 import { chatCompletion } from './complete.ts';
-import { chatRequestSchema, MAX_MESSAGES } from './schema.ts';
+import { chatRequestSchema, MAX_MESSAGES, onlyWithTools } from './schema.ts';
 
 /**
  * POST /responses: OpenAI's Responses API, stateless, as a second shape of the chat use case
@@ -35,7 +36,22 @@ const inputPart = z
   })
   .transform((part) => part.text as string);
 
-const messageContent = z.union([text, z.array(inputPart).min(1).transform((parts) => parts.join(''))]);
+const messageContent = z.union([
+  text,
+  z
+    .array(inputPart)
+    .min(1)
+    .transform((parts) => parts.join(''))
+    // The refinement above as JSON Schema, for the documents made from this schema (schema.ts says why).
+    .meta({
+      items: {
+        type: 'object',
+        properties: { type: { enum: ['input_text', 'output_text', 'text'] }, text: { type: 'string' } },
+        required: ['type', 'text'],
+        description: 'a text part: images, files and audio are not supported',
+      },
+    }),
+]);
 
 const messageItem = z.object({
   type: z.literal('message').optional(),
@@ -67,7 +83,7 @@ const functionTool = z.object({
   type: z.literal('function', { error: "only 'function' tools are supported" }),
   name: z.string().min(1).max(64),
   description: z.string().max(100_000).nullish(),
-  parameters: z.record(z.string(), z.unknown()).nullish(),
+  parameters: jsonRecord(z.unknown()).nullish(),
   strict: z.boolean().nullish(),
 });
 
@@ -78,7 +94,7 @@ const format = z.union(
     z.object({
       type: z.literal('json_schema'),
       name: z.string().min(1).max(64),
-      schema: z.record(z.string(), z.unknown()),
+      schema: jsonRecord(z.unknown()),
       description: z.string().max(100_000).nullish(),
       strict: z.boolean().nullish(),
     }),
@@ -105,7 +121,7 @@ export const responsesRequestSchema = z.object({
   user: z.string().max(256).nullish(),
   safety_identifier: z.string().max(256).nullish(),
   prompt_cache_key: z.string().max(256).nullish(),
-  metadata: z.record(z.string().max(64), z.string().max(512)).nullish(),
+  metadata: jsonRecord(z.string().max(512), z.string().max(64)).nullish(),
   service_tier: z.string().max(64).nullish(),
   truncation: z.enum(['disabled', 'auto']).nullish(),
   include: z.array(z.string().max(128)).max(16).nullish(),
@@ -115,7 +131,9 @@ export const responsesRequestSchema = z.object({
   conversation: z.null({ error: 'is not supported until stored responses exist: send the whole conversation in `input`' }).optional(),
   background: z.literal(false, { error: 'background responses are not supported' }).nullish(),
   reasoning: z.null({ error: 'is not supported by these models' }).optional(),
-});
+})
+  // Refused by the chat request it becomes (schema.ts); parallel_tool_calls without tools is dropped, not refused.
+  .meta({ allOf: [onlyWithTools('tool_choice')] });
 export type ResponsesRequest = z.output<typeof responsesRequestSchema>;
 
 const CHAT_PARAM_TO_RESPONSES: Record<string, string> = {

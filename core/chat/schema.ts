@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { CoreError } from '../errors.ts';
+import { jsonRecord } from '../json-record.ts';
 import type { SupportedParameter } from '../catalog/schema.ts';
 import type { ResponseFormat, ToolCall, ToolChoice, ToolSpec } from '../ports.ts';
 import { MAX_SCHEMA_BYTES, MAX_TOOLS, schemaShapeProblem } from './json-schema.ts';
@@ -11,6 +12,22 @@ import { MAX_SCHEMA_BYTES, MAX_TOOLS, schemaShapeProblem } from './json-schema.t
  * and are not supported get a 400 that names them.
  */
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
+
+/*
+ * The refusals below are made in refinements and transforms, which JSON Schema cannot see: each
+ * is also written as JSON Schema with `.meta()`, beside the code that makes it, so that the
+ * documents made from these schemas (the OpenAPI document, the MCP tools' input schemas) state
+ * every rule the server enforces, and no other.
+ */
+const notNull = { not: { type: 'null' } };
+/** The field is there and not null. */
+export const present = (name: string) => ({ required: [name], properties: { [name]: notNull } });
+/** `field` (not null) only with a non-empty `tools`. */
+export const onlyWithTools = (field: string) => ({
+  description: `${field} only with tools`,
+  anyOf: [{ not: present(field) }, { required: ['tools'], properties: { tools: { type: 'array', minItems: 1 } } }],
+});
+const TEXT_PART_JSON = { type: 'object', properties: { type: { const: 'text' }, text: { type: 'string' } }, required: ['type', 'text'], description: 'a text part: images and other parts are not supported' };
 
 const content = z.union([
   z.string(),
@@ -28,7 +45,8 @@ const content = z.union([
         }
       });
     })
-    .transform((parts) => parts.map((p) => (p as z.infer<typeof textPart>).text).join('')),
+    .transform((parts) => parts.map((p) => (p as z.infer<typeof textPart>).text).join(''))
+    .meta({ items: TEXT_PART_JSON }),
 ]);
 
 /**
@@ -36,7 +54,7 @@ const content = z.union([
  * (depth, size) is checked without recursion; Ajv compiles it later (prepareChat), once the
  * request is known to be within every cheap limit.
  */
-const jsonSchemaObject = z.record(z.string(), z.unknown()).superRefine((schema, ctx) => {
+const jsonSchemaObject = jsonRecord(z.unknown()).superRefine((schema, ctx) => {
   const problem = schemaShapeProblem(schema);
   if (problem) ctx.addIssue({ code: 'custom', message: `the schema ${problem}` });
 });
@@ -70,6 +88,17 @@ export const chatMessageSchema = z
     if (m.tool_calls && m.role !== 'assistant') issue('tool_calls', 'is only allowed on assistant messages');
     if (m.role === 'tool' && m.tool_call_id === undefined) issue('tool_call_id', 'is required on a tool message');
     if (m.role !== 'tool' && m.tool_call_id !== undefined) issue('tool_call_id', 'is only allowed on tool messages');
+  })
+  .meta({
+    allOf: [
+      {
+        description: 'content is required; it may be null or left out only on an assistant message with tool_calls',
+        anyOf: [present('content'), { required: ['role', 'tool_calls'], properties: { role: { const: 'assistant' }, tool_calls: { type: 'array' } } }],
+      },
+      { description: 'tool_calls only on assistant messages', anyOf: [{ not: present('tool_calls') }, { properties: { role: { const: 'assistant' } } }] },
+      { description: 'tool_call_id is required on a tool message', anyOf: [{ not: { required: ['role'], properties: { role: { const: 'tool' } } } }, { required: ['tool_call_id'] }] },
+      { description: 'tool_call_id only on tool messages', anyOf: [{ not: { required: ['tool_call_id'] } }, { properties: { role: { const: 'tool' } } }] },
+    ],
   });
 export type ChatMessageInput = z.output<typeof chatMessageSchema>;
 
@@ -129,6 +158,8 @@ export interface ChatMessage {
 }
 
 const positiveInt = z.number().int().positive();
+const NULL_ONLY = { type: 'null', description: 'not supported: only null' };
+const DEPRECATED = { type: 'null', description: 'deprecated function calling, not supported: use tools and tool_choice' };
 
 /** OpenAI's own limit on the number of messages in one request. */
 export const MAX_MESSAGES = 2048;
@@ -148,19 +179,30 @@ export const chatRequestSchema = z
     presence_penalty: z.number().min(-2).max(2).nullish(),
     frequency_penalty: z.number().min(-2).max(2).nullish(),
     user: z.string().max(256).nullish(),
-    n: z.number().int().nullish(),
+    n: z.number().int().nullish().meta({ enum: [1, null], description: 'only 1 is supported' }),
     tools: toolsSchema.nullish(),
     tool_choice: toolChoiceSchema.nullish(),
     parallel_tool_calls: z.boolean().nullish(),
     response_format: responseFormatSchema.nullish(),
     // Accepted so their presence can be refused by name below.
-    functions: z.unknown().optional(),
-    function_call: z.unknown().optional(),
-    logprobs: z.boolean().nullish(),
-    top_logprobs: z.unknown().optional(),
-    audio: z.unknown().optional(),
-    modalities: z.array(z.string()).nullish(),
-    prediction: z.unknown().optional(),
+    functions: z.unknown().optional().meta(DEPRECATED),
+    function_call: z.unknown().optional().meta(DEPRECATED),
+    logprobs: z.boolean().nullish().meta({ enum: [false, null], description: 'not supported: only false or null' }),
+    top_logprobs: z.unknown().optional().meta(NULL_ONLY),
+    audio: z.unknown().optional().meta(NULL_ONLY),
+    modalities: z.array(z.string().meta({ const: 'text' })).nullish(),
+    prediction: z.unknown().optional().meta(NULL_ONLY),
+  })
+  .meta({
+    allOf: [
+      { description: 'max_tokens or max_completion_tokens, not both', not: { required: ['max_tokens', 'max_completion_tokens'], properties: { max_tokens: notNull, max_completion_tokens: notNull } } },
+      onlyWithTools('tool_choice'),
+      onlyWithTools('parallel_tool_calls'),
+      {
+        description: 'stream_options only with stream: true',
+        anyOf: [{ not: { required: ['stream_options'], properties: { stream_options: { type: 'object' } } } }, { required: ['stream'], properties: { stream: { const: true } } }],
+      },
+    ],
   })
   .transform((r, ctx) => {
     const refuse = (param: string, message: string) => ctx.addIssue({ code: 'custom', path: param.split('.').map((p) => (/^\d+$/.test(p) ? Number(p) : p)), message });

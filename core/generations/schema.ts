@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { idempotencyKeySchema } from '../idempotency.ts';
+import { jsonRecord } from '../json-record.ts';
 
 /** The most a call may wait for its job to end (REST: `Prefer: wait=N`). */
 export const MAX_WAIT_SECONDS = 60;
@@ -7,8 +8,8 @@ export const MAX_WAIT_SECONDS = 60;
 export const generationRequestSchema = z.object({
   model: z.string().min(1).max(200),
   prompt: z.string().max(20_000).default(''),
-  settings: z.record(z.string(), z.unknown()).default({}),
-  inputs: z.record(z.string(), z.unknown()).default({}),
+  settings: jsonRecord(z.unknown()).default({}),
+  inputs: jsonRecord(z.unknown()).default({}),
   /** Called with the job when it ends (docs/generations.md#webhooks). */
   webhook_url: z.string().max(2000).optional(),
 });

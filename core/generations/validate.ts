@@ -11,12 +11,12 @@ import type { UrlGuard } from '../ports.ts';
 export function validateSettings(model: MediaModel, settings: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const key of Object.keys(settings)) {
-    if (!(key in model.settings)) {
+    if (!Object.hasOwn(model.settings, key)) {
       throw invalid(`settings.${key}`, `Unknown setting 'settings.${key}' for '${model.id}'. Known settings: ${Object.keys(model.settings).join(', ') || 'none'}.`, 'unknown_setting');
     }
   }
   for (const [key, spec] of Object.entries(model.settings)) {
-    const value = key in settings ? settings[key] : spec.default;
+    const value = Object.hasOwn(settings, key) ? settings[key] : spec.default;
     if (value === undefined) continue;
     const problem = settingProblem(spec, value) ?? deadlineProblem(model, spec, value as number);
     if (problem) throw invalid(`settings.${key}`, `Invalid value for 'settings.${key}': ${problem}.`);
@@ -88,12 +88,12 @@ export async function validateInputs(
 ): Promise<Record<string, string | string[]>> {
   const out: Record<string, string | string[]> = {};
   for (const key of Object.keys(inputs)) {
-    if (!(key in model.inputs)) {
+    if (!Object.hasOwn(model.inputs, key)) {
       throw invalid(`inputs.${key}`, `Unknown input 'inputs.${key}' for '${model.id}'. Known inputs: ${Object.keys(model.inputs).join(', ') || 'none'}.`, 'unknown_input');
     }
   }
   for (const [key, spec] of Object.entries(model.inputs)) {
-    const value = inputs[key];
+    const value = Object.hasOwn(inputs, key) ? inputs[key] : undefined;
     if (value === undefined || value === null) {
       if (spec.required) throw invalid(`inputs.${key}`, `Missing required input 'inputs.${key}'.`, 'missing_field');
       continue;

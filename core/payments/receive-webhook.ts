@@ -37,7 +37,7 @@ export async function receivePaymentWebhook(
   em: EntityManager,
   input: z.output<typeof webhookInput>,
 ): Promise<WebhookReceipt> {
-  const provider = paymentProvider(deps);
+  const provider = paymentProvider(deps, { for: 'webhook' });
   let event: PaymentEvent;
   try {
     event = await provider.verifyWebhook(input.body, input.signature, deps.clock(), deps.config.payments.webhookToleranceSeconds);

@@ -3,10 +3,16 @@ import type { CoreDeps } from '../context.ts';
 import { CoreError } from '../errors.ts';
 import { PaymentProviderError, type PaymentProvider } from '../ports.ts';
 
-/** The payment provider, or the error every payment use case answers while payments are off (no STRIPE_SECRET_KEY). */
-export function paymentProvider(deps: Pick<CoreDeps, 'payments'>): PaymentProvider {
+/**
+ * The payment provider, or the error every payment use case answers while payments are off (no
+ * STRIPE_SECRET_KEY). For a customer's request (checkout, subscription, portal, auto top-up) that
+ * is the operator's choice not to sell by card, not a failure of the server: a refusal (403). For
+ * Stripe's webhook (`for: 'webhook'`) it is a server not yet set up for events Stripe already
+ * sends: unavailable (503), which Stripe retries until the keys are set.
+ */
+export function paymentProvider(deps: Pick<CoreDeps, 'payments'>, opts: { for?: 'customer' | 'webhook' } = {}): PaymentProvider {
   if (deps.payments) return deps.payments;
-  throw new CoreError('unavailable', 'Payments are not set up on this server: coins can only be added by its operator.', { reason: 'payments_not_configured' });
+  throw new CoreError(opts.for === 'webhook' ? 'unavailable' : 'forbidden', 'Payments are not set up on this server: coins can only be added by its operator.', { reason: 'payments_not_configured' });
 }
 
 /** A failure of the payment provider as core's error; the provider's own words go to the log, not to the customer. */

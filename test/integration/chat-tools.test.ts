@@ -382,6 +382,9 @@ describe('limits and hostile input: a clear 400 naming the param, nothing reserv
     ['two tools of one name', { tools: [fn('f', { type: 'object' }), fn('f', { type: 'object' })] }, 'tools.1.function.name', /earlier tool/],
     ['tool_choice naming no tool', { tools: [fn('f', { type: 'object' })], tool_choice: { type: 'function', function: { name: 'g' } } }, 'tool_choice.function.name', /names no tool/],
     ['tool_choice without tools', { tool_choice: 'auto' }, 'tool_choice', /only allowed when tools/],
+    ['a tool schema whose $ref names itself', { tools: [fn('loop', { type: 'object', properties: { a: { $ref: '#/properties/a' } } })] }, 'tools.0.function.parameters', /refers back to itself through \$ref .*#\/properties\/a → #\/properties\/a/],
+    ['two definitions that name each other', { tools: [fn('loop', { $ref: '#/definitions/a', definitions: { a: { $ref: '#/definitions/b' }, b: { $ref: '#/definitions/a' } } })] }, 'tools.0.function.parameters', /refers back to itself through \$ref/],
+    ['a response_format schema no value satisfies (the demo model answered 502)', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { n: { type: 'integer', minimum: 10, maximum: 1 } }, required: ['n'] } } } }, 'response_format.json_schema.schema', /no value can satisfy this schema .*required property "n"/],
     ['tool_calls on a user message', { messages: [{ role: 'user', content: 'x', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{}' } }] }] }, 'messages.0.tool_calls', /only allowed on assistant/],
   ];
 

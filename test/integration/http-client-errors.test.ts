@@ -1,3 +1,4 @@
+import http from 'node:http';
 import net from 'node:net';
 import express from 'express';
 import type { MikroORM } from '@mikro-orm/postgresql';
@@ -114,6 +115,70 @@ describe('requests the HTTP parser cannot read', () => {
       socket.on('close', () => resolve());
     });
     expect((await getJson(`http://127.0.0.1:${server.port}/healthz`)).status).toBe(200);
+  });
+});
+
+describe('a body over the limit, on a kept-alive connection', () => {
+  /**
+   * Sends a body larger than the route's limit with Content-Length over a kept-alive connection,
+   * as the Python SDK's httpx does: the server must read the body to its end (or close the
+   * connection), or the client stays blocked writing it and never reads the 413. Then a second
+   * request on the same connection.
+   */
+  async function overLimit(path: string, bytes: number, extra: Record<string, string>, chunked: boolean) {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const body = Buffer.alloc(bytes, 'A');
+      body.write('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"upload_file","arguments":{"filename":"x","content":"');
+      const first = await new Promise<{ status: number; body: string; sent: boolean }>((resolve, reject) => {
+        let sent = false;
+        const req = http.request(`http://127.0.0.1:${server.port}${path}`, {
+          agent,
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...extra, ...(chunked ? {} : { 'content-length': String(body.length) }) },
+        });
+        req.on('error', reject);
+        req.on('response', (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            // The client finishes writing its body before it reads the next answer: wait for it, as httpx does.
+            const done = () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks).toString(), sent });
+            if (req.writableFinished) done();
+            else req.once('finish', done);
+          });
+        });
+        // Chunked: no Content-Length, so the limit is found while reading.
+        if (chunked) for (let at = 0; at < body.length - 1024 * 1024; at += 1024 * 1024) req.write(body.subarray(at, at + 1024 * 1024));
+        req.end(chunked ? body.subarray(Math.floor((body.length - 1) / (1024 * 1024)) * 1024 * 1024) : body, () => {
+          sent = true;
+        });
+      });
+      const second = await new Promise<{ status: number; reused: boolean }>((resolve, reject) => {
+        const req = http.get(`http://127.0.0.1:${server.port}/api/v1/balance`, { agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
+          res.resume();
+          res.on('end', () => resolve({ status: res.statusCode!, reused: req.reusedSocket }));
+        });
+        req.on('error', reject);
+      });
+      return { first, second };
+    } finally {
+      agent.destroy();
+    }
+  }
+
+  const mcp = { accept: 'application/json, text/event-stream' };
+  const modern = { ...mcp, 'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 'upload_file' };
+  it.each([
+    ['REST', '/api/v1/chat/completions', 5 * 1024 * 1024, { accept: 'application/json' }, false],
+    ['MCP (2025 revisions)', '/api/v1/mcp', 17 * 1024 * 1024, mcp, false],
+    ['MCP (2025 revisions), chunked', '/api/v1/mcp', 17 * 1024 * 1024, mcp, true],
+    ['MCP (2026-07-28)', '/api/v1/mcp', 17 * 1024 * 1024, modern, false],
+  ])('%s reads the whole body, answers 413, and serves the next request on the same connection', { timeout: 10_000 }, async (_surface, path, bytes, extra, chunked) => {
+    const { first, second } = await overLimit(path, bytes, extra, chunked);
+    expect(first.status, first.body).toBe(413);
+    expect(first.sent).toBe(true);
+    expect(second).toEqual({ status: 200, reused: true });
   });
 });
 

@@ -2,7 +2,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { runCli, type CliConnection } from '../../adapters/cli/mas.ts';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createContext } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
@@ -276,5 +277,35 @@ describe('GET /api/v1/key and validation', () => {
       .then(() => undefined, (e: unknown) => toCoreError(e));
     expect(err).toMatchObject({ code: 'invalid_request', param });
     expect((await operator().keys.list({ account: account.id })).data).toHaveLength(0);
+  });
+});
+
+describe('mas key create', () => {
+  it('makes a key with the limits its usage names: --spend-limit-coins, --spend-limit-period, --expires-at, --allowed-models', async () => {
+    const account = await makeAccount(orm);
+    const connection: CliConnection = { core: operator(), readCatalogFile: () => Promise.resolve({}), publicBaseUrl: 'https://mas.example.com', close: () => Promise.resolve() };
+    let out = '';
+    const write = vi.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => {
+      out += String(chunk);
+      return true;
+    });
+    try {
+      await runCli(
+        ['key', 'create', '--account', account.email, '--name', 'ci', '--spend-limit-coins', '12.5', '--spend-limit-period', 'monthly', '--expires-at', '2099-01-31', '--allowed-models', 'test/ok, test/image', '--json'],
+        () => Promise.resolve(connection),
+      );
+    } finally {
+      write.mockRestore();
+    }
+    const made = JSON.parse(out) as { id: string; key: string };
+    const [listed] = (await operator().keys.list({ account: account.id })).data;
+    expect(listed).toMatchObject({
+      id: made.id,
+      name: 'ci',
+      spend_limit_coins: 12.5,
+      spend_limit_period: 'monthly',
+      expires_at: '2099-01-31T23:59:59.999Z',
+      allowed_models: ['test/image', 'test/ok'],
+    });
   });
 });

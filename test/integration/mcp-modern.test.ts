@@ -156,6 +156,9 @@ describe('MCP 2026-07-28: what is not offered, and the limits', () => {
     // One origin, PUBLIC_BASE_URL's (the harness's is http://localhost).
     expect(view._meta?.ui?.csp?.resourceDomains).toEqual(['http://localhost']);
     await expect(client.readResource({ uri: 'ui://model-access-service/nothing.html' })).rejects.toThrow(/Resource not found/);
+    // 2026-07-28 answers an unknown resource with invalid params (-32602) naming the uri, not 2025's -32002 (docs/mcp.md).
+    const code = await client.readResource({ uri: 'ui://model-access-service/nothing.html' }).then(() => undefined, (err: { code?: number; data?: unknown }) => ({ code: err.code, data: err.data }));
+    expect(code).toEqual({ code: -32602, data: { uri: 'ui://model-access-service/nothing.html' } });
     const { tools } = await client.listTools();
     const generate = tools.find((t) => t.name === 'generate') as Record<string, unknown>;
     expect(generate._meta).toMatchObject({ ui: { resourceUri: RESULT_VIEW_URI } });

@@ -292,6 +292,7 @@ describe('OpenAPI document and server agree on requests', () => {
     path: '/chat/completions',
     body: { model: 'nobody/none', messages: [{ role: 'user', content: 'hi' }], ...extra },
   });
+  const job = (body: Record<string, unknown>): Sample => ({ method: 'post', template: '/generations', path: '/generations', body: { prompt: 'a test', ...body } });
   const byId = (method: 'get' | 'post', template: string, id: string): Sample => ({ method, template, path: template.replace('{id}', id), params: { id } });
   const multipart = (parts: { name: string; filename?: string; data: string }[]): Sample => {
     const boundary = 'mas-doc-boundary';
@@ -346,6 +347,25 @@ describe('OpenAPI document and server agree on requests', () => {
     ['a seed past the safe integers', chat({ seed: 2 ** 60 })],
     ['a file part and another part with a control character in its name', multipart([{ name: 'file', filename: 'a.txt', data: 'x' }, { name: 'a\x13', data: 'y' }])],
     ['a file part without a filename', multipart([{ name: 'file', data: 'plain' }])],
+    // The rules the issue-45 testers found missing from the document: each stated, from the server's own schemas.
+    ['a message without content', chat({ messages: [{ role: 'user' }] })],
+    ['a message with content null', chat({ messages: [{ role: 'user', content: null }] })],
+    ['an assistant message with tool_calls and no content', chat({ messages: [{ role: 'user', content: 'x' }, { role: 'assistant', tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: '{}' } }] }, { role: 'tool', tool_call_id: 'c1', content: 'ok' }] })],
+    ['a tool message without tool_call_id', chat({ messages: [{ role: 'tool', content: 'x' }] })],
+    ['tool_choice without tools', chat({ tool_choice: 'auto' })],
+    ['parallel_tool_calls without tools', chat({ parallel_tool_calls: false })],
+    ['tool_choice with tools', chat({ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' })],
+    ['a response with tool_choice and no tools', { method: 'post', template: '/responses', path: '/responses', body: { model: 'nobody/none', input: 'hi', tool_choice: 'auto' } }],
+    ['a job on a media model with its settings', job({ model: 'mas/image-demo', settings: { size: 128 } })],
+    ['a job with a setting its model lacks', job({ model: 'mas/image-demo', settings: { colour: 'red' } })],
+    ['a job with a setting out of its options', job({ model: 'mas/image-demo', settings: { size: 300 } })],
+    ['a job with the setting "constructor"', job({ model: 'mas/image-demo', settings: { constructor: 1 } })],
+    ['a job with the setting "__proto__"', job({ model: 'mas/image-demo', settings: JSON.parse('{"__proto__":{"size":512}}') })],
+    ['a job with an input its model lacks', job({ model: 'mas/image-demo', inputs: { mask: 'file_x' } })],
+    ['a job on a text model', job({ model: 'mas/echo' })],
+    ['a top-up under the minimum', { method: 'post', template: '/credits/checkout', path: '/credits/checkout', body: { amount_usd: 1 } }],
+    ['a top-up over the maximum', { method: 'post', template: '/credits/checkout', path: '/credits/checkout', body: { amount_usd: 20_000 } }],
+    ['a top-up within the bounds', { method: 'post', template: '/credits/checkout', path: '/credits/checkout', body: { amount_usd: 20.5 } }],
   ];
 
   it.each(samples)('%s', async (_name, sample) => {

@@ -143,11 +143,12 @@ describe('POST /api/v1/credits/subscription', () => {
     expect(recorder.requests).toHaveLength(0);
   });
 
-  it('answers 503 payments_not_configured with payments off, writing nothing', async () => {
+  it('answers 403 payments_not_configured with payments off (a refusal, not a server error), writing nothing', async () => {
     const account = await makeAccount(orm);
     const key = (await makeKey(orm, account.id)).key;
     const res = await post(off.base, '/credits/subscription', key, { plan: 'Starter' });
-    expect(res.status).toBe(503);
+    expect(res.status).toBe(403);
+    expect(res.body.error.type).toBe('permission_error');
     expect(res.body.error.code).toBe('payments_not_configured');
     expect(await written(account.id)).toEqual({ ledger: 0, payments: 0, subscriptions: 0 });
   });

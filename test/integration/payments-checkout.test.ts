@@ -118,12 +118,12 @@ describe('POST /api/v1/credits/checkout', () => {
 });
 
 describe('payments off (no STRIPE_SECRET_KEY)', () => {
-  it('answers the checkout and the webhook with 503 payments_not_configured, writing nothing; the rest of the API works as before', async () => {
+  it('refuses the checkout with 403 payments_not_configured (the operator chose not to sell by card: not a server error), answers the webhook 503 for Stripe to retry, writes nothing; the rest of the API works as before', async () => {
     const account = await makeAccount(orm, { coins: '3' });
     const key = (await makeKey(orm, account.id)).key;
     const res = await checkout(off.base, key, { amount_usd: 20 });
-    expect(res.status).toBe(503);
-    expect(res.body).toEqual({ error: { type: 'server_error', param: null, code: 'payments_not_configured', message: 'Payments are not set up on this server: coins can only be added by its operator.' } });
+    expect(res.status).toBe(403);
+    expect(res.body).toEqual({ error: { type: 'permission_error', param: null, code: 'payments_not_configured', message: 'Payments are not set up on this server: coins can only be added by its operator.' } });
     const hook = await getJson(`${off.base}/webhooks/stripe`, { method: 'POST', headers: { 'content-type': 'application/json', 'stripe-signature': 't=1,v1=x' }, body: '{}' });
     expect(hook.status).toBe(503);
     expect(hook.body.error.code).toBe('payments_not_configured');

@@ -43,6 +43,8 @@ export async function startJobHarness(
     publicBaseUrlIsServed?: boolean;
     /** PUBLIC_BASE_URL is not set: its default, http://localhost:<the served port> (loopback OAuth, docs/oauth.md). */
     publicBaseUrlIsDefault?: boolean;
+    /** How long MCP `generate` waits without a progressToken (MCP_GENERATE_QUIET_WAIT_SECONDS; 50 s by default). */
+    mcpGenerateQuietWaitSeconds?: number;
   } = {},
 ): Promise<JobHarness> {
   // The port is taken first, so that PUBLIC_BASE_URL can name it; the app answers once it exists.
@@ -71,7 +73,7 @@ export async function startJobHarness(
     opts.worker === false
       ? { done: Promise.resolve(), shutdown: async () => undefined }
       : await startTestWorker({ deps, taskQueue });
-  server.on('request', createTestApp({ deps, logger: silentLogger, publicBaseUrl }));
+  server.on('request', createTestApp({ deps, logger: silentLogger, publicBaseUrl, mcpGenerateQuietWaitSeconds: opts.mcpGenerateQuietWaitSeconds }));
   return {
     orm,
     deps,

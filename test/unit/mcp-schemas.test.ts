@@ -47,6 +47,15 @@ describe('MCP tool schemas are strict-client clean', () => {
   });
 });
 
+describe('MCP tool arguments are described', () => {
+  // Agents choose arguments from their descriptions: an argument without one is guessed at.
+  it.each(DEFINITIONS.map((d) => [d.name, d] as const))('%s: every argument has a description', (_name, d) => {
+    const properties = (d.inputSchema.properties ?? {}) as Record<string, { description?: unknown }>;
+    const undescribed = Object.entries(properties).filter(([, p]) => typeof p.description !== 'string' || p.description.trim().length < 10).map(([name]) => name);
+    expect(undescribed).toEqual([]);
+  });
+});
+
 describe('portableSchema', () => {
   it('writes an open additionalProperties as true, and only when it accepts anything', () => {
     expect(portableSchema({ type: 'object', additionalProperties: {} })).toEqual({ type: 'object', additionalProperties: true });

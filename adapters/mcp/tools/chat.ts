@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { chatMessageSchema, responseFormatSchema, toolChoiceSchema, toolsSchema } from '../../../core/chat/schema.ts';
+import { chatMessageSchema, onlyWithTools, responseFormatSchema, toolChoiceSchema, toolsSchema } from '../../../core/chat/schema.ts';
 import { chatUsageSchema, toolCallView } from '../../../core/chat/views.ts';
 import { coinsSchema } from '../../../core/views.ts';
 import { defineTool } from '../tool.ts';
@@ -24,10 +24,19 @@ export const chat = defineTool({
       temperature: z.number().min(0).max(2).optional().describe('Sampling temperature, 0 to 2.'),
       top_p: z.number().min(0).max(1).optional().describe('Nucleus sampling, 0 to 1.'),
       tools: toolsSchema.optional().describe('Functions the model may call, as in POST /chat/completions (at most 128).'),
-      tool_choice: toolChoiceSchema.optional(),
-      parallel_tool_calls: z.boolean().optional(),
+      tool_choice: toolChoiceSchema
+        .optional()
+        .describe(
+          'Only with `tools`: "auto" (the model decides; the default), "none" (no call), "required" (at least one call), or {"type":"function","function":{"name":"…"}} to force that tool. Without `tools` it is refused.',
+        ),
+      parallel_tool_calls: z
+        .boolean()
+        .optional()
+        .describe('Only with `tools`: false lets the model call at most one tool per answer; true (the default) lets it call several at once. Without `tools` it is refused.'),
       response_format: responseFormatSchema.optional().describe('{"type":"json_object"} or {"type":"json_schema","json_schema":{name,schema}}: the answer is JSON.'),
     })
+    // Core's rules for these arguments (core/chat/schema.ts), and this tool's own choice of messages or prompt, as JSON Schema in tools/list.
+    .meta({ allOf: [onlyWithTools('tool_choice'), onlyWithTools('parallel_tool_calls'), { description: 'messages or prompt, not both', oneOf: [{ required: ['messages'] }, { required: ['prompt'] }] }] })
     .refine((a) => (a.messages === undefined) !== (a.prompt === undefined), { path: ['messages'], message: 'give messages or prompt, not both and not neither' }),
   output: z.object({
     id: z.string().describe('The chat completion id; the wallet history names it'),

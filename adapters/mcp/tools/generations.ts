@@ -1,6 +1,7 @@
 import type { ContentBlock } from '@modelcontextprotocol/sdk/types.js';
 import { z } from 'zod';
 import { invalid } from '../../../core/errors.ts';
+import { jsonRecord } from '../../../core/json-record.ts';
 import { generationListSchema } from '../../../core/generations/list-generations.ts';
 import { generationSchema, type GenerationView } from '../../../core/generations/views.ts';
 import { RESULT_VIEW_URI } from '../apps/index.ts';
@@ -29,7 +30,10 @@ export function describe(g: GenerationView, waited?: number): { text: string; co
   if (g.status === 'failed') return { text: `Job ${g.id} failed: ${g.error?.message ?? 'unknown error'} (${g.error?.code ?? 'failed'}). Its ${g.price_coins} coins were refunded in full.`, content: [] };
   if (g.status === 'canceled') return { text: `Job ${g.id} was canceled and refunded in full.`, content: [] };
   const after = waited === undefined ? '' : ` after ${waited} s`;
-  return { text: `Job ${g.id} is ${g.status}${after}. Call get_generation with id "${g.id}" later for its result. Its price, ${g.price_coins} coins, is reserved and refunded in full if it fails.`, content: [] };
+  return {
+    text: `Job ${g.id} is ${g.status}${after}; it keeps running. Call get_generation with id "${g.id}" later for its result (list_generations lists it too). Its price, ${g.price_coins} coins, is reserved and refunded in full if it fails.`,
+    content: [],
+  };
 }
 
 /** Seconds since the job was accepted (its `created_at`), never below 0 whatever the clocks say. */
@@ -39,7 +43,8 @@ export const generate = defineTool({
   name: 'generate',
   title: 'Generate an image, video, audio or 3D model',
   description:
-    'Starts a media job on an image, video, audio or 3D model and waits for it, by default up to about 100 seconds, ' +
+    'Starts a media job on an image, video, audio or 3D model and waits for it, up to about 100 seconds when the call carries a progressToken ' +
+    'and about 50 seconds when it does not (clients give up on a call after 60 s without progress), ' +
     'then returns the result as a link (valid one hour). A job still running then is returned with its id: call get_generation later. ' +
     "The price of the chosen settings is reserved when the job starts and charged when it succeeds; a failed job is refunded in full. " +
     'While it waits, the tool sends progress notifications every 10 s when the call carries a progressToken (the job\'s status and elapsed seconds; ' +
@@ -51,12 +56,16 @@ export const generate = defineTool({
   input: z.object({
     model: z.string().min(1).max(200).describe('A media model id from list_models, e.g. "mas/image-demo".'),
     prompt: z.string().max(20_000).optional().describe('What to make.'),
-    settings: z.record(z.string(), z.unknown()).optional().describe("The model's settings (see get_model), e.g. {\"size\": 512}; left-out settings take their defaults."),
-    inputs: z
-      .record(z.string(), z.union([z.string(), z.array(z.string())]))
+    settings: jsonRecord(z.unknown()).optional().describe("The model's settings (see get_model), e.g. {\"size\": 512}; left-out settings take their defaults."),
+    inputs: jsonRecord(z.union([z.string(), z.array(z.string())]))
       .optional()
       .describe("The model's file inputs (see get_model): a public URL or a file id from upload_file, e.g. {\"reference_image\": \"file_…\"}."),
-    wait_seconds: z.number().int().min(0).optional().describe('How long to wait for the result, from 0 (return at once) to the server\'s maximum (about 100 s, the default).'),
+    wait_seconds: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe("How long to wait for the result, from 0 (return at once) to the server's maximum (about 100 s, the default); without a progressToken, at most about 50 s."),
     idempotency_key: z
       .string()
       .min(1)
@@ -69,12 +78,13 @@ export const generate = defineTool({
   // A task (2025-11-25) is the job row itself: adapters/mcp/tasks.ts.
   execution: { taskSupport: 'optional' },
   ui: RESULT_VIEW_URI,
-  async run(args, { core, signal, progress, generateWaitSeconds }) {
+  async run(args, { core, signal, progress, generateWaitSeconds, maxWaitSeconds }) {
     const { wait_seconds: wanted, ...request } = args;
-    if (wanted !== undefined && wanted > generateWaitSeconds) {
-      throw invalid('wait_seconds', `Invalid value for 'wait_seconds': at most ${generateWaitSeconds} seconds on this server.`);
+    if (wanted !== undefined && wanted > maxWaitSeconds) {
+      throw invalid('wait_seconds', `Invalid value for 'wait_seconds': at most ${maxWaitSeconds} seconds on this server.`);
     }
-    const wait = wanted ?? generateWaitSeconds;
+    // Without a progressToken the call's wait is shorter (the client's 60 s timeout is never reset): the running job comes back instead.
+    const wait = Math.min(wanted ?? generateWaitSeconds, generateWaitSeconds);
     const created = await core.generations.create(request);
     let job = created.generation;
     const started = Date.now();

@@ -1,20 +1,32 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import express, { Router } from 'express';
-import { buildOpenApiDocument } from '../openapi.ts';
+import type { CoreDeps } from '../../../core/context.ts';
+import type { DocumentedModel } from '../../../core/generations/request-document.ts';
+import { publicCaller } from '../caller.ts';
+import { buildOpenApiDocument, type DocumentedConfig } from '../openapi.ts';
 import { route } from './route.ts';
 
 const require = createRequire(import.meta.url);
 /** swagger-ui-dist's static files, served from node_modules: no CDN. */
 const SWAGGER_UI = path.dirname(require.resolve('swagger-ui-dist/package.json'));
 
-/** Public: the OpenAPI document and a readable reference page of it. */
-export function docsRoutes(publicBaseUrl: string): Router {
+/**
+ * Public: the OpenAPI document and a readable reference page of it. The document states the
+ * catalog's media models (their settings and inputs), so it is made from the catalog as it is
+ * now, and made again only when that changes.
+ */
+export function docsRoutes(deps: CoreDeps, publicBaseUrl: string, config: DocumentedConfig): Router {
   const router = Router();
-  const document = buildOpenApiDocument(publicBaseUrl);
+  let made: { catalog: string; document: object } | undefined;
   route(router, '/openapi.json', {
-    get: (_req, res) => {
-      res.json(document);
+    get: async (req, res) => {
+      const { data } = await publicCaller(deps, req).models.catalog({});
+      // Media models are the ones with a deadline (text models have a context window instead).
+      const media = data.flatMap((m) => ('deadline_seconds' in m ? [{ id: m.id, settings: m.settings, inputs: m.inputs, deadline_seconds: m.deadline_seconds } as DocumentedModel & { id: string }] : []));
+      const catalog = JSON.stringify(media);
+      if (made?.catalog !== catalog) made = { catalog, document: buildOpenApiDocument(publicBaseUrl, config, media) };
+      res.json(made.document);
     },
   });
   route(router, '/docs', {

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { jsonRecord } from '../../json-record.ts';
 import { modelViewSchema } from '../../catalog/views.ts';
 import { MODEL_TYPES } from '../../catalog/schema.ts';
 import { isoTimeSchema } from '../../views.ts';
@@ -12,7 +13,7 @@ import { reasonSchema } from '../audit.ts';
 const modelId = z.string().min(1).max(200);
 /** Optional for models: a change to the catalog is rarely about one customer. */
 const reason = reasonSchema.optional();
-const entry = z.record(z.string(), z.unknown());
+const entry = jsonRecord(z.unknown());
 
 export const modelRefInput = z.object({ id: modelId, reason });
 
