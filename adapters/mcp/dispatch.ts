@@ -86,6 +86,8 @@ export interface CallContext {
   generateWaitSeconds: number;
   /** The most `wait_seconds` may ask for (MCP_GENERATE_WAIT_SECONDS). */
   maxWaitSeconds: number;
+  /** How often `generate` sends progress while it waits. */
+  progressEverySeconds: number;
 }
 
 /**
@@ -111,7 +113,7 @@ export async function callTool(name: string, args: Record<string, unknown> | und
   const tool = BY_NAME.get(name);
   if (!tool) throw protocolError(ErrorCode.InvalidParams, `Unknown tool: ${name}. tools/list names the tools.`);
   try {
-    const result = await tool.run(toolArguments(tool, args), { core: ctx.core(ctx.signal), signal: ctx.signal, progress: ctx.progress, generateWaitSeconds: ctx.generateWaitSeconds, maxWaitSeconds: ctx.maxWaitSeconds });
+    const result = await tool.run(toolArguments(tool, args), { core: ctx.core(ctx.signal), signal: ctx.signal, progress: ctx.progress, generateWaitSeconds: ctx.generateWaitSeconds, maxWaitSeconds: ctx.maxWaitSeconds, progressEverySeconds: ctx.progressEverySeconds });
     return answer(result);
   } catch (err) {
     const core = toCoreError(err);

@@ -28,6 +28,8 @@ export interface McpOptions {
    * the MCP Inspector), so the running job is returned before that.
    */
   generateQuietWaitSeconds?: number | undefined;
+  /** How often `generate` sends progress while it waits (10 s; the tests pass 1 s, so that a job of theirs takes seconds). */
+  progressEverySeconds?: number | undefined;
   /** Host names (no port) besides PUBLIC_BASE_URL's and the loopback names that may reach MCP (MCP_ALLOWED_HOSTS). */
   allowedHosts?: string[] | undefined;
 }
@@ -42,6 +44,8 @@ export const MCP_MAX_BODY_BYTES = 16 * 1024 * 1024;
 
 /** MCP_GENERATE_QUIET_WAIT_SECONDS's default: under the 60 s timeout of the TypeScript SDK and the MCP Inspector. */
 export const DEFAULT_QUIET_WAIT_SECONDS = 50;
+/** How often `generate` sends progress while it waits: many clients give up after 60 s without it. */
+export const DEFAULT_PROGRESS_EVERY_SECONDS = 10;
 
 /**
  * The MCP server (SPEC part 4): Streamable HTTP at /api/v1/mcp with `Authorization: Bearer
@@ -85,7 +89,7 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
       sendErrorBody(res, status, { message, type, param: null, code });
       return;
     }
-    const options: McpServerOptions = { core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, generateQuietWaitSeconds: opts.generateQuietWaitSeconds ?? DEFAULT_QUIET_WAIT_SECONDS, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl };
+    const options: McpServerOptions = { core: (signal) => core(signal), logger: req.log ?? opts.logger, version: opts.version, generateWaitSeconds: opts.generateWaitSeconds, generateQuietWaitSeconds: opts.generateQuietWaitSeconds ?? DEFAULT_QUIET_WAIT_SECONDS, progressEverySeconds: opts.progressEverySeconds ?? DEFAULT_PROGRESS_EVERY_SECONDS, resultRetentionSeconds: deps.config.resultRetentionSeconds, publicBaseUrl: opts.publicBaseUrl };
     const { request, release } = toWebRequest(req, res);
     // Once the SDK has its answer, what it left of the body is read and dropped (web.ts), as
     // REST's parser does: a body over the limit gets its 413 on a connection that stays usable.

@@ -43,6 +43,7 @@ export function createModernServer(opts: McpServerOptions): Server {
       logger: opts.logger,
       generateWaitSeconds: token === undefined ? Math.min(opts.generateWaitSeconds, opts.generateQuietWaitSeconds) : opts.generateWaitSeconds,
       maxWaitSeconds: opts.generateWaitSeconds,
+      progressEverySeconds: opts.progressEverySeconds,
     });
     // The SDK's one projection of a tool result for the served revision (its text fallback rules).
     return server.projectCallToolResult(result as Parameters<Server['projectCallToolResult']>[0], OUTPUT_SCHEMAS.get(request.params.name));

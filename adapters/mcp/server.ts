@@ -16,6 +16,8 @@ export interface McpServerOptions {
   generateWaitSeconds: number;
   /** How long `generate` waits when the call carries no progressToken (mcp.ts). */
   generateQuietWaitSeconds: number;
+  /** How often `generate` sends progress while it waits (mcp.ts). */
+  progressEverySeconds: number;
   /** How long a job's result is kept (RESULT_RETENTION_SECONDS): a task's ttl (tasks.ts). */
   resultRetentionSeconds: number;
   /** PUBLIC_BASE_URL: the one origin the MCP Apps views' CSP allows (their result links). */
@@ -53,6 +55,7 @@ export function createMcpServer(opts: McpServerOptions): Server {
       logger: opts.logger,
       generateWaitSeconds: token === undefined ? Math.min(opts.generateWaitSeconds, opts.generateQuietWaitSeconds) : opts.generateWaitSeconds,
       maxWaitSeconds: opts.generateWaitSeconds,
+      progressEverySeconds: opts.progressEverySeconds,
     });
   });
   return server;

@@ -20,6 +20,8 @@ export interface ToolContext {
   generateWaitSeconds: number;
   /** The most `wait_seconds` may ask for (MCP_GENERATE_WAIT_SECONDS). */
   maxWaitSeconds: number;
+  /** How often `generate` sends progress while it waits (10 s; shorter in tests). */
+  progressEverySeconds: number;
 }
 
 /** What a handler returns: the structured result (matching `output`), a short text, and more content if any. */

@@ -14,7 +14,8 @@ import { expectSettledWallet } from '../support/ledger.ts';
 /** The MCP server through the official SDK client over Streamable HTTP, on real PostgreSQL and Temporal. */
 let h: JobHarness;
 beforeAll(async () => {
-  h = await startJobHarness();
+  // Progress every second rather than every 10 s: a job of a few seconds shows several ticks.
+  h = await startJobHarness({ mcpProgressEverySeconds: 1 });
 });
 afterAll(() => h.close());
 
@@ -136,15 +137,15 @@ describe('MCP server', () => {
     const { key } = await funded();
     const client = await connect(key);
     const notes: { progress: number; total?: number; message?: string }[] = [];
-    const result = (await client.callTool({ name: 'generate', arguments: { model: 'mas/image-demo', settings: { delay_ms: 11_500, size: 128 }, wait_seconds: 30 } }, undefined, {
+    const result = (await client.callTool({ name: 'generate', arguments: { model: 'mas/image-demo', settings: { delay_ms: 2_500, size: 128 }, wait_seconds: 30 } }, undefined, {
       onprogress: (p) => notes.push(p),
       timeout: 60_000,
     })) as CallToolResult;
     const job = result.structuredContent as { id: string; status: string };
     expect(job.status).toBe('succeeded');
-    // One when the job is accepted, one after each 10 s of waiting.
+    // One when the job is accepted, one after each second of waiting (10 s in production: mcpProgressEverySeconds).
     expect(notes.length).toBeGreaterThanOrEqual(2);
-    // A job of 11.5 s seen after one 10 s wait: some seconds old (how many depends on the machine's load).
+    // A job of 2.5 s seen after a wait: some seconds old (how many depends on the machine's load).
     expect(notes.at(-1)!.progress).toBeGreaterThan(0);
     // The first names the job and where to find it again if the call times out.
     expect(notes[0]!.message).toMatch(new RegExp(`^Job ${job.id} accepted \\((queued|running), \\d+ s elapsed\\)\\. If this call times out, call get_generation with id "${job.id}" or list_generations`));
@@ -160,7 +161,7 @@ describe('MCP server', () => {
     const { key } = await funded();
     const client = await connect(key);
     const notes: { progress: number; total?: number; message?: string }[] = [];
-    const result = (await client.callTool({ name: 'generate', arguments: { model: 'test/timed-image', settings: { delay_ms: 11_000 }, wait_seconds: 30 } }, undefined, {
+    const result = (await client.callTool({ name: 'generate', arguments: { model: 'test/timed-image', settings: { delay_ms: 2_500 }, wait_seconds: 30 } }, undefined, {
       onprogress: (p) => notes.push(p),
       timeout: 60_000,
     })) as CallToolResult;

@@ -16,7 +16,7 @@ import type { CoreDeps } from '../../core/context.ts';
 import { silentLogger, testDeps } from './db.ts';
 
 /** The HTTP app as the server composes it (config/service.ts), with the MCP and REST adapters mounted. */
-export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBaseUrl?: string; uploadSpoolDir?: string; mcpGenerateWaitSeconds?: number; mcpGenerateQuietWaitSeconds?: number }): Express {
+export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBaseUrl?: string; uploadSpoolDir?: string; mcpGenerateWaitSeconds?: number; mcpGenerateQuietWaitSeconds?: number; mcpProgressEverySeconds?: number }): Express {
   const logger = opts.logger ?? silentLogger;
   const kit = browserKit({ publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', secret: 'test-csrf-secret' });
   return createHttpApp({
@@ -24,7 +24,7 @@ export function createTestApp(opts: { deps: CoreDeps; logger?: Logger; publicBas
     logger,
     publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost',
     adapters: [
-      mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100, generateQuietWaitSeconds: opts.mcpGenerateQuietWaitSeconds }),
+      mcpAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, version: '0.0.0-test', generateWaitSeconds: opts.mcpGenerateWaitSeconds ?? 100, generateQuietWaitSeconds: opts.mcpGenerateQuietWaitSeconds, progressEverySeconds: opts.mcpProgressEverySeconds }),
       restAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', logger, uploadSpoolDir: opts.uploadSpoolDir }),
       webhooksAdapter(opts.deps, { logger }),
       oauthAdapter(opts.deps, { publicBaseUrl: opts.publicBaseUrl ?? 'http://localhost', windowLimiter: (w) => createLimiters({}).window(w) }),

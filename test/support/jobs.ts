@@ -45,6 +45,8 @@ export async function startJobHarness(
     publicBaseUrlIsDefault?: boolean;
     /** How long MCP `generate` waits without a progressToken (MCP_GENERATE_QUIET_WAIT_SECONDS; 50 s by default). */
     mcpGenerateQuietWaitSeconds?: number;
+    /** How often MCP `generate` sends progress (10 s in production): 1 s lets a test see ticks of a job that takes seconds. */
+    mcpProgressEverySeconds?: number;
   } = {},
 ): Promise<JobHarness> {
   // The port is taken first, so that PUBLIC_BASE_URL can name it; the app answers once it exists.
@@ -73,7 +75,7 @@ export async function startJobHarness(
     opts.worker === false
       ? { done: Promise.resolve(), shutdown: async () => undefined }
       : await startTestWorker({ deps, taskQueue });
-  server.on('request', createTestApp({ deps, logger: silentLogger, publicBaseUrl, mcpGenerateQuietWaitSeconds: opts.mcpGenerateQuietWaitSeconds }));
+  server.on('request', createTestApp({ deps, logger: silentLogger, publicBaseUrl, mcpGenerateQuietWaitSeconds: opts.mcpGenerateQuietWaitSeconds, mcpProgressEverySeconds: opts.mcpProgressEverySeconds }));
   return {
     orm,
     deps,

@@ -8,8 +8,6 @@ import { RESULT_VIEW_URI } from '../apps/index.ts';
 import { defineTool } from '../tool.ts';
 
 const ended = (g: GenerationView) => g.status !== 'queued' && g.status !== 'running';
-/** Progress is sent about this often while `generate` waits (many clients give up after 60 s without it). */
-const PROGRESS_EVERY_SECONDS = 10;
 
 /** The text and the result link of a job, as both tools (and tasks/result, tasks.ts) answer it. */
 export function describe(g: GenerationView, waited?: number): { text: string; content: ContentBlock[] } {
@@ -78,7 +76,7 @@ export const generate = defineTool({
   // A task (2025-11-25) is the job row itself: adapters/mcp/tasks.ts.
   execution: { taskSupport: 'optional' },
   ui: RESULT_VIEW_URI,
-  async run(args, { core, signal, progress, generateWaitSeconds, maxWaitSeconds }) {
+  async run(args, { core, signal, progress, generateWaitSeconds, maxWaitSeconds, progressEverySeconds }) {
     const { wait_seconds: wanted, ...request } = args;
     if (wanted !== undefined && wanted > maxWaitSeconds) {
       throw invalid('wait_seconds', `Invalid value for 'wait_seconds': at most ${maxWaitSeconds} seconds on this server.`);
@@ -92,7 +90,7 @@ export const generate = defineTool({
     const report = jobProgress(job.id, created.expected_seconds, progress);
     if (!ended(job) && wait > 0) await report.accepted(job);
     while (!ended(job) && !signal.aborted && waited() < wait) {
-      job = await core.generations.wait({ id: job.id, seconds: Math.min(PROGRESS_EVERY_SECONDS, wait - waited()) });
+      job = await core.generations.wait({ id: job.id, seconds: Math.min(progressEverySeconds, wait - waited()) });
       if (!ended(job)) await report.update(job);
     }
     const shown = describe(job, ended(job) ? undefined : waited());
