@@ -3,9 +3,10 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Stripe from 'stripe';
-import { Client, Connection, WorkflowNotFoundError } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import type { MikroORM } from '@mikro-orm/postgresql';
-import { afterAll, beforeAll, describe, expect, inject, it, vi } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { RunningStripeMock } from '../../adapters/embedded/stripe-mock.ts';
 import { temporalAutoTopUps, temporalGenerationStarter } from '../../config/temporal.ts';
 import { createContext, type CoreDeps } from '../../core/context.ts';
@@ -20,11 +21,12 @@ import { csrfOf, signUpPerson, type Person } from '../support/cookie-browser.ts'
 import { makeKey, openTestOrm, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson, serve } from '../support/http.ts';
 import { startTestStripeMock } from '../support/stripe-mock.ts';
+import { startTimeSkipping } from '../support/temporal-test-server.ts';
 
 /**
  * Auto top-up end to end: the pages turn it on through a Checkout that saves the card; a chat's
- * settle under the threshold starts the real auto top-up workflow on the Temporal dev server
- * and a real worker, which charges the card off-session at Stripe (stripe-mock, behind a proxy
+ * settle under the threshold starts the real auto top-up workflow on Temporal's time-skipping
+ * test server and a real worker, which charges the card off-session at Stripe (stripe-mock, behind a proxy
  * that records each request and plays the answers stripe-mock cannot: a succeeded payment, a
  * decline, a bank asking for the customer, a Stripe outage); the signed webhook credits it
  * once. One charge per account at a time, at most AUTO_TOPUP_MAX_PER_DAY (2 here) a day.
@@ -53,7 +55,7 @@ const intentsByKey = new Map<string, string>();
 let listedIntents: object[] = [];
 let deps: CoreDeps;
 let api: Awaited<ReturnType<typeof serve>>;
-let connection: Connection;
+let env: TestWorkflowEnvironment;
 let client: Client;
 let worker: RunningWorker;
 
@@ -111,8 +113,10 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
   proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
 
-  connection = await Connection.connect({ address: inject('temporalAddress') });
-  client = new Client({ connection });
+  // Temporal's time-skipping test server: the workflow's retry backoff after a Stripe outage (5 s,
+  // doubling) passes as the test waits on the run's result, not in real time.
+  env = await startTimeSkipping();
+  client = env.client;
   const providers = await useTestCatalog(orm, 'http://127.0.0.1:9/v1');
   deps = testDeps(orm, {
     providers,
@@ -122,11 +126,11 @@ beforeAll(async () => {
     env: { STRIPE_SECRET_KEY: 'sk_test_AutoTopUp', STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_API_URL: proxyUrl, SIGNUP: 'open', AUTO_TOPUP_MAX_PER_DAY: '2' },
   });
   api = await serve(createTestApp({ deps, publicBaseUrl: 'https://mas.example' }));
-  worker = await startTestWorker({ deps, taskQueue });
+  worker = await startTestWorker({ deps, taskQueue, connection: env.nativeConnection });
 });
 afterAll(async () => {
   await worker?.shutdown();
-  await connection?.close();
+  await env?.teardown();
   await api?.close();
   await new Promise((resolve) => proxy?.close(resolve));
   await mock?.stop();

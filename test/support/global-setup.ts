@@ -11,6 +11,7 @@ import { migrate, openOrm } from '../../core/orm.ts';
 import { SEARCH_ATTRIBUTES } from '../../workflows/shared.ts';
 import { build, buildIsStale } from '../../scripts/build.ts';
 import { ROOT } from './process.ts';
+import { ensureTemporalTestServer } from './temporal-test-server.ts';
 import { ensureSystemTool, type SystemTool } from '../../scripts/support/system-tools.ts';
 
 declare module 'vitest' {
@@ -70,7 +71,13 @@ export async function setup(project: TestProject): Promise<void> {
       (p) => project.provide(name, p),
       (err: Error) => project.provide(name, `unavailable: ${err.message}`),
     );
-  const tools = Promise.all([tool('redisServer', 'redis-server'), tool('prometheus', 'prometheus'), tiers.has('browser') && !only('integration') && !only('e2e') ? tool('chromium', 'chromium') : undefined]);
+  const tools = Promise.all([
+    tool('redisServer', 'redis-server'),
+    tool('prometheus', 'prometheus'),
+    tiers.has('browser') && !only('integration') && !only('e2e') ? tool('chromium', 'chromium') : undefined,
+    // Temporal's time-skipping test server (Maven Central; test/support/temporal-test-server.ts), fetched once here rather than by the first file that starts one.
+    ensureTemporalTestServer().catch((err: Error) => logger.warn({ err: err.message }, 'the time-skipping test server could not be fetched; the tests that use it will say why')),
+  ]);
   dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-test-'));
   forgetExit = stopServersOnExit(dataDir);
   pg = await startTestPostgres(project, path.join(dataDir, 'data'), logger);

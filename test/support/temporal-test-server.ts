@@ -5,6 +5,8 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { firstUseBuild, masCacheDir, which } from '../../adapters/embedded/first-use-build.ts';
 import { createLogger } from '../../config/logger.ts';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { SEARCH_ATTRIBUTES } from '../../workflows/shared.ts';
 
 const execFileAsync = promisify(execFile);
 
@@ -73,4 +75,26 @@ async function ensure(): Promise<string> {
     },
   });
   return script;
+}
+
+/**
+ * Temporal's time-skipping test environment on the test server above: its clock jumps over
+ * workflow timers and server-side retry backoff whenever the test waits on a workflow's result
+ * through `env.client` (or calls `env.sleep`). The service's search attributes are registered
+ * first, as a cluster's namespace has them (docs/operations.md).
+ *
+ * What it cannot skip: local activities' retries and their schedule-to-close, which the worker
+ * times on the real clock (the job workflow's steps: test/integration/generation-workflow-failures.test.ts
+ * says why those tests stay on the dev server), and waits inside an activity (an SDK's own retries).
+ */
+/** temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD: every attribute of the service's is a keyword. */
+const INDEXED_VALUE_TYPE_KEYWORD = 2;
+
+export async function startTimeSkipping(): Promise<TestWorkflowEnvironment> {
+  const env = await TestWorkflowEnvironment.createTimeSkipping({ server: { executable: { type: 'existing-path', path: await ensureTemporalTestServer() } } });
+  await env.connection.operatorService.addSearchAttributes({
+    namespace: env.namespace ?? 'default',
+    searchAttributes: Object.fromEntries(Object.values(SEARCH_ATTRIBUTES).map((k) => [k.name, INDEXED_VALUE_TYPE_KEYWORD])),
+  });
+  return env;
 }
