@@ -90,6 +90,29 @@ export async function ensureSearchAttributes(connection: Connection, namespace: 
  * updates its interval. A run is skipped while the last one still goes.
  */
 async function ensureSchedule(client: Client, scheduleId: string, workflowType: string, taskQueue: string, everySeconds: number, summary: string): Promise<void> {
+  // A server still starting (a dev server on a loaded machine, a cluster rolling) may answer a
+  // first call with DEADLINE_EXCEEDED or UNAVAILABLE: tried again for about half a minute
+  // before the start gives up.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await createOrUpdateSchedule(client, scheduleId, workflowType, taskQueue, everySeconds, summary);
+    } catch (err) {
+      if (attempt >= 6 || !transientGrpc(err)) throw err;
+      await new Promise((resolve) => setTimeout(resolve, 1000 * 2 ** (attempt - 1)));
+    }
+  }
+}
+
+/** A gRPC failure worth another try: the server did not answer in time, or could not be reached. */
+export function transientGrpc(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (code === 4 || code === 14) return true;
+  }
+  return false;
+}
+
+async function createOrUpdateSchedule(client: Client, scheduleId: string, workflowType: string, taskQueue: string, everySeconds: number, summary: string): Promise<void> {
   const spec = { intervals: [{ every: `${everySeconds}s` }] };
   try {
     await client.schedule.create({

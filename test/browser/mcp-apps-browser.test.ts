@@ -77,6 +77,16 @@ window.mount = async (view, input, result) => {
   await bridge.sendToolResult(result);
 };`;
 
+/**
+ * Waits until `expression` holds in the frame, asked from outside through DevTools (which the
+ * frame's CSP does not govern). Playwright's waitForFunction polls by evaluating the string in
+ * the page, which a view's CSP without 'unsafe-eval' refuses once the first check fails.
+ */
+async function until(frame: { evaluate(expression: string): Promise<unknown> }, expression: string): Promise<void> {
+  // An element not there yet throws in the expression: not yet.
+  await expect.poll(() => frame.evaluate(`Boolean(${expression})`).catch(() => false), { timeout: 30_000, interval: 100 }).toBe(true);
+}
+
 beforeAll(async () => {
   h = await startJobHarness({ publicBaseUrlIsServed: true });
   const account = await makeAccount(h.orm, { coins: '1000' });
@@ -138,7 +148,7 @@ async function mount(view: 'result' | 'models', input: Record<string, unknown> |
   page.on('request', (r) => requests.push(r.url()));
   await page.addInitScript(`document.addEventListener('securitypolicyviolation', (e) => { (window.__csp = window.__csp || []).push(e.violatedDirective + ' ' + e.blockedURI); });`);
   await page.goto(`${host.base}/host.html`);
-  await page.waitForFunction('typeof window.mount === "function"');
+  await until(page, 'typeof window.mount === "function"');
   await page.evaluate(`window.mount(${JSON.stringify(view)}, ${JSON.stringify(input ?? null)}, ${JSON.stringify(result)})`);
   const frame = await (await page.locator('iframe').elementHandle())!.contentFrame();
   expect(frame).not.toBeNull();
@@ -168,7 +178,7 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     const job = jobOf(result);
     const shown = await mount('result', input, result);
     await shown.frame.waitForSelector('img.media');
-    await shown.frame.waitForFunction('document.querySelector("img.media").complete && document.querySelector("img.media").naturalWidth > 0');
+    await until(shown.frame, 'document.querySelector("img.media").complete && document.querySelector("img.media").naturalWidth > 0');
     expect(await shown.frame.getAttribute('img.media', 'src')).toBe(job.output!.url);
     expect(await shown.frame.evaluate('document.querySelector("img.media").naturalWidth')).toBe(256);
     const text = await shown.frame.locator('main').innerText();
@@ -183,7 +193,7 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     const shown = await mount('result', undefined, result);
     await shown.frame.waitForSelector('audio.media', { state: 'attached' });
     expect(await shown.frame.getAttribute('audio.media', 'src')).toBe(jobOf(result).output!.url);
-    await shown.frame.waitForFunction('document.querySelector("audio.media").readyState >= 1');
+    await until(shown.frame, 'document.querySelector("audio.media").readyState >= 1');
     expect(await shown.frame.evaluate('document.querySelector("audio.media").duration')).toBeCloseTo(2, 0);
     await expectClean(shown, 'audio');
   });
@@ -196,7 +206,7 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     expect(await shown.frame.getAttribute('video.media', 'src')).toBe(job.output!.url);
     expect(job.output!.mime_type).toMatch(/^video\//);
     // The demo's uncompressed AVI is not a format Chromium plays: the view says so instead of a blank player.
-    await shown.frame.waitForFunction('document.querySelector("video.media").error !== null || document.querySelector("video.media").readyState >= 1');
+    await until(shown.frame, 'document.querySelector("video.media").error !== null || document.querySelector("video.media").readyState >= 1');
     if (await shown.frame.evaluate('document.querySelector("video.media").error !== null')) {
       await expect(shown.frame.locator('text=cannot play').isVisible()).resolves.toBe(true);
       await expect(shown.frame.locator('video.media').isHidden()).resolves.toBe(true);
@@ -209,7 +219,7 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     const result = await call('generate', { model: 'mas/3d-demo', prompt: 'a pebble', settings: { detail: 'high' } });
     expect(jobOf(result).output!.mime_type).toBe('model/gltf+json');
     const shown = await mount('result', undefined, result);
-    await shown.frame.waitForFunction('/triangles/.test(document.querySelector("main").innerText) || document.querySelector(".error") !== null');
+    await until(shown.frame, '/triangles/.test(document.querySelector("main").innerText) || document.querySelector(".error") !== null');
     expect(await shown.frame.locator('.error').count(), await shown.frame.locator('main').innerText()).toBe(0);
     // Pixels drawn: copy the WebGL canvas onto a 2D one and count the opaque pixels.
     const drawn = (await shown.frame.evaluate(`(() => {
@@ -251,7 +261,7 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     const list = { content: [{ type: 'text', text: '1 job' }], structuredContent: { object: 'list', data: [again], has_more: false } } as CallToolResult;
     const shown = await mount('result', undefined, list);
     await shown.frame.getByRole('button', { name: `Show job ${made.id}` }).click();
-    await shown.frame.waitForFunction('document.querySelector("img.media")?.complete && document.querySelector("img.media").naturalWidth === 128');
+    await until(shown.frame, 'document.querySelector("img.media")?.complete && document.querySelector("img.media").naturalWidth === 128');
     await shown.frame.getByRole('button', { name: 'Back to the list' }).click();
     expect(await shown.frame.locator('ul.jobs li').count()).toBe(1);
     await expectClean(shown, 'jobs');
@@ -267,7 +277,7 @@ describe('MCP Apps views in Chromium under the declared CSP', () => {
     const row = shown.frame.locator('ul.models li', { hasText: image.id });
     expect(await row.innerText()).toMatch(/from \d+ coins a job/);
     await shown.frame.getByRole('button', { name: `Use ${image.name} (${image.id})` }).click();
-    await shown.page.waitForFunction('window.messages.length > 0');
+    await until(shown.page, 'window.messages.length > 0');
     expect(JSON.stringify(await shown.page.evaluate('window.messages'))).toContain('mas/image-demo');
     await shown.frame.selectOption('#type', 'image');
     expect(await shown.frame.locator('ul.models li').count()).toBe(models.filter((m) => (m as { type?: string }).type === 'image').length);

@@ -86,7 +86,8 @@ export const generate = defineTool({
     const created = await core.generations.create(request);
     let job = created.generation;
     const started = Date.now();
-    const waited = () => Math.round((Date.now() - started) / 1000);
+    // Whole seconds waited, rounded down: the wait ends when they reach `wait`, never half a second early.
+    const waited = () => Math.floor((Date.now() - started) / 1000);
     const report = jobProgress(job.id, created.expected_seconds, progress);
     if (!ended(job) && wait > 0) await report.accepted(job);
     while (!ended(job) && !signal.aborted && waited() < wait) {
