@@ -90,7 +90,8 @@ export function signalAll(pids: number[], signal: NodeJS.Signals): void {
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export interface Server {
-  child: ChildProcess;
+  /** Undefined for the shared server of scripts/suites.ts, which that script starts and stops. */
+  child: ChildProcess | undefined;
   base: string;
   key: string;
   /** The demo account's one-time sign-in link (`<base>/login/link?token=…`, valid 15 minutes): a secret, like the key. */
@@ -105,6 +106,23 @@ export interface Server {
  * Resolves once it listens.
  */
 export async function startServer(say: Say, work: string, dataDir: string, logFile: string, extraEnv: Record<string, string> = {}): Promise<Server> {
+  const shared = process.env.MAS_SHARED_SERVER;
+  if (shared) {
+    // scripts/suites.ts runs several suites on one server: it started it, it stops it.
+    if (Object.keys(extraEnv).length > 0) throw new Error('MAS_SHARED_SERVER: this suite needs a server with settings of its own');
+    const s = JSON.parse(await fs.readFile(shared, 'utf8')) as { base: string; key: string; loginUrl: string; logFile: string; pid: number };
+    await fs.symlink(s.logFile, logFile).catch(() => undefined);
+    say(`on the shared server at ${s.base} (scripts/suites.ts)`);
+    const alive = () => {
+      try {
+        process.kill(s.pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    return { child: undefined, base: s.base, key: s.key, loginUrl: s.loginUrl, exited: new Promise<number | null>(() => undefined), hasExited: () => !alive() };
+  }
   const port = await freePort();
   const env: NodeJS.ProcessEnv = { ...process.env };
   // Everything embedded and local: no external database, Temporal, Redis, bucket or upstream.
@@ -160,6 +178,7 @@ export async function startServer(say: Say, work: string, dataDir: string, logFi
  * run's temporary folder (SIGTERM first: PostgreSQL shuts down cleanly on it).
  */
 export async function stopServer(say: Say, server: Server, work: string): Promise<void> {
+  if (!server.child) return; // the shared server: its starter stops it
   const pgid = server.child.pid;
   if (pgid !== undefined && !server.hasExited()) {
     server.child.kill('SIGTERM');
@@ -194,7 +213,7 @@ export async function stopServer(say: Say, server: Server, work: string): Promis
  */
 export function killLeftoversOnExit(work: string, server: () => Server | undefined): void {
   process.on('exit', () => {
-    const pid = server()?.child.pid;
+    const pid = server()?.child?.pid;
     if (pid !== undefined && groupAlive(pid)) {
       try {
         process.kill(-pid, 'SIGKILL');
