@@ -52,6 +52,7 @@ export const MUTATION_TESTS = [
   'test/integration/payments-refunds.test.ts',
   // The history in words (core/money/history-details.ts) and the usage sums.
   'test/integration/account-usage.test.ts',
+  'test/unit/history-details.test.ts',
   // A key's spend limit, expiry and allowed models (core/auth/api-keys.ts, core/money/holds.ts, core/keys/keys.ts).
   'test/integration/key-limits.test.ts',
   'test/unit/key-limits.test.ts',

@@ -12,6 +12,9 @@ export const ADJUSTMENT_NOTE_PREFIX = 'Balance adjustment: ';
  * - a media job's charge and refund: the `generations` row (model, its kind, status, what came
  *   back), so that a failed job's charge says it was refunded and its refund names the job;
  * - a top-up: its `payments` row (the amount in USD; a card payment or an automatic top-up);
+ * - a payment taken back or given back (a refund or dispute, payments/reversals.ts): the
+ *   `payments` row its `payment_reversals` row points at, found by the reversal's ledger entry
+ *   (its reference is Stripe's charge or dispute id, which no `payments` row is keyed by);
  * - an operator's correction or refund: said so. The operator's reason stays in the audit log:
  *   reasons are written for operators (core/admin/audit.ts), never shown to the customer.
  */
@@ -62,7 +65,10 @@ const FIND = `
     from generations g left join models m on m.id = g.model_id where g.account_id = ? and g.id = any(?::text[])
   union all
   select 'payment', coalesce(p.checkout_session_id, p.payment_intent_id), null, null, null, null, null, null, null, null, null, p.amount_cents::text, p.currency, p.source
-    from payments p where p.account_id = ? and coalesce(p.checkout_session_id, p.payment_intent_id) = any(?::text[])`;
+    from payments p where p.account_id = ? and coalesce(p.checkout_session_id, p.payment_intent_id) = any(?::text[])
+  union all
+  select 'payment', r.provider_object_id, null, null, null, null, null, null, null, null, null, p.amount_cents::text, p.currency, p.source
+    from payment_reversals r join payments p on p.id = r.payment_id where r.account_id = ? and r.ledger_entry_id = any(?::bigint[])`;
 
 const JOB_NOUN: Record<string, string> = { image: 'Image job', video: 'Video job', audio: 'Audio job', '3d': '3D job', text: 'Job' };
 const STATUS_WORD: Record<string, string> = { queued: 'queued', running: 'running', succeeded: 'done', failed: 'failed', canceled: 'canceled' };
@@ -91,7 +97,9 @@ export async function describeRows(em: EntityManager, accountId: string, rows: R
     if (response) wanted.add(response);
   }
   const refs = textArray([...wanted]);
-  const found = rows.length === 0 ? [] : await em.execute<Found[]>(FIND, [accountId, refs, accountId, refs, accountId, refs]);
+  // A reversal's payment is found by its entry (the row's anchor): every anchor of the page is asked, only reversals match.
+  const entries = `{${rows.map((r) => r.anchor).join(',')}}`;
+  const found = rows.length === 0 ? [] : await em.execute<Found[]>(FIND, [accountId, refs, accountId, refs, accountId, refs, accountId, entries]);
   const chats = new Map(found.filter((f) => f.src === 'chat').map((f) => [f.ref, f]));
   const jobs = new Map(found.filter((f) => f.src === 'job').map((f) => [f.ref, f]));
   const payments = new Map(found.filter((f) => f.src === 'payment').map((f) => [f.ref, f]));

@@ -247,4 +247,75 @@ describe('the history in words', () => {
     expect(data.find((r) => r.details.includes('by the operator'))).toMatchObject({ type: 'refund', generation_id: done, amount_coins: 6 });
     expect(JSON.stringify(data)).not.toContain('blank');
   });
+
+  it('a job still running when its hold was released (the sweep): the refund gives no reason it cannot know', async () => {
+    const account = await makeAccount(orm, { coins: '20' });
+    const key = await makeKey(orm, account.id);
+    const em = orm.em.fork();
+    const id = await job(em, { accountId: account.id, keyId: key.id }, new Date().toISOString(), '2', 'running');
+    await release(em, `hold_${id}`);
+    const [refund, charge] = (await listHistory(orm.em.fork(), account.id, historyInput.parse({}))).data;
+    expect(charge).toMatchObject({ type: 'api_usage', generation_id: id, details: `Image job ${id} on test/image — running` });
+    expect(refund).toMatchObject({ type: 'refund', amount_coins: 2, generation_id: id, details: `Refund of image job ${id} on test/image` });
+  });
+
+  it("a job's hold whose job record is not found still reads as that job, by its id, with no model, status or reason made up", async () => {
+    const account = await makeAccount(orm, { coins: '20' });
+    const em = orm.em.fork();
+    const id = unique('gen_');
+    const { holdId } = await reserve(em, { accountId: account.id, amount: parseCoins('4'), reference: id, holdId: `hold_${id}`, expiresAt: soon(), metadata: { kind: 'generation', model: 'test/image' } });
+    await settle(em, holdId, parseCoins('1'));
+    const [refund, charge] = (await listHistory(orm.em.fork(), account.id, historyInput.parse({}))).data;
+    expect(charge).toMatchObject({ type: 'api_usage', amount_coins: -4, generation_id: id, model: null, key_id: null, details: `Job ${id}` });
+    expect(refund).toMatchObject({ type: 'refund', amount_coins: 3, generation_id: id, model: null, details: `Refund of job ${id}` });
+  });
+
+  it("a response charged under the chat completion it ran reads as a response; a chat or response whose record is not found says which it was", async () => {
+    const account = await makeAccount(orm, { coins: '20' });
+    const key = await makeKey(orm, account.id);
+    const em = orm.em.fork();
+    const charge = async (reference: string) => {
+      const { holdId } = await reserve(em, { accountId: account.id, amount: parseCoins('1'), reference, expiresAt: soon(), metadata: { kind: 'chat', model: 'test/ok' } });
+      await settle(em, holdId, parseCoins('0.5'));
+    };
+    // core/chat/responses.ts: the charge's reference is the chat completion, the record is under the response's id (the same random part).
+    const ran = unique('chatcmpl-');
+    await charge(ran);
+    await em.execute(
+      `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms) values (?, 'response', ?, ?, 'test/ok', 7, 8, 500000, 'stop', now(), 1)`,
+      [ran.replace('chatcmpl-', 'resp_'), account.id, key.id],
+    );
+    const lostResponse = unique('resp_');
+    await charge(lostResponse);
+    const lostChat = unique('chatcmpl-');
+    await charge(lostChat);
+    const { data } = await listHistory(orm.em.fork(), account.id, historyInput.parse({}));
+    expect(data.slice(0, 3).map((r) => [r.reference, r.details, r.model])).toEqual([
+      [lostChat, `Chat ${lostChat}`, null],
+      [lostResponse, `Response ${lostResponse}`, null],
+      [ran, 'Response on test/ok: 7 input + 8 output tokens', 'test/ok'],
+    ]);
+    expect(data[2]).toMatchObject({ input_tokens: 7, output_tokens: 8, key_id: key.id });
+  });
+
+  it('finds the payment of a top-up whose reference holds a double quote or a backslash (the look-up quotes them)', async () => {
+    const account = await makeAccount(orm);
+    const em = orm.em.fork();
+    const session = unique('cs_test_"quoted"\\back\\slash_');
+    const paid = await credit(em, { accountId: account.id, kind: 'topup', amount: parseCoins('10000'), reference: session, idempotencyKey: session, description: 'Top-up' });
+    await em.execute(
+      `insert into payments (id, checkout_session_id, account_id, amount_cents, currency, coins_micro, event_id, ledger_entry_id) values (?, ?, ?, 1000, 'usd', ?, ?, ?)`,
+      [unique('pay_'), session, account.id, parseCoins('10000').toString(), unique('evt_'), paid.entryId],
+    );
+    const [row] = (await listHistory(orm.em.fork(), account.id, historyInput.parse({}))).data;
+    expect(row).toMatchObject({ type: 'topup', reference: session, details: 'Card payment of 10.00 USD' });
+  });
+
+  it('a refund by the operator that names no job (mas_adjust, as a script of theirs may call it) says so', async () => {
+    const account = await makeAccount(orm, { coins: '1' });
+    const ref = unique('goodwill_');
+    await orm.em.fork().execute('select * from mas_adjust(?, ?, ?::bigint, ?, ?, ?)', [account.id, 'refund', parseCoins('2').toString(), ref, ref, 'Refund']);
+    const [row] = (await listHistory(orm.em.fork(), account.id, historyInput.parse({}))).data;
+    expect(row).toMatchObject({ type: 'refund', amount_coins: 2, reference: ref, generation_id: null, details: 'Refund by the operator' });
+  });
 });

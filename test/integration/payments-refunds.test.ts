@@ -148,13 +148,13 @@ describe('charge.refunded', () => {
     ]);
     expect(await audits(p.sessionId)).toEqual(['internal:payment.refunded', 'internal:payment.refunded']);
 
-    // The customer's history labels each step.
+    // The customer's history labels each step, and in words names the card payment it takes back (docs/accounts.md).
     const key = (await makeKey(orm, account.id)).key;
     const history = await getJson(`${api.base}/api/v1/wallet/history`, { headers: bearer(key) });
-    expect(history.body.data.map((r: { type: string; description: string; amount_coins: number }) => [r.type, r.description, r.amount_coins])).toEqual([
-      ['adjustment', 'Refund (Stripe)', -15000],
-      ['adjustment', 'Refund (Stripe)', -5000],
-      ['topup', 'Top-up', 20000],
+    expect(history.body.data.map((r: { type: string; description: string; amount_coins: number; details: string }) => [r.type, r.description, r.amount_coins, r.details])).toEqual([
+      ['adjustment', 'Refund (Stripe)', -15000, 'Refund (Stripe) of the card payment of 20.00 USD'],
+      ['adjustment', 'Refund (Stripe)', -5000, 'Refund (Stripe) of the card payment of 20.00 USD'],
+      ['topup', 'Top-up', 20000, 'Card payment of 20.00 USD'],
     ]);
   });
 
@@ -260,6 +260,16 @@ describe('disputes', () => {
       ['Dispute won', micro(600).toString(), micro(1000).toString()],
     ]);
     expect(await audits(p.sessionId)).toEqual(['internal:payment.disputed', 'internal:payment.dispute_won']);
+    // In the history, in words: each step names the card payment, beside the account's other top-up.
+    await topUp(account.id, 250);
+    const key = (await makeKey(orm, account.id)).key;
+    const history = await getJson(`${api.base}/api/v1/wallet/history`, { headers: bearer(key) });
+    expect(history.body.data.map((r: { details: string }) => r.details)).toEqual([
+      'Card payment of 2.50 USD',
+      'Dispute won of the card payment of 10.00 USD',
+      'Dispute of the card payment of 10.00 USD',
+      'Card payment of 10.00 USD',
+    ]);
   });
 
   it('an inquiry (warning_needs_response) takes nothing', async () => {

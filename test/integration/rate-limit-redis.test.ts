@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { createTestApp } from '../support/http.ts';
 import { createLimiters, type Limiters } from '../../adapters/limits/rate-limiter.ts';
@@ -57,3 +57,41 @@ describe('rate limit shared through Redis', () => {
     expect(statuses[10]).toBe(429);
   });
 });
+
+describe('failure counters shared through Redis', () => {
+  it('count and block a key across two instances, each prefix apart from the others, counts apart from blocks', async () => {
+    const [a, b] = [createLimiters({ redisUrl }), createLimiters({ redisUrl })];
+    limiters.push(a, b);
+    const key = `k${Date.now()}`;
+    const pairA = a.failures({ prefix: 'test:pair', forgetSeconds: 60 });
+    const pairB = b.failures({ prefix: 'test:pair', forgetSeconds: 60 });
+    const ipB = b.failures({ prefix: 'test:ip', forgetSeconds: 60 });
+    // Until a client's connection is ready each instance counts in its own memory (the insurance
+    // limiter): wait until a block made through one is seen through the other.
+    await vi.waitFor(
+      async () => {
+        await pairA.block(`${key}:ready`, 60);
+        expect(await pairB.blockedFor(`${key}:ready`)).toBeGreaterThan(0);
+      },
+      { timeout: 10_000, interval: 20 },
+    );
+    expect(await pairA.fail(key)).toBe(1);
+    expect(await pairB.fail(key)).toBe(2);
+    // Another prefix, the same key: a count of its own.
+    expect(await ipB.fail(key)).toBe(1);
+    expect(await pairB.blockedFor(key)).toBe(0);
+    await pairA.block(key, 120);
+    expect(await pairB.blockedFor(key)).toBeGreaterThan(110);
+    expect(await ipB.blockedFor(key)).toBe(0);
+    // The block is not a failure, and the failures are not a block.
+    expect(await pairA.fail(key)).toBe(3);
+    await ipB.block(key, 60);
+    expect(await pairA.blockedFor(key)).toBeGreaterThan(110);
+    await pairB.reset(key);
+    expect(await pairA.blockedFor(key)).toBe(0);
+    expect(await pairA.fail(key)).toBe(1);
+    expect(await ipB.blockedFor(key)).toBeGreaterThan(50);
+    expect(await ipB.fail(key)).toBe(2);
+  });
+});
+

@@ -6,6 +6,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createLogger } from '../../config/logger.ts';
 import { setTracing, tracingOn } from '../../core/telemetry.ts';
 import { release, reserve, settle } from '../../core/money/holds.ts';
+import { HoldBatcher } from '../../core/money/hold-batcher.ts';
+import { statementPool } from '../../adapters/db/statement-pool.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import type { GenerationStarter } from '../../core/ports.ts';
 import { tracingConfigured } from '../../config/telemetry.ts';
@@ -169,6 +171,28 @@ describe('tracing on', () => {
       expect.objectContaining({ 'mas.hold_id': given.holdId, 'mas.hold.outcome': 'released', 'mas.cost_coins': 0 }),
     ]);
     for (const s of [...reserves, ...ends]) expect(s.kind).toBe(SpanKind.CLIENT);
+  });
+
+  it('a batched settle and release (the chat path) are database spans with their hold ids, outcomes and amounts', async () => {
+    const account = await makeAccount(orm, { coins: '10' });
+    const pool = statementPool(orm, { max: 2 });
+    try {
+      const holds = new HoldBatcher(pool.execute);
+      const soon = () => new Date(Date.now() + 60_000);
+      const kept = await holds.reserve({ accountId: account.id, amount: parseCoins('2'), reference: 'chatcmpl-a', expiresAt: soon() });
+      const given = await holds.reserve({ accountId: account.id, amount: parseCoins('1'), reference: 'chatcmpl-b', expiresAt: soon() });
+      exporter.reset();
+      await holds.settle(kept.holdId, parseCoins('0.5'));
+      await holds.release(given.holdId);
+      const ends = exporter.getFinishedSpans().filter((s) => s.name === 'mas_end_hold_many');
+      expect(ends.map((s) => s.attributes)).toEqual([
+        expect.objectContaining({ 'db.operation.name': 'mas_end_hold_many', 'mas.hold_id': kept.holdId, 'mas.hold.outcome': 'settled', 'mas.cost_coins': 0.5 }),
+        expect.objectContaining({ 'db.operation.name': 'mas_end_hold_many', 'mas.hold_id': given.holdId, 'mas.hold.outcome': 'released', 'mas.cost_coins': 0 }),
+      ]);
+      for (const s of ends) expect(s.kind).toBe(SpanKind.CLIENT);
+    } finally {
+      await pool.close();
+    }
   });
 
   it("a job's submit names the job on its core span and stores the request's trace id on the job row", async () => {

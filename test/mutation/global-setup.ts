@@ -9,13 +9,15 @@ import { createLogger } from '../../config/logger.ts';
 import { SEARCH_ATTRIBUTES } from '../../workflows/shared.ts';
 import { WORKFLOW_INTERCEPTOR_MODULE } from '../../workflows/tracing.ts';
 import { bundleWorkflowCode } from '@temporalio/worker';
+import { ensureSystemTool } from '../../scripts/support/system-tools.ts';
 
 /**
  * The global setup of the mutation runs (vitest.mutation.config.ts): what
  * test/support/global-setup.ts provides (a fresh embedded PostgreSQL with the migrations
  * applied, a Temporal dev server), without building dist/: none of the selected tests starts
  * the built service, and Stryker runs it in a sandbox copy where dist/ is absent; the workflow
- * bundle the test workers load is made here instead.
+ * bundle the test workers load is made here instead. Redis is found (or fetched once per machine)
+ * as there: test/integration/rate-limit-redis.test.ts runs beside one.
  */
 let pg: EmbeddedPostgres | undefined;
 let temporal: EmbeddedTemporal | undefined;
@@ -27,6 +29,11 @@ export async function setup(project: TestProject): Promise<void> {
   pg = await startTestPostgres(project, path.join(dataDir, 'data'), logger);
   const [bundle] = await Promise.all([
     bundleWorkflows(dataDir),
+    // A Redis that cannot be had here fails the test that uses it, with the reason (test/support/tools.ts).
+    ensureSystemTool('redis-server', { logger }).then(
+      (p) => project.provide('redisServer', p),
+      (err: Error) => project.provide('redisServer', `unavailable: ${err.message}`),
+    ),
     startEmbeddedTemporal({ dataDir: path.join(dataDir, 'data'), logger, searchAttributes: Object.values(SEARCH_ATTRIBUTES).map((k) => k.name) }).then((t) => (temporal = t)),
   ]);
   project.provide('workflowBundle', bundle);

@@ -1,6 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { createHmac } from 'node:crypto';
+import { describe, expect, it, vi } from 'vitest';
 import { createLimiters } from '../../adapters/limits/rate-limiter.ts';
-import { checkSignInAllowed, PER_EMAIL_FAILURES, PER_IP_FAILURES, signInFailed, signInSucceeded, tooManyAttempts, type SignInLimits } from '../../core/accounts/attempts.ts';
+import { checkSignInAllowed, PAIR_FIRST_BLOCK_SECONDS, PAIR_FREE_FAILURES, PER_EMAIL_FAILURES, PER_IP_FAILURES, signInFailed, signInSucceeded, tooManyAttempts, type SignInLimits } from '../../core/accounts/attempts.ts';
+import type { FailureCounter } from '../../core/ports.ts';
 import { DEVICE_COOKIE_SECONDS, deviceCookies } from '../../core/auth/device-cookies.ts';
 
 /**
@@ -38,6 +40,21 @@ describe('failure counters', () => {
     expect(await c.blockedFor('k')).toBe(0);
     expect(await c.fail('k')).toBe(1);
   });
+
+  it('count a block as over at its last millisecond, even while the store still keeps it', async () => {
+    // The in-memory store drops a block by a timer; the clock alone says whether it still holds.
+    vi.useFakeTimers({ now: new Date('2026-11-28T00:00:00Z') });
+    try {
+      const c = createLimiters({}).failures({ prefix: 't', forgetSeconds: 60 });
+      await c.block('k', 120);
+      vi.setSystemTime(Date.now() + 120_000 - 1);
+      expect(await c.blockedFor('k')).toBe(1);
+      vi.setSystemTime(Date.now() + 1);
+      expect(await c.blockedFor('k')).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });
 
 describe('sign-in policy', () => {
@@ -70,6 +87,25 @@ describe('sign-in policy', () => {
     await signInFailed(l, who('target@example.com', '10.0.200.1'));
     expect(await refusedFor(l, who('target@example.com', '10.9.9.9'))).toBeGreaterThan(800);
     expect(await refusedFor(l, who('target@example.com', '10.9.9.9', true))).toBe(0);
+  });
+
+  it('writes no block before the pair\'s fifth failure (a block of 0 seconds would be a record kept with no end), then one of a minute', async () => {
+    const l = limits();
+    const blocks: [string, number][] = [];
+    const pair: FailureCounter = l.pair;
+    l.pair = { ...pair, block: (key, seconds) => (blocks.push([key, seconds]), pair.block(key, seconds)) };
+    const w = who('quiet@example.com', '192.0.2.9');
+    for (let i = 0; i < PAIR_FREE_FAILURES - 1; i++) await signInFailed(l, w);
+    expect(blocks).toEqual([]);
+    await signInFailed(l, w);
+    expect(blocks).toEqual([['quiet@example.com|192.0.2.9', PAIR_FIRST_BLOCK_SECONDS]]);
+  });
+
+  it('keeps apart e-mails that only upper case would merge (straße and strasse are two accounts: the database compares lower(email))', async () => {
+    const l = limits();
+    for (let i = 0; i < PAIR_FREE_FAILURES; i++) await signInFailed(l, who('straße@example.com', '192.0.2.7'));
+    expect(await refusedFor(l, who('Straße@example.com', '192.0.2.7'))).toBeGreaterThan(0);
+    expect(await refusedFor(l, who('strasse@example.com', '192.0.2.7'))).toBe(0);
   });
 
   it('without an address counts the e-mail alone', async () => {
@@ -108,5 +144,26 @@ describe('device cookies', () => {
     for (const bad of [null, undefined, '', 'd1', 'd1.a.b', 'x'.repeat(400), `${token}.extra`]) expect(devices.accountOf(bad, now), String(bad)).toBeNull();
     expect(devices.accountOf(devices.issue('acct_123', new Date(now.getTime() + 3600_000)), now)).toBeNull();
     expect(devices.accountOf(devices.issue('acct_123', new Date(now.getTime() + 30_000)), now)).toBe('acct_123');
+  });
+
+  it('take a token of up to 300 characters, and a clock up to a minute ahead, not more', () => {
+    // d1.<account>.<10 digits>.<43 characters of HMAC>: 58 characters beside the account id.
+    const at300 = devices.issue('a'.repeat(242), now);
+    const at301 = devices.issue('a'.repeat(243), now);
+    expect([at300.length, at301.length]).toEqual([300, 301]);
+    expect(devices.accountOf(at300, now)).toBe('a'.repeat(242));
+    expect(devices.accountOf(at301, now)).toBeNull();
+    expect(devices.accountOf(devices.issue('acct_123', new Date(now.getTime() + 60_000)), now)).toBe('acct_123');
+    expect(devices.accountOf(devices.issue('acct_123', new Date(now.getTime() + 61_000)), now)).toBeNull();
+  });
+
+  it('refuse a well-signed token of another version or with an issue time that is not plain digits', () => {
+    // Signed as the service signs (HMAC-SHA256 of `device:<body>` under the secret): only the parsing can refuse these.
+    const signed = (body: string) => `${body}.${createHmac('sha256', 'a secret of the test, long enough').update(`device:${body}`).digest('base64url')}`;
+    const seconds = Math.floor(now.getTime() / 1000);
+    expect(devices.accountOf(signed(`d1.acct_123.${seconds}`), now)).toBe('acct_123');
+    for (const body of [`d2.acct_123.${seconds}`, `d1.acct_123.+${seconds}`, `d1.acct_123.${seconds}e0`, `d1.acct_123. ${seconds}`, `d1.acct_123.${seconds} `]) {
+      expect(devices.accountOf(signed(body), now), body).toBeNull();
+    }
   });
 });
