@@ -14,7 +14,7 @@ import LongFirstSequencer from './test/support/sequencer.ts';
  * or a browser, so those tiers run more files at once than there are cores.
  * `MAS_TEST_WORKERS=tier:n,tier:n` overrides them for a run (`integration:2` on a smaller machine).
  */
-const DEFAULT_WORKERS = { unit: 2, integration: 4, browser: 2, e2e: 3 } as const;
+const DEFAULT_WORKERS = { unit: 2, integration: 5, browser: 2, e2e: 3 } as const;
 type Tier = keyof typeof DEFAULT_WORKERS;
 
 function workers(tier: Tier): number {

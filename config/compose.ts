@@ -59,6 +59,8 @@ export interface WireParts {
   payments?: PaymentProvider | undefined;
   /** Tests only: a mailer instead of the one SMTP_URL configures. */
   mailer?: Mailer | undefined;
+  /** Tests only: the first wait before a media job's provider step is tried again (1 s by default; CoreConfig). */
+  jobStepRetryInitialMs?: number | undefined;
 }
 
 export type WiredCore = CoreDeps & {
@@ -125,6 +127,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     config: {
       holdTtlSeconds: env.HOLD_TTL_SECONDS,
       resultRetentionSeconds: env.RESULT_RETENTION_SECONDS,
+      jobStepRetryInitialMs: parts.jobStepRetryInitialMs,
       demoCoins: env.DEMO_COINS,
       apiPricePercent: BigInt(env.API_PRICE_PERCENT),
       signupOpen: env.SIGNUP === 'open',

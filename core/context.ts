@@ -49,6 +49,11 @@ export interface CoreConfig {
   payments: PaymentsConfig;
   /** Where the links of the service's mails lead (the account pages). */
   links: AccountLinks;
+  /**
+   * The first wait before a media job's provider step is tried again (its backoff doubles from
+   * there): 1 s; the tests shorten it, so that a job that fails over takes milliseconds.
+   */
+  jobStepRetryInitialMs?: number | undefined;
 }
 
 /** What customers may pay and how (docs/payments.md); used only while payments are on (`CoreDeps.payments`). */

@@ -75,7 +75,9 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
   try {
     if (begun.missingModel) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
     const deadline = { at: Date.now() + begun.deadlineSeconds * 1000, seconds: begun.deadlineSeconds };
-    const output = routed ? await runOnRoutes(jobId, begun.routes, deadline, bounded) : await runOnProvider(jobId, deadline, upstream);
+    // The steps' first retry wait: the workflow's own, or the one the service was wired with (tests), as the first step recorded it.
+    const stepRetry = 'stepRetryInitialMs' in begun && begun.stepRetryInitialMs !== undefined ? { ...retry, initialInterval: begun.stepRetryInitialMs } : retry;
+    const output = routed ? await runOnRoutes(jobId, begun.routes, deadline, bounded, stepRetry) : await runOnProvider(jobId, deadline, upstream);
     ending = await ledger.chargeAndCompleteJob(jobId, output);
   } catch (err) {
     if (routed) {
@@ -124,7 +126,7 @@ type StoredOutput = Awaited<ReturnType<Activities['copyResultToStorage']>>;
  * upstream asking to be called back later (a 429's Retry-After) fails the route at once instead
  * of holding the job past its deadline: the next route takes it, or the job fails.
  */
-async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline, bounded: boolean): Promise<StoredOutput> {
+async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline, bounded: boolean, stepRetry: typeof retry | (Omit<typeof retry, 'initialInterval'> & { initialInterval: number })): Promise<StoredOutput> {
   if (routes.length === 0) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
   const copyUntil = deadline.at + COPY_GRACE_MS;
   /** A step's options and its trailing `until`, when bounded: the time left until `end`, or the deadline's failure when none is. */
@@ -134,7 +136,7 @@ async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline, 
     const route = routes[i]!;
     const fallback = i < routes.length - 1;
     const on = (step: string) => `${step} on route ${i + 1} of ${routes.length}: ${route}`;
-    const short = { startToCloseTimeout: '30 seconds', retry: fallback ? { ...retry, maximumAttempts: 3 } : retry } as const;
+    const short = { startToCloseTimeout: '30 seconds', retry: fallback ? { ...stepRetry, maximumAttempts: 3 } : stepRetry } as const;
     if (i > 0 && Date.now() >= deadline.at) throw deadlineExceeded(deadline);
     try {
       const submit = within(deadline.at);

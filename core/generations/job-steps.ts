@@ -1,3 +1,4 @@
+import type { CoreConfig } from '../context.ts';
 import type { EntityManager } from '@mikro-orm/postgresql';
 import type { ModelCatalog } from '../catalog/catalog.ts';
 import { CoreError } from '../errors.ts';
@@ -18,7 +19,7 @@ import { jobWorkflowStart, loadJob, recordRunId, type JobRow, type StoredOutput 
  */
 
 /** Marks the job running and returns what the workflow needs, or `ended` when it already ended. */
-export async function beginJob(deps: { catalog: ModelCatalog }, em: EntityManager, id: string) {
+export async function beginJob(deps: { catalog: ModelCatalog; config?: Pick<CoreConfig, 'jobStepRetryInitialMs'> }, em: EntityManager, id: string) {
   await em.execute(`update generations set status = 'running', started_at = now() where id = ? and status = 'queued'`, [id]);
   const job = await loadJob(em, id);
   if (job.status !== 'running') return { ended: true as const, ...endingOf(job) };
@@ -27,7 +28,9 @@ export async function beginJob(deps: { catalog: ModelCatalog }, em: EntityManage
   const webhook = job.webhook_url !== null;
   if (!model || model.type === 'text') return { ended: false as const, missingModel: true as const, deadlineSeconds: 0, webhook, routes: [] };
   // The order the workflow tries the routes in, drawn once here (weighted models draw at random): its history keeps it.
-  return { ended: false as const, missingModel: false as const, deadlineSeconds: model.deadline_seconds, webhook, routes: routeOrder(model).map(routeKey) };
+  // A shorter first retry wait than the workflow's 1 s when the service is wired with one (tests): the run's history keeps it.
+  const retry = deps.config?.jobStepRetryInitialMs === undefined ? {} : { stepRetryInitialMs: deps.config.jobStepRetryInitialMs };
+  return { ended: false as const, missingModel: false as const, deadlineSeconds: model.deadline_seconds, webhook, routes: routeOrder(model).map(routeKey), ...retry };
 }
 
 /** The job as its route's provider takes it: the route named (`provider/model`), or the model's first (workflows started before routes). */

@@ -60,6 +60,8 @@ export function testDeps(
     plans?: Plan[];
     /** Where mail goes: the test process's mailbox (test/support/mail.ts) unless given; 'env': the real adapter, as SMTP_URL (env) sets it. */
     mailer?: Mailer | 'env';
+    /** The first wait before a media job's provider step is tried again (1 s in production). */
+    jobStepRetryInitialMs?: number;
   } = {},
 ): CoreDeps {
   const env = loadEnv({
@@ -87,6 +89,7 @@ export function testDeps(
     catalogTtlMs: opts.catalogTtlMs ?? 0,
     plans: opts.plans,
     mailer: opts.mailer === 'env' ? undefined : (opts.mailer ?? testMailbox),
+    jobStepRetryInitialMs: opts.jobStepRetryInitialMs,
   });
 }
 

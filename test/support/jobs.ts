@@ -47,6 +47,8 @@ export async function startJobHarness(
     mcpGenerateQuietWaitSeconds?: number;
     /** How often MCP `generate` sends progress (10 s in production): 1 s lets a test see ticks of a job that takes seconds. */
     mcpProgressEverySeconds?: number;
+    /** The first wait before a provider step is tried again (100 ms here; 1 s in production). */
+    jobStepRetryInitialMs?: number;
   } = {},
 ): Promise<JobHarness> {
   // The port is taken first, so that PUBLIC_BASE_URL can name it; the app answers once it exists.
@@ -69,6 +71,9 @@ export async function startJobHarness(
     ...(opts.retentionSeconds ? { retentionSeconds: opts.retentionSeconds } : {}),
     ...(opts.mediaProviders ? { mediaProviders: opts.mediaProviders } : {}),
     providers: createProviderRegistry({ local: { kind: 'local' } }),
+    // A failing provider step is tried again after 100 ms, doubling, not after 1 s: a job that
+    // fails over to its next route, or fails, takes a fraction of a second per route.
+    jobStepRetryInitialMs: opts.jobStepRetryInitialMs ?? 100,
     ...(opts.publicBaseUrlIsDefault ? { publicBaseUrl: null, env: { PORT: String(port) } } : { publicBaseUrl }),
   });
   const worker =
