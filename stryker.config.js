@@ -2,6 +2,7 @@
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import process from 'node:process';
 
 /**
  * Stryker's incremental file (every mutant's last result, with the sources it ran on: 3 MB that a
