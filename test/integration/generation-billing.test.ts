@@ -306,6 +306,17 @@ describe("the workflow's steps", () => {
     expect(await beginJob(base, orm.em.fork(), other)).toEqual({ ended: true, status: 'canceled', error: null });
   });
 
+  it('beginJob: the first retry wait of the job steps is the wiring one when it sets one (tests), and absent otherwise', async () => {
+    // Absent, the workflow keeps its own 1 s; the value it gets is kept in the run's history.
+    const started = { ended: false, missingModel: false, deadlineSeconds: 120, webhook: false, routes: ['local/image'] };
+    const { id } = await acceptedJob();
+    expect(await beginJob({ catalog: base.catalog, config: { jobStepRetryInitialMs: 100 } }, orm.em.fork(), id)).toStrictEqual({ ...started, stepRetryInitialMs: 100 });
+    const { id: unset } = await acceptedJob();
+    expect(await beginJob({ catalog: base.catalog, config: {} }, orm.em.fork(), unset)).toStrictEqual(started);
+    const { id: unwired } = await acceptedJob();
+    expect(await beginJob({ catalog: base.catalog }, orm.em.fork(), unwired)).toStrictEqual(started);
+  });
+
   it('beginJob: a job whose model is gone, or is a text model, runs as missing its model', async () => {
     const { id } = await acceptedJob();
     await orm.em.fork().execute('update generations set model_id = ? where id = ?', ['test/ok', id]);

@@ -11,7 +11,8 @@ import { PluginKind, declareValuePlugin } from '@stryker-mutator/api/plugin';
  *   `new InvalidAmountError(message)`; the error's code, reason and param are still mutated;
  * - the text of a job error, the value of a `message:` property (`{ message: '…', code }`): the
  *   code is the rule, the words are for people;
- * - a log line: `….logger.<level>(…)` and `logger.<level>(…)` calls, and the statement made of one.
+ * - a log line: `….logger.<level>(…)` and `logger.<level>(…)` calls, the operator's warning hook
+ *   of the chat (`deps.warn?.(…)`, core/chat/chat.ts), and the statement made of one.
  */
 
 /** Which argument of which callee is a message. */
@@ -35,8 +36,13 @@ function calleeName(callee) {
 function isLogger(callee) {
   if (callee?.type !== 'MemberExpression' || callee.property?.type !== 'Identifier' || !LOG_LEVELS.has(callee.property.name)) return false;
   const object = callee.object;
-  if (object?.type === 'Identifier') return object.name === 'logger';
+  if (object?.type === 'Identifier') return object.name === 'logger' || (object.name === 'deps' && callee.property.name === 'warn');
   return object?.type === 'MemberExpression' && object.property?.type === 'Identifier' && object.property.name === 'logger';
+}
+
+/** @param {any} call */
+function isLogCall(call) {
+  return (call?.type === 'CallExpression' || call?.type === 'OptionalCallExpression') && isLogger(call.callee);
 }
 
 export const strykerPlugins = [
@@ -57,8 +63,12 @@ export const strykerPlugins = [
       ) {
         return 'The text of an error message: no rule depends on its words.';
       }
+      // A block made only of log lines (`if (…) { logger.warn(…); }`): emptying it drops only the line.
+      if (path.isBlockStatement() && path.node.body.length > 0 && path.node.body.every((/** @type {any} */ s) => s.type === 'ExpressionStatement' && isLogCall(s.expression))) {
+        return 'A log line: what is logged is no rule of money or limits.';
+      }
       const call = path.isExpressionStatement() ? path.node.expression : path.node;
-      if (call?.type === 'CallExpression' && isLogger(call.callee)) return 'A log line: what is logged is no rule of money or limits.';
+      if (isLogCall(call)) return 'A log line: what is logged is no rule of money or limits.';
       return undefined;
     },
   }),
