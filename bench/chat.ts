@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import autocannon from 'autocannon';
 import pg from 'pg';
 import { ensureLiteLLM, generateVirtualKey, LITELLM_VERSION, LITELLM_WORKERS, MASTER_KEY, prepareDatabaseMode, startLiteLLM } from './litellm.ts';
@@ -38,7 +39,18 @@ interface Target {
   tree?: boolean;
   /** The request body, when not the default one. */
   payload?: string;
+  /** Phases not run for this target, each with the reason the table prints in its cell. */
+  skip?: Partial<Record<Phase, string>>;
 }
+
+/**
+ * The timed phases of a target: c=1 latency, streamed first chunk, c=1 and c=32 throughput. Each
+ * starts with one checked request (a correct answer, streamed or not); a phase with a failed
+ * check or any failed request fails the run, after the table is printed with the failures in
+ * their rows. A phase known not to work is skipped instead, with its reason in the table.
+ */
+type Phase = 'c1' | 'stream' | 'rps1' | 'c32';
+const PHASE_NAME: Record<Phase, string> = { c1: 'c=1 latency', stream: 'streamed first chunk', rps1: 'c=1 throughput', c32: 'c=32 throughput' };
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
 function once(t: Target, payload = t.payload ?? body): Promise<{ ms: number; firstChunkMs: number; status: number; text: string }> {
@@ -58,22 +70,55 @@ function once(t: Target, payload = t.payload ?? body): Promise<{ ms: number; fir
   });
 }
 
-/** Errors are counted, not fatal: a gateway that fails some requests is reported as such. */
+/** Failed requests per target and phase: printed in the target's row, and they fail the run. */
 const failures: Record<string, { count: number; sample: string }> = {};
-function failed(t: Target, status: number, text: string) {
-  const f = (failures[t.name] ??= { count: 0, sample: '' });
-  f.count++;
-  f.sample ||= `${status} ${text.slice(0, 200)}`;
+function failed(t: Target, phase: Phase | 'failover', status: number, text: string, count = 1) {
+  const f = (failures[`${t.name}\0${phase}`] ??= { count: 0, sample: '' });
+  f.count += count;
+  f.sample ||= status ? `${status} ${text.slice(0, 200)}` : text || 'connection errors';
+}
+const failedIn = (t: Target) => Object.entries(failures).filter(([k]) => k.startsWith(`${t.name}\0`)).reduce((n, [, f]) => n + f.count, 0);
+
+/**
+ * One request before a timed phase, whose answer must be right: 200, a chat completion with
+ * text (non-streamed), or server-sent chunks with text ending in `data: [DONE]` (streamed).
+ * Returns what was wrong, or undefined.
+ */
+function check(t: Target, stream: boolean): Promise<string | undefined> {
+  const payload = stream ? JSON.stringify({ ...JSON.parse(t.payload ?? body), stream: true }) : (t.payload ?? body);
+  return new Promise((resolve) => {
+    const req = http.request(t.url, { method: 'POST', agent, headers: { 'content-type': 'application/json', ...t.headers } }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => (text += c.toString()));
+      res.on('end', () => {
+        if (res.statusCode !== 200) return resolve(`${res.statusCode} ${text.slice(0, 200)}`);
+        try {
+          if (!stream) {
+            const content = (JSON.parse(text) as { choices?: { message?: { content?: unknown } }[] }).choices?.[0]?.message?.content;
+            return resolve(typeof content === 'string' && content.length > 0 ? undefined : `no answer text in ${text.slice(0, 200)}`);
+          }
+          const events = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6).trim());
+          const deltas = events.filter((e) => e !== '[DONE]').map((e) => (JSON.parse(e) as { choices?: { delta?: { content?: unknown } }[] }).choices?.[0]?.delta?.content);
+          if (events.at(-1) !== '[DONE]') return resolve(`the stream did not end with data: [DONE]: ${text.slice(-200)}`);
+          return resolve(deltas.some((d) => typeof d === 'string' && d.length > 0) ? undefined : `no text in the streamed chunks: ${text.slice(0, 200)}`);
+        } catch (err) {
+          return resolve(`unreadable answer (${(err as Error).message}): ${text.slice(0, 200)}`);
+        }
+      });
+    });
+    req.on('error', (err) => resolve(`connection error: ${err.message}`));
+    req.end(payload);
+  });
 }
 
-async function sequential(t: Target, payload = t.payload ?? body) {
+async function sequential(t: Target, payload = t.payload ?? body, phase: Phase | 'failover' = 'c1') {
   const ms: number[] = [];
   const first: number[] = [];
   for (let i = 0; i < 200; i++) await once(t, payload); // warm-up
   for (let i = 0; i < SAMPLES; i++) {
     const r = await once(t, payload);
     if (r.status !== 200) {
-      failed(t, r.status, r.text);
+      failed(t, phase, r.status, r.text);
       continue;
     }
     ms.push(r.ms);
@@ -82,12 +127,9 @@ async function sequential(t: Target, payload = t.payload ?? body) {
   return { p50: percentile(ms, 50), p99: percentile(ms, 99), firstP50: percentile(first, 50), firstP99: percentile(first, 99) };
 }
 
-async function load(t: Target, connections: number) {
+async function load(t: Target, connections: number, phase: Phase = connections === 1 ? 'rps1' : 'c32') {
   const result = await autocannon({ url: t.url, method: 'POST', headers: { 'content-type': 'application/json', ...t.headers }, body: t.payload ?? body, connections, duration: DURATION });
-  if (result.non2xx > 0 || result.errors > 0) {
-    const f = (failures[t.name] ??= { count: 0, sample: '' });
-    f.count += result.non2xx + result.errors;
-  }
+  if (result.non2xx > 0 || result.errors > 0) failed(t, phase, 0, `${result.non2xx} answers not 2xx, ${result.errors} errors`, result.non2xx + result.errors);
   // Throughput counts only successful answers.
   return { rps: result['2xx'] / DURATION, p50: result.latency.p50, p99: result.latency.p99 };
 }
@@ -125,8 +167,11 @@ async function failoverOnly() {
       const direct: Target = { name: 'mock, direct', url: `${mockUrl}/chat/completions`, headers: {} };
       const measure = async (name: string, t: Target, payload: string) => {
         process.stderr.write(`${label}: ${name}\n`);
-        const c1 = await sequential(t, payload);
+        const wrong = await check({ ...t, name, payload }, false);
+        if (wrong) failed({ ...t, name }, 'failover', 0, `the check before the phase: ${wrong}`);
+        const c1 = await sequential({ ...t, name }, payload, 'failover');
         const c8 = await load(t, payload);
+        if (c8.bad > 0) failed({ ...t, name }, 'failover', 0, `${c8.bad} failed at c=8`, c8.bad);
         rows.push(`| ${label} | ${name} | ${c1.p50.toFixed(2)} | ${c1.p99.toFixed(2)} | ${c8.rps.toFixed(0)} | ${c8.p50} | ${c8.p99} | ${c8.bad} |`);
         return c1;
       };
@@ -147,10 +192,27 @@ async function failoverOnly() {
     '|---|---|---|---|---|---|---|---|',
     ...rows,
     '',
-    ...Object.entries(failures).map(([name, f]) => `Failed requests, ${name}: ${f.count} (first: ${f.sample || 'connection errors'})`),
+    ...failureLines(),
     `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
+  failIfAnyFailed();
+}
+
+/** The failed requests, one line per target and phase. */
+function failureLines(): string[] {
+  return Object.entries(failures).map(([key, f]) => {
+    const [name, phase] = key.split('\0') as [string, Phase | 'failover'];
+    return `Failed requests, ${name}, ${phase === 'failover' ? 'failover' : PHASE_NAME[phase]}: ${f.count} (first: ${f.sample})`;
+  });
+}
+
+/** A phase with a failed request makes the whole run fail, after its table is printed. */
+function failIfAnyFailed() {
+  const total = Object.values(failures).reduce((n, f) => n + f.count, 0);
+  if (total === 0) return;
+  process.stdout.write(`THE RUN FAILED: ${total} requests failed (above); its figures are not a result.\n`);
+  process.exitCode = 1;
 }
 
 async function main() {
@@ -160,7 +222,8 @@ async function main() {
     const { mockUrl, port, ours, key } = await startChatService(dataDir, procs, [], await failoverCatalog());
 
     const portkeyPort = await freePort();
-    const portkey = start(process.execPath, ['node_modules/@portkey-ai/gateway/build/start-server.js', `--port=${portkeyPort}`, '--headless']);
+    // With fresh headers on streamed upstream answers (bench/portkey-fresh-headers.js says why), or its streamed phase fails every request.
+    const portkey = start(process.execPath, [`--import=${pathToFileURL(path.join(import.meta.dirname, 'portkey-fresh-headers.js')).href}`, 'node_modules/@portkey-ai/gateway/build/start-server.js', `--port=${portkeyPort}`, '--headless']);
     procs.push(portkey);
     await portkey.waitFor(/Ready for connections/);
 
@@ -250,39 +313,57 @@ async function main() {
     for (const t of targets) rows[t.name] = { c1: [], rps1: [], c32: [], stream: [] };
     const streamBody = (t: Target) => JSON.stringify({ ...JSON.parse(t.payload ?? body), stream: true });
     const steal = stealMeter();
+    const loadBefore = os.loadavg().map((x) => x.toFixed(2)).join(' ');
     for (let run = 1; run <= RUNS; run++) {
       for (const t of targets) {
         process.stderr.write(`run ${run}/${RUNS}: ${t.name}\n`);
-        rows[t.name]!.c1.push(await sequential(t));
-        rows[t.name]!.stream.push(await sequential(t, streamBody(t)));
-        rows[t.name]!.rps1.push((await load(t, 1)).rps);
-        rows[t.name]!.c32.push(await load(t, 32));
+        for (const phase of ['c1', 'stream', 'rps1', 'c32'] as const) {
+          if (t.skip?.[phase]) continue;
+          const wrong = await check(t, phase === 'stream');
+          if (wrong) {
+            failed(t, phase, 0, `the check before the phase: ${wrong}`);
+            continue;
+          }
+          if (phase === 'c1') rows[t.name]!.c1.push(await sequential(t));
+          else if (phase === 'stream') rows[t.name]!.stream.push(await sequential(t, streamBody(t), 'stream'));
+          else if (phase === 'rps1') rows[t.name]!.rps1.push((await load(t, 1)).rps);
+          else rows[t.name]!.c32.push(await load(t, 32));
+        }
       }
     }
+    const loadAfter = os.loadavg().map((x) => x.toFixed(2)).join(' ');
 
     const med = (xs: number[]) => median(xs);
     const direct = rows['mock, direct']!;
     const fmt = (n: number, d = 2) => (Number.isFinite(n) ? n.toFixed(d) : 'n/a');
     const c32 = (name: string) => (rows[name] ? med(rows[name].c32.map((x) => x.rps)) : NaN);
-    const ratio = (name: string) => (rows[name] ? `${fmt(c32('this gateway') / c32(name), 2)}×` : 'n/a (not run: see below)');
+    // A ratio only between two c=32 phases that ran with no failed request.
+    const c32Failed = (name: string) => failures[`${name}\0c32`] !== undefined || targets.find((t) => t.name === name)?.skip?.c32 !== undefined;
+    const ratio = (name: string) =>
+      !rows[name] ? 'n/a (not run: see below)' : c32Failed(name) || c32Failed('this gateway') ? 'n/a (a c=32 phase failed or was skipped: see its row)' : `${fmt(c32('this gateway') / c32(name), 2)}×`;
+    // A cell of a phase that was skipped, or had failed requests, says so.
+    const cell = (t: Target, phase: Phase, value: string) => {
+      if (t.skip?.[phase]) return `skipped: ${t.skip[phase]}`;
+      const f = failures[`${t.name}\0${phase}`];
+      return f ? `${value} (FAILED: ${f.count} requests)` : value;
+    };
     const lines = [
-      `Machine: ${machine()}`,
-      `Date: ${new Date().toISOString()}; ${RUNS} runs, medians; c=1 latency from ${SAMPLES} sequential keep-alive requests per run, throughput from autocannon (${DURATION} s per run).`,
+      `Machine: ${machine()}; steal during the runs ${steal()}; load average (1, 5, 15 min) before the runs ${loadBefore}, after ${loadAfter}`,
+      `Date: ${new Date().toISOString()}; ${RUNS} runs, medians; c=1 latency from ${SAMPLES} sequential keep-alive requests per run, throughput from autocannon (${DURATION} s per run); each phase began with one checked request.`,
       '',
-      '| target | c=1 p50 ms | c=1 p99 ms | added p50 ms | added p99 ms | c=1 req/s | c=32 req/s | c=32 p50 ms | c=32 p99 ms | stream first chunk p50 / p99 ms | peak RSS MiB |',
-      '|---|---|---|---|---|---|---|---|---|---|---|',
+      '| target | c=1 p50 ms | c=1 p99 ms | added p50 ms | added p99 ms | c=1 req/s | c=32 req/s | c=32 p50 ms | c=32 p99 ms | stream first chunk p50 / p99 ms | peak RSS MiB | failed requests |',
+      '|---|---|---|---|---|---|---|---|---|---|---|---|',
       ...targets.map((t) => {
         const r = rows[t.name]!;
         const p50 = med(r.c1.map((x) => x.p50));
         const p99 = med(r.c1.map((x) => x.p99));
         const added50 = p50 - med(direct.c1.map((x) => x.p50));
         const added99 = p99 - med(direct.c1.map((x) => x.p99));
-        return `| ${t.name} | ${fmt(p50)} | ${fmt(p99)} | ${t.proc ? fmt(added50) : '–'} | ${t.proc ? fmt(added99) : '–'} | ${fmt(med(r.rps1), 0)} | ${fmt(med(r.c32.map((x) => x.rps)), 0)} | ${fmt(med(r.c32.map((x) => x.p50)))} | ${fmt(med(r.c32.map((x) => x.p99)))} | ${fmt(med(r.stream.map((x) => x.firstP50)))} / ${fmt(med(r.stream.map((x) => x.firstP99)))} | ${t.proc ? fmt(t.tree ? t.proc.peakTreeRssMiB() : t.proc.peakRssMiB(), 0) : '–'} |`;
+        return `| ${t.name} | ${cell(t, 'c1', fmt(p50))} | ${cell(t, 'c1', fmt(p99))} | ${t.proc ? fmt(added50) : '–'} | ${t.proc ? fmt(added99) : '–'} | ${cell(t, 'rps1', fmt(med(r.rps1), 0))} | ${cell(t, 'c32', fmt(med(r.c32.map((x) => x.rps)), 0))} | ${fmt(med(r.c32.map((x) => x.p50)))} | ${fmt(med(r.c32.map((x) => x.p99)))} | ${cell(t, 'stream', `${fmt(med(r.stream.map((x) => x.firstP50)))} / ${fmt(med(r.stream.map((x) => x.firstP99)))}`)} | ${t.proc ? fmt(t.tree ? t.proc.peakTreeRssMiB() : t.proc.peakRssMiB(), 0) : '–'} | ${failedIn(t)} |`;
       }),
       '',
       `Database round trips (PostgreSQL transactions) per request through this gateway: ${fmt(roundTrips, 2)} one at a time, ${fmt(loadedTrips, 2)} at c=32 (statements of concurrent requests are batched)`,
-      ...Object.entries(failures).map(([name, f]) => `Failed requests, ${name}: ${f.count} (first: ${f.sample || 'connection errors'})`),
-      `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
+      ...failureLines(),
       `This gateway / Portkey requests per second at c=32: ${ratio('Portkey gateway')}`,
       `This gateway / LiteLLM (stateless) requests per second at c=32: ${ratio(liteStateless)}`,
       `This gateway / LiteLLM (PostgreSQL + virtual key) requests per second at c=32: ${ratio(liteDb)}`,
@@ -290,6 +371,7 @@ async function main() {
       ...skipped,
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
+    failIfAnyFailed();
   } catch (err) {
     for (const p of procs) process.stderr.write(`--- ${p.child.spawnargs.slice(-2).join(' ')}\n${p.output().slice(-1500)}\n`);
     throw err;

@@ -25,6 +25,18 @@ export function tracingOn(): boolean {
   return on;
 }
 
+/**
+ * Whether a span made here would be recorded: tracing is on, and the trace this code runs in was
+ * sampled (or there is none yet, and the sampler decides). Under a sampled-out trace (1 % kept:
+ * 99 requests in 100) every helper below calls straight through, as when tracing is off: no
+ * child span, no context switch, no attributes built. Exact with the `parentbased_*` samplers
+ * (the default and the documented ones), which never record a child of a parent they dropped.
+ */
+export function recordingHere(): boolean {
+  if (!on) return false;
+  return trace.getActiveSpan()?.isRecording() ?? true;
+}
+
 /** OTEL_GENAI_CAPTURE_CONTENT=true: prompts and completions go on the upstream spans (off by default). */
 export function captureContent(): boolean {
   return content;
@@ -38,10 +50,11 @@ export function tracer() {
 
 /**
  * Runs `fn` in a new active span, ended when `fn` settles; a throw marks the span failed with
- * the error's type (its name, or a CoreError's code), never its message. Off: just `fn(undefined)`.
+ * the error's type (its name, or a CoreError's code), never its message. Off, or in a trace the
+ * sampler dropped: just `fn(undefined)`.
  */
 export function inSpan<T>(name: string, attributes: (() => Attributes) | undefined, fn: (span: Span | undefined) => Promise<T>, kind: SpanKind = SpanKind.INTERNAL): Promise<T> {
-  if (!on) return fn(undefined);
+  if (!recordingHere()) return fn(undefined);
   return tracer().startActiveSpan(name, { kind, ...(attributes ? { attributes: attributes() } : {}) }, async (span) => {
     try {
       return await fn(span);
@@ -56,14 +69,15 @@ export function inSpan<T>(name: string, attributes: (() => Attributes) | undefin
 
 /** A database call as a client span (the reservation and the settle: core/money). */
 export function dbSpan<T>(operation: string, attributes: () => Attributes, fn: () => Promise<T>): Promise<T> {
-  if (!on) return fn();
+  if (!recordingHere()) return fn();
   return inSpan(operation, () => ({ 'db.system.name': 'postgresql', 'db.system': 'postgresql', 'db.operation.name': operation, ...attributes() }), () => fn(), SpanKind.CLIENT);
 }
 
 /** Adds attributes to the active span (the core procedure's, the request's): a no-op when off. */
 export function annotate(attributes: () => Attributes): void {
   if (!on) return;
-  trace.getActiveSpan()?.setAttributes(attributes());
+  const span = trace.getActiveSpan();
+  if (span?.isRecording()) span.setAttributes(attributes());
 }
 
 /** The error's type, safe to export: a CoreError's or provider error's code, else the class name. */

@@ -10,7 +10,7 @@ import type { AdminPrincipal, InternalPrincipal, SessionPrincipal, SpendingPrinc
 import { authenticateSession } from './auth/sessions.ts';
 import { requireVerifiedEmail } from './auth/verified-email.ts';
 import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
-import { annotate, errorType, inSpan, tracingOn } from './telemetry.ts';
+import { annotate, errorType, inSpan, recordingHere } from './telemetry.ts';
 import { SpanStatusCode } from '@opentelemetry/api';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
@@ -30,7 +30,7 @@ export const createCallerFactory = t.createCallerFactory;
  * key to it once the credential is checked (`annotatePrincipal`).
  */
 const tracedProcedure = t.procedure.use(({ path, type, next }) => {
-  if (!tracingOn()) return next();
+  if (!recordingHere()) return next();
   return inSpan(`core ${path}`, () => ({ 'mas.procedure': path, 'mas.procedure.type': type }), async (span) => {
     const result = await next();
     if (!result.ok && span) {
