@@ -29,7 +29,8 @@ export const createCallerFactory = t.createCallerFactory;
  * middleware passes straight through. The base procedures below add the caller's account and
  * key to it once the credential is checked (`annotatePrincipal`).
  */
-const tracedProcedure = t.procedure.use(({ path, type, next }) => {
+const tracedProcedure = t.procedure.use(async ({ path, type, next, getRawInput }) => {
+  refuseNulCharacters(await getRawInput());
   if (!recordingHere()) return next();
   return inSpan(`core ${path}`, () => ({ 'mas.procedure': path, 'mas.procedure.type': type }), async (span) => {
     const result = await next();
@@ -41,6 +42,37 @@ const tracedProcedure = t.procedure.use(({ path, type, next }) => {
     return result;
   });
 });
+
+/**
+ * No text a client sends may hold the NUL character (U+0000): PostgreSQL can store it in neither
+ * a text column nor JSONB, so it would end as a 500 wherever the text is kept (a job's prompt, a
+ * key's name, a webhook URL, an id looked up), and no model or page needs it. Refused for every
+ * procedure and every transport alike, before anything is read or reserved: 400 naming the
+ * field (`prompt`, `messages.0.content`), as a schema error does. Only plain objects, arrays and
+ * strings are walked (an upload's bytes are not text), without recursion, however deep.
+ */
+function refuseNulCharacters(input: unknown): void {
+  const stack: { value: unknown; path: string[] }[] = [{ value: input, path: [] }];
+  while (stack.length > 0) {
+    const { value, path } = stack.pop()!;
+    if (typeof value === 'string') {
+      if (value.includes('\u0000')) throw nulRefused(path);
+    } else if (Array.isArray(value)) {
+      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], path: [...path, String(i)] });
+    } else if (value !== null && typeof value === 'object' && [Object.prototype, null].includes(Object.getPrototypeOf(value))) {
+      for (const [key, inner] of Object.entries(value).reverse()) {
+        if (key.includes('\u0000')) throw nulRefused(path);
+        stack.push({ value: inner, path: [...path, key] });
+      }
+    }
+  }
+}
+
+function nulRefused(path: string[]): CoreError {
+  const param = path.join('.') || undefined;
+  const message = `${param ? `Invalid value for '${param}'` : 'Invalid request'}: text must not contain the NUL character (\\u0000).`;
+  return new CoreError('invalid_request', message, { ...(param ? { param } : {}), reason: 'invalid_value' });
+}
 
 /** The caller's ids on the procedure's span: never the credential itself. */
 function annotatePrincipal(p: { accountId: string; keyId?: string }): void {

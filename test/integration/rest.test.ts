@@ -103,6 +103,26 @@ describe('REST errors', () => {
     expect(empty.status).toBe(404);
   });
 
+  it('refuses text holding the NUL character (which PostgreSQL cannot store) with 400 naming the field, and charges nothing', async () => {
+    // Found by schemathesis: a job's prompt with U+0000 was a 500 from the database.
+    const before = (await getJson(`${api.url}/api/v1/balance`, { headers: bearer(key) })).body;
+    const cases: [string, string, unknown, string | undefined][] = [
+      ['POST', '/generations', { model: 'mas/image-demo', prompt: 'a\u0000b' }, 'prompt'],
+      ['POST', '/generations', { model: 'mas/image-demo', prompt: 'ok', settings: { 'si\u0000ze': 256 } }, 'settings'],
+      ['POST', '/chat/completions', { model: 'mas/chat-demo', messages: [{ role: 'user', content: 'hi\u0000' }] }, 'messages.0.content'],
+      ['GET', '/generations/gen_%00', undefined, 'id'],
+      ['GET', '/generations?status=%00', undefined, 'status'],
+    ];
+    for (const [method, path, body, param] of cases) {
+      const res = await getJson(`${api.url}/api/v1${path}`, { method, headers: { ...bearer(key), ...(body ? { 'content-type': 'application/json' } : {}) }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      expect(res.status, `${method} ${path}`).toBe(400);
+      expectErrorShape(res.body, 'invalid_request_error', 'invalid_value');
+      expect(res.body.error.param, `${method} ${path}`).toBe(param);
+      expect(res.body.error.message).toContain('NUL');
+    }
+    expect((await getJson(`${api.url}/api/v1/balance`, { headers: bearer(key) })).body).toEqual(before);
+  });
+
   it('names the field of an invalid query parameter', async () => {
     const res = await getJson(`${api.url}/api/v1/wallet/history?limit=500`, { headers: bearer(key) });
     expect(res.status).toBe(400);
