@@ -49,23 +49,50 @@ const tracedProcedure = t.procedure.use(async ({ path, type, next, getRawInput }
  * key's name, a webhook URL, an id looked up), and no model or page needs it. Refused for every
  * procedure and every transport alike, before anything is read or reserved: 400 naming the
  * field (`prompt`, `messages.0.content`), as a schema error does. Only plain objects, arrays and
- * strings are walked (an upload's bytes are not text), without recursion, however deep.
+ * strings are walked (an upload's bytes are not text); the check itself does not recurse, and
+ * the path of a refusal follows only the branches that hold the NUL.
  */
 function refuseNulCharacters(input: unknown): void {
-  const stack: { value: unknown; path: string[] }[] = [{ value: input, path: [] }];
+  // The common case, no NUL anywhere, allocates nothing but the walk's stack; the path is found only for a refusal.
+  if (!holdsNul(input)) return;
+  throw nulRefused(pathToNul(input) ?? []);
+}
+
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) && [Object.prototype, null].includes(Object.getPrototypeOf(value));
+
+function holdsNul(input: unknown): boolean {
+  const stack: unknown[] = [input];
   while (stack.length > 0) {
-    const { value, path } = stack.pop()!;
+    const value = stack.pop();
     if (typeof value === 'string') {
-      if (value.includes('\u0000')) throw nulRefused(path);
+      if (value.includes('\u0000')) return true;
     } else if (Array.isArray(value)) {
-      for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], path: [...path, String(i)] });
-    } else if (value !== null && typeof value === 'object' && [Object.prototype, null].includes(Object.getPrototypeOf(value))) {
-      for (const [key, inner] of Object.entries(value).reverse()) {
-        if (key.includes('\u0000')) throw nulRefused(path);
-        stack.push({ value: inner, path: [...path, key] });
+      for (const inner of value) stack.push(inner);
+    } else if (isPlainObject(value)) {
+      for (const key in value) {
+        if (key.includes('\u0000')) return true;
+        stack.push(value[key]);
       }
     }
   }
+  return false;
+}
+
+/**
+ * The first NUL's field, in the order a schema error would name it (`messages.0.content`); a NUL
+ * in a key names the object, and one nested deeper than 32 levels the field 32 levels down.
+ */
+function pathToNul(value: unknown, path: string[] = []): string[] | undefined {
+  if (typeof value === 'string') return value.includes('\u0000') ? path : undefined;
+  if (path.length >= 32) return path;
+  const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v] as const) : isPlainObject(value) ? Object.entries(value) : [];
+  for (const [key, inner] of entries) {
+    if (key.includes('\u0000')) return path;
+    const found = holdsNul(inner) ? pathToNul(inner, [...path, key]) : undefined;
+    if (found) return found;
+  }
+  return undefined;
 }
 
 function nulRefused(path: string[]): CoreError {

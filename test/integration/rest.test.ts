@@ -112,9 +112,12 @@ describe('REST errors', () => {
       ['POST', '/chat/completions', { model: 'mas/chat-demo', messages: [{ role: 'user', content: 'hi\u0000' }] }, 'messages.0.content'],
       ['GET', '/generations/gen_%00', undefined, 'id'],
       ['GET', '/generations?status=%00', undefined, 'status'],
+      // Nested far deeper than any schema goes: named 32 levels down, not a stack overflow.
+      // (A body written out: JSON.stringify itself recurses.)
+      ['POST', '/generations', `{"model":"mas/image-demo","prompt":"ok","settings":{"deep":${'['.repeat(50_000)}"\\u0000"${']'.repeat(50_000)}}}`, ['settings', 'deep', ...Array(30).fill('0')].join('.')],
     ];
     for (const [method, path, body, param] of cases) {
-      const res = await getJson(`${api.url}/api/v1${path}`, { method, headers: { ...bearer(key), ...(body ? { 'content-type': 'application/json' } : {}) }, ...(body ? { body: JSON.stringify(body) } : {}) });
+      const res = await getJson(`${api.url}/api/v1${path}`, { method, headers: { ...bearer(key), ...(body ? { 'content-type': 'application/json' } : {}) }, ...(body ? { body: typeof body === 'string' ? body : JSON.stringify(body) } : {}) });
       expect(res.status, `${method} ${path}`).toBe(400);
       expectErrorShape(res.body, 'invalid_request_error', 'invalid_value');
       expect(res.body.error.param, `${method} ${path}`).toBe(param);
