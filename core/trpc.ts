@@ -29,8 +29,7 @@ export const createCallerFactory = t.createCallerFactory;
  * middleware passes straight through. The base procedures below add the caller's account and
  * key to it once the credential is checked (`annotatePrincipal`).
  */
-const tracedProcedure = t.procedure.use(async ({ path, type, next, getRawInput }) => {
-  refuseNulCharacters(await getRawInput());
+const tracedProcedure = t.procedure.use(({ path, type, next }) => {
   if (!recordingHere()) return next();
   return inSpan(`core ${path}`, () => ({ 'mas.procedure': path, 'mas.procedure.type': type }), async (span) => {
     const result = await next();
@@ -42,64 +41,6 @@ const tracedProcedure = t.procedure.use(async ({ path, type, next, getRawInput }
     return result;
   });
 });
-
-/**
- * No text a client sends may hold the NUL character (U+0000): PostgreSQL can store it in neither
- * a text column nor JSONB, so it would end as a 500 wherever the text is kept (a job's prompt, a
- * key's name, a webhook URL, an id looked up), and no model or page needs it. Refused for every
- * procedure and every transport alike, before anything is read or reserved: 400 naming the
- * field (`prompt`, `messages.0.content`), as a schema error does. Only plain objects, arrays and
- * strings are walked (an upload's bytes are not text); the check itself does not recurse, and
- * the path of a refusal follows only the branches that hold the NUL.
- */
-function refuseNulCharacters(input: unknown): void {
-  // The common case, no NUL anywhere, allocates nothing but the walk's stack; the path is found only for a refusal.
-  if (!holdsNul(input)) return;
-  throw nulRefused(pathToNul(input) ?? []);
-}
-
-const isPlainObject = (value: unknown): value is Record<string, unknown> =>
-  value !== null && typeof value === 'object' && !Array.isArray(value) && [Object.prototype, null].includes(Object.getPrototypeOf(value));
-
-function holdsNul(input: unknown): boolean {
-  const stack: unknown[] = [input];
-  while (stack.length > 0) {
-    const value = stack.pop();
-    if (typeof value === 'string') {
-      if (value.includes('\u0000')) return true;
-    } else if (Array.isArray(value)) {
-      for (const inner of value) stack.push(inner);
-    } else if (isPlainObject(value)) {
-      for (const key in value) {
-        if (key.includes('\u0000')) return true;
-        stack.push(value[key]);
-      }
-    }
-  }
-  return false;
-}
-
-/**
- * The first NUL's field, in the order a schema error would name it (`messages.0.content`); a NUL
- * in a key names the object, and one nested deeper than 32 levels the field 32 levels down.
- */
-function pathToNul(value: unknown, path: string[] = []): string[] | undefined {
-  if (typeof value === 'string') return value.includes('\u0000') ? path : undefined;
-  if (path.length >= 32) return path;
-  const entries = Array.isArray(value) ? value.map((v, i) => [String(i), v] as const) : isPlainObject(value) ? Object.entries(value) : [];
-  for (const [key, inner] of entries) {
-    if (key.includes('\u0000')) return path;
-    const found = holdsNul(inner) ? pathToNul(inner, [...path, key]) : undefined;
-    if (found) return found;
-  }
-  return undefined;
-}
-
-function nulRefused(path: string[]): CoreError {
-  const param = path.join('.') || undefined;
-  const message = `${param ? `Invalid value for '${param}'` : 'Invalid request'}: text must not contain the NUL character (\\u0000).`;
-  return new CoreError('invalid_request', message, { ...(param ? { param } : {}), reason: 'invalid_value' });
-}
 
 /** The caller's ids on the procedure's span: never the credential itself. */
 function annotatePrincipal(p: { accountId: string; keyId?: string }): void {
@@ -277,6 +218,9 @@ export function toCoreError(err: unknown): CoreError | undefined {
   if (cause instanceof DriverException && String(cause.code) === STATEMENT_TIMEOUT) {
     return new CoreError('unavailable', 'The database is too busy to answer in time. Retry shortly.', { reason: 'database_timeout' });
   }
+  if (isNulRefusal(cause)) {
+    return new CoreError('invalid_request', 'Invalid request: text must not contain the NUL character (\\u0000).', { reason: 'invalid_value' });
+  }
   if (cause instanceof ZodError) {
     const issue = mostSpecific(cause.issues[0]);
     const path = issue?.path ?? [];
@@ -308,6 +252,21 @@ const UNREACHABLE_CODES = new Set([
 function isDatabaseUnreachable(err: unknown): boolean {
   if (err instanceof ConnectionException) return true;
   return err instanceof DriverException && UNREACHABLE_CODES.has(String(err.code));
+}
+
+/**
+ * Text holding U+0000, which PostgreSQL stores in neither text nor JSONB: refused by the database
+ * when a statement carries it (a job's prompt, a key's name, an id looked up), inside the use
+ * case's transaction, so nothing was reserved or written. A client's error, not ours: 400. It is
+ * not checked before (a walk of every request's input would also refuse the fields a schema
+ * ignores); the OpenAPI document states the rule (adapters/rest/openapi.ts).
+ * 22021: invalid byte sequence (0x00 in text), 22P05: untranslatable character (\u0000 in JSONB),
+ * 08P01 "invalid message format": a bound parameter holding a NUL.
+ */
+function isNulRefusal(err: unknown): boolean {
+  if (!(err instanceof DriverException)) return false;
+  const code = String(err.code);
+  return code === '22021' || code === '22P05' || (code === '08P01' && /invalid message format/.test(err.message));
 }
 
 type Issue = ZodError['issues'][number];
