@@ -494,19 +494,7 @@ function walkRequestSchema(schema: unknown): void {
     node.maximum ??= SAFE_INTEGER;
   }
   if (typeof node.pattern === 'string') node.pattern = node.pattern.replaceAll('\\d', '[0-9]');
-  declareNoNul(node, types);
   for (const value of Object.values(node)) if (value && typeof value === 'object') walkRequestSchema(value);
-}
-
-/** No text without U+0000, as core refuses it in every string and key of a request (core/trpc.ts). */
-const NO_NUL = '^[^\\u0000]*$';
-
-/** A request's text (not an upload's bytes) and its objects' keys may not hold U+0000: the document says so. */
-function declareNoNul(node: Json, types: unknown[]): void {
-  if (types.includes('string') && node.pattern === undefined && node.enum === undefined && node.const === undefined && node.format !== 'binary' && node.contentMediaType === undefined) {
-    node.pattern = NO_NUL;
-  }
-  if (types.includes('object') && node.propertyNames === undefined) node.propertyNames = { pattern: NO_NUL };
 }
 
 /**

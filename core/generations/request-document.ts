@@ -32,7 +32,7 @@ function settingDocument(spec: SettingSpec, deadlineSeconds: number): Json {
     case 'boolean':
       return { type: 'boolean', default: spec.default, ...about };
     case 'string':
-      return { type: 'string', maxLength: spec.max_length, ...(spec.default !== undefined ? { default: spec.default } : {}), ...about };
+      return { type: 'string', maxLength: spec.max_length, pattern: '^[^\\u0000]*$', ...(spec.default !== undefined ? { default: spec.default } : {}), ...about };
     case 'integer':
     case 'number': {
       // A job_time setting the deadline can never meet is refused (validate.ts, deadlineProblem).

@@ -52,6 +52,8 @@ function settingProblem(spec: SettingSpec, value: unknown): string | undefined {
       return typeof value === 'boolean' ? undefined : `must be true or false, got ${described(value)}`;
     case 'string':
       if (typeof value !== 'string') return `must be a string, got ${described(value)}`;
+      // Kept in the job's JSONB settings, which cannot hold U+0000.
+      if (value.includes('\u0000')) return 'must not contain the NUL character (\\u0000)';
       return value.length > spec.max_length ? `must be at most ${spec.max_length} characters, got ${value.length}` : undefined;
   }
 }

@@ -1,5 +1,6 @@
 import { DriverException } from '@mikro-orm/core';
 import { describe, expect, it } from 'vitest';
+import { generationRequestSchema } from '../../core/generations/schema.ts';
 import { toCoreError } from '../../core/trpc.ts';
 
 /**
@@ -25,5 +26,18 @@ describe('text the database cannot store', () => {
 
   it('leaves another protocol violation a server error', () => {
     expect(toCoreError(driverError('08P01', 'unexpected message type'))).toBeUndefined();
+  });
+});
+
+describe("a job's own text", () => {
+  it('refuses U+0000 in the prompt and the webhook URL before the database, naming the field', () => {
+    for (const field of ['prompt', 'webhook_url'] as const) {
+      const parsed = generationRequestSchema.safeParse({ model: 'mas/image-demo', [field]: 'https://a.example/\u0000' });
+      expect(parsed.success, field).toBe(false);
+      const err = toCoreError(parsed.error);
+      expect(err).toMatchObject({ code: 'invalid_request', param: field });
+      expect(err?.message).toContain('NUL character');
+    }
+    expect(generationRequestSchema.safeParse({ model: 'mas/image-demo', prompt: 'a lighthouse', webhook_url: 'https://a.example/hook' }).success).toBe(true);
   });
 });

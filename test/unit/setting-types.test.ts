@@ -70,7 +70,11 @@ describe('a setting of the wrong type says what it got', () => {
     });
   });
 
-  it('names a long string by its first 40 characters', () => {
+  it('refuses a string setting holding U+0000 (kept in JSONB, which cannot hold it), naming the setting', () => {
+    expect(refusal({ negative: 'a\u0000b' })).toEqual({ param: 'settings.negative', message: expect.stringContaining('NUL character') });
+  });
+
+    it('names a long string by its first 40 characters', () => {
     expect(described('x'.repeat(41))).toBe(`the string "${'x'.repeat(40)}…"`);
     expect(described('x'.repeat(40))).toBe(`the string "${'x'.repeat(40)}"`);
     expect(described(false)).toBe('the boolean false');
