@@ -62,8 +62,10 @@ beforeAll(async () => {
           { provider: 'fal-down', model: 'fal-ai/fake-image' },
           { provider: 'fal-fake', model: `fal-ai/fake-image-${tag}/image`, cost: { base: 1, per_unit: { num_images: 0.5 } } },
         ]),
+        // A route of its own on the closed port: the failover test's refusals of fal-down/fal-ai/fake-image
+        // can open that route's breaker, and an open breaker skips the route without a submit.
         model('all-down', [
-          { provider: 'fal-down', model: 'fal-ai/fake-image' },
+          { provider: 'fal-down', model: 'fal-ai/fake-image-all-down' },
           { provider: 'fal-fake', model: 'fal-ai/fake-forbidden' },
         ]),
         model('policy', [
