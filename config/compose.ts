@@ -126,6 +126,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
     catalogTtlMs: parts.catalogTtlMs,
     config: {
       holdTtlSeconds: env.HOLD_TTL_SECONDS,
+      usageFlushMs: env.USAGE_FLUSH_MS,
       resultRetentionSeconds: env.RESULT_RETENTION_SECONDS,
       jobStepRetryInitialMs: parts.jobStepRetryInitialMs,
       demoCoins: env.DEMO_COINS,
@@ -153,7 +154,15 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       links: accountLinks(env.PUBLIC_BASE_URL),
     },
   });
-  return { ...deps, limiters, close: async () => void (await Promise.all([limiters.close(), statements.close(), routeBreakers.close()])) };
+  return {
+    ...deps,
+    limiters,
+    close: async () => {
+      // The charges of answered chats are written before the connections close.
+      await deps.charges.close();
+      await Promise.all([limiters.close(), statements.close(), routeBreakers.close()]);
+    },
+  };
 }
 
 /** A process's connections and its wired core: what main.ts, worker.ts and the CLI start from. */

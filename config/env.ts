@@ -56,6 +56,8 @@ const envSchema = z
       }),
     HOLD_TTL_SECONDS: positiveInt.default(900),
     HOLD_SWEEP_INTERVAL_SECONDS: positiveInt.default(30),
+    /** The longest an ended chat's charge waits to be written with others (docs/chat.md, "Charges are written behind the answer"): what a killed process can lose. */
+    USAGE_FLUSH_MS: z.coerce.number().int().min(0).max(100).default(20),
     CATALOG_FILE: z.string().min(1).default('config/models.yaml'),
     API_PRICE_PERCENT: z.coerce.number().int().min(1).max(1000).default(50),
     RATE_LIMIT_PER_MINUTE: positiveInt.default(120),

@@ -4,7 +4,7 @@ import type { SignInLimits } from './accounts/attempts.ts';
 import type { AccountLinks } from './accounts/mails.ts';
 import { KeyLookup, LastUsedRecorder } from './auth/api-keys.ts';
 import type { DeviceCookies } from './auth/device-cookies.ts';
-import { CompletionRecorder } from './chat/recorder.ts';
+import { ChargeWriter } from './chat/charge-writer.ts';
 import type { Credential } from './auth/principals.ts';
 import { ModelCatalog } from './catalog/catalog.ts';
 import type { Execute } from './db/batch.ts';
@@ -36,6 +36,8 @@ import type {
 export interface CoreConfig {
   /** How long a reservation may stay open before the sweep releases it. */
   holdTtlSeconds: number;
+  /** USAGE_FLUSH_MS: the longest an ended chat's charge waits to share a statement with others (core/chat/charge-writer.ts). */
+  usageFlushMs: number;
   /** How long a succeeded job's result is kept (and its link valid) before the retention schedule deletes it. */
   resultRetentionSeconds: number;
   /** Coins given to the demo account created on the first start. */
@@ -85,8 +87,8 @@ export interface CoreDeps {
   keys: KeyLookup;
   /** Reserve and settle outside a transaction (chat), batched across concurrent requests. */
   holds: HoldBatcher;
-  /** What each chat completion was charged, written as it ends (batched like `holds`). */
-  completions: CompletionRecorder;
+  /** Chat holds' ends (charge, ledger entries, completion record), written behind the answer in batches (core/chat/charge-writer.ts). */
+  charges: ChargeWriter;
   catalog: ModelCatalog;
   /** OAuth clients described by a metadata document at their client id URL, fetched and cached. */
   clientDocuments: ClientDocuments;
@@ -128,7 +130,7 @@ const noJobRunner: GenerationStarter = {
 };
 
 export function createCoreDeps(
-  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'completions' | 'catalog' | 'generations' | 'autoTopUps' | 'clientDocuments' | 'payments'> & {
+  args: Omit<CoreDeps, 'clock' | 'lastUsed' | 'keys' | 'holds' | 'charges' | 'catalog' | 'generations' | 'autoTopUps' | 'clientDocuments' | 'payments'> & {
     /** Runs the hot path's batched statements (adapters/db/statement-pool.ts). */
     execute: Execute;
     generations?: GenerationStarter | undefined;
@@ -162,7 +164,7 @@ export function createCoreDeps(
     lastUsed: new LastUsedRecorder(execute, args.logger),
     keys: new KeyLookup(execute),
     holds: new HoldBatcher(execute),
-    completions: new CompletionRecorder(execute, args.logger),
+    charges: new ChargeWriter(execute, args.logger, { flushMs: args.config.usageFlushMs }),
     catalog: new ModelCatalog(args.logger, args.catalogTtlMs),
     clientDocuments: new ClientDocuments(args.urlGuard, args.config.oauth.httpClientIdHosts),
   };

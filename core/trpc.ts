@@ -21,6 +21,11 @@ export const createCallerFactory = t.createCallerFactory;
 /**
  * The base procedures, one per kind of caller (core/auth/principals.ts). Every use case is
  * built on exactly one of them; none checks a credential itself.
+ *
+ * Chat charges are written behind their answers (core/chat/charge-writer.ts). Every base
+ * procedure but chat's first waits for the charges of its account queued on this instance (an
+ * operator's: all of them), so that a balance, history or record read after an answer shows its
+ * charge; chat itself never waits for an earlier chat's charge.
  */
 
 /**
@@ -57,6 +62,7 @@ export const publicProcedure = tracedProcedure;
 export const spendingProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const principal = await spenderOf(ctx);
   await consumeRateLimit(ctx, principal);
+  await ctx.deps.charges.settledFor(principal.accountId);
   return next({ ctx: { ...ctx, principal } });
 });
 
@@ -67,6 +73,7 @@ export const spendingProcedure = tracedProcedure.use(async ({ ctx, next }) => {
  */
 export const spenderCheckProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const principal = await spenderOf(ctx);
+  await ctx.deps.charges.settledFor(principal.accountId);
   return next({ ctx: { ...ctx, principal } });
 });
 
@@ -99,6 +106,7 @@ export const sessionProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   if (ctx.credential.kind !== 'session') throw unauthorized('session');
   const principal: SessionPrincipal = await authenticateSession(ctx.em, ctx.credential.token, ctx.deps.clock());
   annotatePrincipal(principal);
+  await ctx.deps.charges.settledFor(principal.accountId);
   return next({ ctx: { ...ctx, principal } });
 });
 
@@ -111,10 +119,12 @@ export const payerProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   if (ctx.credential.kind === 'session') {
     const principal: SessionPrincipal = await authenticateSession(ctx.em, ctx.credential.token, ctx.deps.clock());
     annotatePrincipal(principal);
+    await ctx.deps.charges.settledFor(principal.accountId);
     return next({ ctx: { ...ctx, principal } });
   }
   const principal = await spenderOf(ctx);
   await consumeRateLimit(ctx, principal);
+  await ctx.deps.charges.settledFor(principal.accountId);
   return next({ ctx: { ...ctx, principal } });
 });
 
@@ -137,6 +147,7 @@ export const verifiedPayerProcedure = payerProcedure.use(async ({ ctx, next }) =
 /** Reads for operators: an admin token of any role, or the internal caller (the CLI). */
 export const adminProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   const principal: AdminPrincipal | InternalPrincipal = await operatorOf(ctx);
+  await ctx.deps.charges.settledAll();
   return next({ ctx: { ...ctx, principal } });
 });
 
@@ -146,6 +157,7 @@ export const operatorProcedure = tracedProcedure.use(async ({ ctx, next }) => {
   if (principal.kind === 'admin' && principal.role !== 'operator') {
     throw new CoreError('forbidden', 'This action needs an admin token with the operator role.', { reason: 'operator_role_required' });
   }
+  await ctx.deps.charges.settledAll();
   return next({ ctx: { ...ctx, principal } });
 });
 

@@ -3,8 +3,8 @@ import { requireSupportedParameters, requireTextModel } from '../catalog/catalog
 import { textCost, textPrices, type TextPrices } from '../catalog/pricing.ts';
 import type { TextModel } from '../catalog/schema.ts';
 import type { CoreDeps } from '../context.ts';
-import type { HoldBatcher } from '../money/hold-batcher.ts';
-import { CoreError, invalid, isCoreError } from '../errors.ts';
+import { CoreError, invalid } from '../errors.ts';
+import type { BatchedReserve } from '../money/hold-batcher.ts';
 import { randomBase62 } from '../ids.ts';
 import { requireModelAllowed, type SpendingPrincipal as Principal } from '../auth/principals.ts';
 import { formatCoins, type Micro } from '../money/coins.ts';
@@ -34,7 +34,7 @@ export interface PreparedChat {
   request: ChatRequest;
 }
 
-export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' | 'config' | 'holds' | 'clock'>, em: EntityManager, principal: Principal, request: ChatRequest): Promise<PreparedChat> {
+export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' | 'config' | 'holds' | 'charges' | 'clock'>, em: EntityManager, principal: Principal, request: ChatRequest): Promise<PreparedChat> {
   // The price in force at the request's time: a scheduled change applies to requests from its date on.
   const model = await deps.catalog.get(em, request.model, { at: deps.clock() });
   requireModelAllowed(principal, model.id);
@@ -67,7 +67,7 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
   const holdAmount = textCost(prices, inputTokens, maxTokens);
   const id = `chatcmpl-${randomBase62(24)}`;
   // The key id makes the reservation refuse a key revoked since it was looked up (chatProcedure).
-  const { holdId } = await deps.holds.reserve({
+  const { holdId } = await reserveAfterCharges(deps, principal.accountId, {
     accountId: principal.accountId,
     activeKeyId: principal.keyId,
     amount: holdAmount,
@@ -87,10 +87,36 @@ export async function prepareChat(deps: Pick<CoreDeps, 'catalog' | 'providers' |
   return { id, created: Math.floor(deps.clock().getTime() / 1000), model, routes, prices, inputTokens, maxTokens, holdId, holdAmount, request };
 }
 
+/** What refuses a reservation for want of room: the balance, an app's spend cap, a key's spend limit. */
+const NO_ROOM = new Set(['insufficient_balance', 'spend_cap_reached']);
+
+/**
+ * Reserves; refused for want of room while charges of this account are still being written
+ * on this instance (core/chat/charge-writer.ts: the holds of its earlier chats still count in
+ * full), it waits for them and tries once more, so that chats one after another are refused
+ * exactly when they would be had each charge been written before the next chat.
+ */
+async function reserveAfterCharges(deps: Pick<CoreDeps, 'holds' | 'charges'>, accountId: string, input: BatchedReserve): Promise<{ holdId: string }> {
+  try {
+    return await deps.holds.reserve(input);
+  } catch (err) {
+    if (!(err instanceof CoreError && NO_ROOM.has(err.code) && deps.charges.hasPending(accountId))) throw err;
+    await deps.charges.settledFor(accountId);
+    return deps.holds.reserve(input);
+  }
+}
+
 export interface ChatUsage {
   promptTokens: number;
   completionTokens: number;
   cost: Micro;
+}
+
+/** What a charge was for: the usage billed and, when the model finished, why (null: it did not). */
+export interface ChargeNote {
+  promptTokens: number;
+  completionTokens: number;
+  finishReason: string | null;
 }
 
 export type ChatEvent =
@@ -131,7 +157,11 @@ export type ChatRun = Pick<PreparedChat, 'routes' | 'prices' | 'inputTokens' | '
  */
 export async function* runChat(
   deps: {
-    holds: Pick<HoldBatcher, 'settle' | 'release'>;
+    /**
+     * Ends the hold, once: not awaited, the answer does not wait for its charge to be written
+     * (core/chat/charge-writer.ts). `note` is what the charge was for, for its record.
+     */
+    holds: { settle(holdId: string, cost: Micro, note: ChargeNote): unknown; release(holdId: string): unknown };
     routeBreakers: Pick<RouteBreakers, 'admit'>;
     /** The operator's warnings: an upstream that reported impossible usage. */
     warn?: ((fields: Record<string, unknown>, message: string) => void) | undefined;
@@ -157,7 +187,7 @@ export async function* runChat(
     pass = undefined;
   };
 
-  const charge = async (content: string, calls: readonly ToolCall[], useReported: boolean): Promise<ChatUsage> => {
+  const charge = (content: string, calls: readonly ToolCall[], useReported: boolean): ChatUsage => {
     ended = true;
     // An impossible count (negative, fractional, beyond the model) is replaced by our own.
     const checked = checkedUsage(reported, chat.model);
@@ -172,9 +202,9 @@ export async function* runChat(
     const promptTokens = clamp(prompt, chat.inputTokens);
     const completionTokens = clamp(completion, chat.maxTokens);
     const cost = textCost(chat.prices, promptTokens, completionTokens);
-    const outcome = await deps.holds.settle(chat.holdId, cost).catch(lostHold);
     opts.onCharged?.(serving && { provider: serving.provider, model: serving.model, upstreamCost: upstreamCost(serving, usage, { promptTokens: prompt, completionTokens: completion }) });
-    return { promptTokens, completionTokens, cost: outcome.captured };
+    deps.holds.settle(chat.holdId, cost, { promptTokens, completionTokens, finishReason: useReported ? finishReason : null });
+    return { promptTokens, completionTokens, cost };
   };
   const producedSoFar = () => [...producedCalls.values()];
 
@@ -228,7 +258,7 @@ export async function* runChat(
         if (opts.signal.aborted) {
           // The client went away: nothing to say about the route.
           endPass();
-          await charge(produced, producedSoFar(), false);
+          charge(produced, producedSoFar(), false);
           return;
         }
         const routeFailed = !(err instanceof ProviderError) || err.retryable;
@@ -241,10 +271,10 @@ export async function* runChat(
           continue;
         }
         if (opts.streaming && (delivered.length > 0 || deliveredCalls.length > 0)) {
-          await charge(delivered, deliveredCalls, false);
+          charge(delivered, deliveredCalls, false);
         } else {
           ended = true;
-          await deps.holds.release(chat.holdId).catch(lostHold);
+          deps.holds.release(chat.holdId);
         }
         throw upstreamError(err, chat.model.id);
       }
@@ -254,19 +284,19 @@ export async function* runChat(
     }
     if (!answered) {
       ended = true;
-      await deps.holds.release(chat.holdId).catch(lostHold);
+      deps.holds.release(chat.holdId);
       throw lastFailure === undefined ? noRoute(chat.model.id) : upstreamError(lastFailure, chat.model.id);
     }
     if (opts.signal.aborted) {
-      await charge(produced, producedSoFar(), false);
+      charge(produced, producedSoFar(), false);
       return;
     }
-    const usage = await charge(produced, producedSoFar(), true);
+    const usage = charge(produced, producedSoFar(), true);
     yield { type: 'done', finishReason, usage };
   } finally {
     // The consumer stopped iterating (the client went away): charge what the upstream produced.
     endPass();
-    if (!ended) await charge(produced, producedSoFar(), false);
+    if (!ended) charge(produced, producedSoFar(), false);
   }
 }
 
@@ -284,20 +314,6 @@ function upstreamError(err: unknown, modelId: string): CoreError {
 /** Every route's breaker is open: none was called. */
 function noRoute(modelId: string): CoreError {
   return new CoreError('upstream_failed', `Every provider of '${modelId}' has been failing and is paused for now. Nothing was charged; retry later.`, { reason: 'upstream_unavailable' });
-}
-
-/**
- * A chat reservation that is gone when its request ends (settle or release) was lost by a
- * database crash before it reached the disk (reservations commit asynchronously): nothing was
- * charged, and the client should retry, as after any outage.
- */
-function lostHold(err: unknown): never {
-  if (isCoreError(err) && err.reason === 'hold_not_found') {
-    throw new CoreError('unavailable', 'The database restarted during this request and lost its reservation. Nothing was charged; retry.', {
-      reason: 'database_unreachable',
-    });
-  }
-  throw err;
 }
 
 function clamp(n: number, max: number): number {

@@ -31,13 +31,13 @@ export async function chatCompletion(
 }
 
 /**
- * The chat's events, then, once its hold has ended (settled, or released), a check of the
+ * The chat's events, then, once its charge is written (settled, or released), a check of the
  * account's auto top-up, off the answer's path: it never delays or fails the answer.
  */
 async function* thenAutoTopUp<T>(deps: CoreDeps, accountId: string, events: AsyncGenerator<T, void, undefined>): AsyncGenerator<T, void, undefined> {
   try {
     yield* events;
   } finally {
-    void startAutoTopUpIfLow(deps, accountId);
+    void deps.charges.settledFor(accountId).then(() => startAutoTopUpIfLow(deps, accountId));
   }
 }

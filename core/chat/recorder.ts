@@ -1,6 +1,3 @@
-import type DataLoader from 'dataloader';
-import type { Logger } from 'pino';
-import { statementBatcher, type Execute } from '../db/batch.ts';
 import type { Micro } from '../money/coins.ts';
 
 /**
@@ -15,6 +12,7 @@ export const COMPLETION_KINDS = {
 } as const;
 export type CompletionKind = keyof typeof COMPLETION_KINDS;
 
+/** A record as the chat knows it when it ends; its cost is what the charge captured (charge-writer.ts writes both together). */
 export interface CompletionRecord {
   id: string;
   kind: CompletionKind;
@@ -23,7 +21,6 @@ export interface CompletionRecord {
   model: string;
   promptTokens: number;
   completionTokens: number;
-  cost: Micro;
   /** null: the request ended before the model finished (the client went away, or the upstream failed mid-stream). */
   finishReason: string | null;
   /** When the request came in: the `created` of its answer. */
@@ -33,62 +30,4 @@ export interface CompletionRecord {
   provider: string | null;
   routeModel: string | null;
   upstreamCost: Micro | null;
-}
-
-const INSERT = `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms,
-    provider, route_model, upstream_cost_micro)
-  select id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at, duration_ms,
-      provider, route_model, upstream_cost_micro
-    from jsonb_to_recordset($1::jsonb) as r(id text, kind text, account_id text, key_id text, model text, prompt_tokens integer,
-      completion_tokens integer, cost_micro bigint, finish_reason text, created_at timestamptz, duration_ms integer,
-      provider text, route_model text, upstream_cost_micro bigint)
-  on conflict (id) do nothing`;
-
-/**
- * Writes the records of ended requests, batched as the hold batcher batches settles (one
- * statement in flight; the records that arrive meanwhile go together into the next), on the
- * hot path's statement pool. A write never fails its request nor changes its charge: the charge
- * is already settled, and a failed write is logged and forgotten (the ledger still has it).
- */
-export class CompletionRecorder {
-  private readonly inserts: DataLoader<CompletionRecord, true>;
-  private readonly logger: Logger;
-
-  constructor(execute: Execute, logger: Logger) {
-    this.logger = logger;
-    this.inserts = statementBatcher(async (items) => {
-      const rows = items.map((r) => ({
-        id: r.id,
-        kind: r.kind,
-        account_id: r.accountId,
-        key_id: r.keyId,
-        model: r.model,
-        prompt_tokens: r.promptTokens,
-        completion_tokens: r.completionTokens,
-        cost_micro: r.cost.toString(),
-        finish_reason: r.finishReason,
-        created_at: r.createdAt.toISOString(),
-        duration_ms: Math.max(0, Math.round(r.durationMs)),
-        provider: r.provider,
-        route_model: r.routeModel,
-        upstream_cost_micro: r.upstreamCost === null ? null : r.upstreamCost.toString(),
-      }));
-      try {
-        await execute(INSERT, [JSON.stringify(rows)]);
-        return items.map(() => true as const);
-      } catch (err) {
-        if (rows.length === 1) throw err;
-        // One row the database refuses must not lose the others: each again on its own.
-        return Promise.all(rows.map((row) => execute(INSERT, [JSON.stringify([row])]).then(() => true as const, (e: unknown) => (e instanceof Error ? e : new Error(String(e))))));
-      }
-    });
-  }
-
-  async record(r: CompletionRecord): Promise<void> {
-    try {
-      await this.inserts.load(r);
-    } catch (err) {
-      this.logger.warn({ err, completion: r.id }, 'could not record the completion; its charge stands');
-    }
-  }
 }

@@ -15,7 +15,7 @@ import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
 import { launchChromium, shotAndInspect } from '../support/browser.ts';
 import { TEST_CATALOG } from '../support/catalog.ts';
-import { makeAccount, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
+import { chargesWritten, makeAccount, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
 import { createTestApp } from '../support/http.ts';
 
 /**
@@ -174,6 +174,7 @@ describe('an MCP client connects with OAuth: sign in, Allow, no key copied', () 
     );
     expect(conn!.spend_cap_micro).toBe('20000000');
     expect(new Date(conn!.expires_at).getTime() - Date.now()).toBeGreaterThan(6.9 * 86_400_000);
+    await chargesWritten();
     const holds = await orm.em.fork().execute<{ app: string; key: string; status: string }[]>(
       `select metadata->>'app_connection_id' as app, metadata->>'key_id' as key, status from holds where account_id = ?`,
       [accountId],

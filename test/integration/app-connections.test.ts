@@ -7,7 +7,7 @@ import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
 import { createProviderRegistry } from '../../adapters/providers/registry.ts';
 import { issueAccessToken, makeAppConnection } from '../support/apps.ts';
-import { makeAccount, openTestOrm, testDeps } from '../support/db.ts';
+import { chargesWritten, makeAccount, openTestOrm, testDeps } from '../support/db.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
 import { ERROR_VOCABULARY } from '../../core/errors.ts';
 import { HTTP_STATUS } from '../../adapters/http/status.ts';
@@ -54,6 +54,7 @@ async function helloAs(token: string) {
 
 /** What an app connection's holds captured, in micro-coins. */
 async function settledBy(connectionId: string): Promise<bigint> {
+  await chargesWritten();
   const [row] = await orm.em.fork().execute<{ total: string }[]>(
     `select coalesce(sum(captured_micro), 0)::text as total from holds where metadata->>'app_connection_id' = ? and status = 'settled'`,
     [connectionId],

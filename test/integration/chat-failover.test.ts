@@ -11,7 +11,7 @@ import { parseCoins } from '../../core/money/coins.ts';
 import { historyInput, listHistory } from '../../core/money/history.ts';
 import { createCaller } from '../../core/router.ts';
 import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.ts';
-import { makeAccount, makeKey, openTestOrm, testDeps } from '../support/db.ts';
+import { chargesWritten, makeAccount, makeKey, openTestOrm, testDeps } from '../support/db.ts';
 import { bearer, createTestApp, getJson } from '../support/http.ts';
 import { capturedFor, expectSettledWallet } from '../support/ledger.ts';
 import { freePort } from '../support/process.ts';
@@ -117,6 +117,7 @@ const cost = (input: number, output: number) => BigInt(input) + 2n * BigInt(outp
 const calls = (fake: FakeUpstream, upstreamModel: string) => fake.requests.filter((r) => r.model === upstreamModel).length;
 
 async function record(id: string) {
+  await chargesWritten();
   const [row] = await orm.em.fork().execute<{ provider: string | null; route_model: string | null; upstream_cost_micro: string | null; finish_reason: string | null }[]>(
     'select provider, route_model, upstream_cost_micro::text, finish_reason from completion_records where id = ?',
     [id],

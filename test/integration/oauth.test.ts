@@ -10,7 +10,7 @@ import { createContext } from '../../core/context.ts';
 import { parseCoins } from '../../core/money/coins.ts';
 import { credit } from '../../core/money/wallet.ts';
 import { createCaller } from '../../core/router.ts';
-import { makeAccount, makeKey } from '../support/db.ts';
+import { chargesWritten, makeAccount, makeKey } from '../support/db.ts';
 import { startJobHarness, type JobHarness } from '../support/jobs.ts';
 import { refusal } from '../support/refusal.ts';
 import { CookieBrowser, csrfOf, hiddenFields, signUpPerson, type Person } from '../support/cookie-browser.ts';
@@ -550,6 +550,7 @@ describe('what a connected app can do', () => {
     const chat = await callTool(client, 'chat', { model: 'mas/echo', prompt: 'Hello there', max_tokens: 30 });
     expect(chat.isError, toolText(chat)).toBeFalsy();
     const id = (chat.structuredContent as { id: string }).id;
+    await chargesWritten();
     const holds = await h.orm.em.fork().execute<{ status: string; account_id: string; reference: string }[]>(
       `select status, account_id, reference from holds where metadata->>'app_connection_id' = ?`,
       [app.connectionId],

@@ -13,7 +13,7 @@ import type { GenerationStarter } from '../../core/ports.ts';
 import { tracingConfigured } from '../../config/telemetry.ts';
 import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.ts';
 import { useTestCatalog } from '../support/catalog.ts';
-import { makeAccount, makeKey, openTestOrm } from '../support/db.ts';
+import { chargesWritten, makeAccount, makeKey, openTestOrm } from '../support/db.ts';
 import { startTestApi } from '../support/http.ts';
 
 /**
@@ -66,6 +66,8 @@ describe('tracing on', () => {
     const { status, body } = await chat(key);
     expect(status).toBe(200);
     await vi.waitFor(() => expect(exporter.getFinishedSpans().some((s) => s.name === 'POST /api/v1/chat/completions')).toBe(true));
+    // The settle's span ends when the charge is written, behind the answer.
+    await chargesWritten();
     const spans = exporter.getFinishedSpans();
     const server = spans.find((s) => s.name === 'POST /api/v1/chat/completions')!;
     const traceId = server.spanContext().traceId;

@@ -76,7 +76,7 @@ export function testDeps(
     API_PRICE_PERCENT: '50',
     ...opts.env,
   });
-  return wireCore(env, {
+  const deps = wireCore(env, {
     orm,
     logger: silentLogger,
     providers: { local: { kind: 'local' }, ...opts.mediaProviders },
@@ -91,6 +91,20 @@ export function testDeps(
     mailer: opts.mailer === 'env' ? undefined : (opts.mailer ?? testMailbox),
     jobStepRetryInitialMs: opts.jobStepRetryInitialMs,
   });
+  chargeWriters.add(deps.charges);
+  return deps;
+}
+
+/** The charge writers of every core this test process wired: a test's own read of the database waits for them. */
+const chargeWriters = new Set<CoreDeps['charges']>();
+
+/**
+ * Waits until the charges of chats answered by this process's servers are written (they are
+ * written behind the answer: core/chat/charge-writer.ts), as the service's own reads do; for a
+ * test that reads the database itself after a chat.
+ */
+export async function chargesWritten(): Promise<void> {
+  await Promise.all([...chargeWriters].map((w) => w.settledAll()));
 }
 
 /** A brand-new empty database on the test server, for tests that need a first start. */
@@ -156,6 +170,7 @@ export async function makeKey(orm: MikroORM, accountId: string, name?: string) {
 
 /** The invariants every wallet must satisfy at every moment. */
 export async function walletInvariants(orm: MikroORM, accountId: string) {
+  await chargesWritten();
   const em = orm.em.fork();
   const balance = await getBalance(em, accountId);
   const [sums] = await em.execute<{ total: string; sub: string; pur: string; held: string }[]>(

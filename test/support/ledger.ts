@@ -1,9 +1,10 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { expect } from 'vitest';
-import { walletInvariants } from './db.ts';
+import { chargesWritten, walletInvariants } from './db.ts';
 
 /** The `API usage` captured for one request (its completion id is the ledger reference), in micro-coins. */
 export async function capturedFor(orm: MikroORM, reference: string): Promise<bigint> {
+  await chargesWritten();
   const [row] = await orm.em.fork().execute<{ total: string }[]>(
     `select coalesce(-sum(amount_micro), 0)::text as total from ledger_entries where reference = ? and kind = 'capture'`,
     [reference],

@@ -8,7 +8,7 @@ import { chatRequestSchema } from '../../core/chat/schema.ts';
 import { countChatTokens, countTextTokens, minChatTokens } from '../../core/chat/tokens.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { createRouteBreakers } from '../../adapters/providers/breakers.ts';
-import { CoreError, notFound } from '../../core/errors.ts';
+import { CoreError } from '../../core/errors.ts';
 import type { BatchedReserve } from '../../core/money/hold-batcher.ts';
 import { ProviderError, type ChatProvider, type ProviderEvent } from '../../core/ports.ts';
 
@@ -55,9 +55,11 @@ const provider: ChatProvider = {
   },
 };
 
-function prepareDeps(model: TextModel, opts: { providers?: boolean } = {}) {
+function prepareDeps(model: TextModel, opts: { providers?: boolean; refusals?: unknown[]; pending?: boolean } = {}) {
   const reserved: BatchedReserve[] = [];
   const asked: { id: string; opts: unknown }[] = [];
+  const steps: string[] = [];
+  const refusals = [...(opts.refusals ?? [])];
   const deps = {
     catalog: {
       get: async (_em: EntityManager, id: string, o: unknown) => {
@@ -70,12 +72,19 @@ function prepareDeps(model: TextModel, opts: { providers?: boolean } = {}) {
     holds: {
       reserve: async (input: BatchedReserve) => {
         reserved.push(input);
+        steps.push('reserve');
+        const refusal = refusals.shift();
+        if (refusal) throw refusal;
         return { holdId: 'hold_1' };
       },
     },
+    charges: {
+      hasPending: () => opts.pending ?? false,
+      settledFor: async (accountId: string) => void steps.push(`charges of ${accountId} written`),
+    },
     clock: () => NOW,
-  } as unknown as Pick<CoreDeps, 'catalog' | 'providers' | 'config' | 'holds' | 'clock'>;
-  return { deps, reserved, asked };
+  } as unknown as Pick<CoreDeps, 'catalog' | 'providers' | 'config' | 'holds' | 'charges' | 'clock'>;
+  return { deps, reserved, asked, steps };
 }
 
 const request = (body: Record<string, unknown>) => chatRequestSchema.parse({ model: 'test/chat', ...body });
@@ -110,6 +119,31 @@ describe('prepareChat: the reservation', () => {
     await prepareChat(deps, em, appPrincipal, request({ messages: say('hi') }));
     expect(reserved[0]!.metadata).toMatchObject({ kind: 'chat', key_id: 'key_app', app_connection_id: 'app_1' });
     expect(reserved[0]!.activeKeyId).toBe('key_app');
+  });
+
+  it('refused for want of room while earlier charges of the account are being written: waits for them, then tries once more', async () => {
+    const broke = new CoreError('insufficient_balance', 'Insufficient balance.');
+    const capped = new CoreError('spend_cap_reached', 'Cap reached.');
+    for (const refusal of [broke, capped]) {
+      const { deps, steps } = prepareDeps(textModel(), { refusals: [refusal], pending: true });
+      await expect(prepareChat(deps, em, keyPrincipal, request({ messages: say('Hi') }))).resolves.toMatchObject({ holdId: 'hold_1' });
+      expect(steps).toEqual(['reserve', 'charges of acc_1 written', 'reserve']);
+    }
+    // Refused again after the wait: that refusal stands.
+    const twice = prepareDeps(textModel(), { refusals: [broke, broke], pending: true });
+    await expect(prepareChat(twice.deps, em, keyPrincipal, request({ messages: say('Hi') }))).rejects.toBe(broke);
+    expect(twice.steps).toEqual(['reserve', 'charges of acc_1 written', 'reserve']);
+  });
+
+  it('refused with nothing of the account being written, or refused for another reason: the refusal at once, no second try', async () => {
+    const broke = new CoreError('insufficient_balance', 'Insufficient balance.');
+    const idle = prepareDeps(textModel(), { refusals: [broke], pending: false });
+    await expect(prepareChat(idle.deps, em, keyPrincipal, request({ messages: say('Hi') }))).rejects.toBe(broke);
+    expect(idle.steps).toEqual(['reserve']);
+    const revoked = new CoreError('unauthorized', 'Revoked.');
+    const other = prepareDeps(textModel(), { refusals: [revoked], pending: true });
+    await expect(prepareChat(other.deps, em, keyPrincipal, request({ messages: say('Hi') }))).rejects.toBe(revoked);
+    expect(other.steps).toEqual(['reserve']);
   });
 
   it('refuses, reserving nothing, a model whose provider this server has not configured', async () => {
@@ -301,14 +335,25 @@ describe('runChat: what each ending charges', () => {
     expect(core.calls).toEqual(['release hold_x']);
   });
 
-  it('a settle that fails for another reason than a lost hold fails with that error', async () => {
-    const other = notFound('account_not_found', 'No account.');
-    const { holds } = fakeHolds(other);
-    const { error } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'x' }]), { signal: open(), streaming: false }));
-    expect(error).toBe(other);
-    const range = new RangeError('cannot capture');
-    const second = fakeHolds(range);
-    expect((await collect(runChat({ holds: second.holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'x' }]), { signal: open(), streaming: false }))).error).toBe(range);
+  it('the answer does not wait for its charge: a settle still being written lets `done` through, with the cost and the note of what was charged', async () => {
+    const notes: unknown[] = [];
+    const holds = {
+      settle: (holdId: string, cost: bigint, note: unknown) => {
+        notes.push([holdId, cost, note]);
+        return new Promise<never>(() => {}); // never written
+      },
+      release: () => new Promise<never>(() => {}),
+    };
+    const { events } = await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'x' }, { type: 'finish', reason: 'length' }, { type: 'usage', promptTokens: 7, completionTokens: 3 }]), { signal: open(), streaming: false }));
+    expect(events.at(-1)).toEqual({ type: 'done', finishReason: 'length', usage: { promptTokens: 7, completionTokens: 3, cost: cost(7, 3) } });
+    expect(notes).toEqual([['hold_x', cost(7, 3), { promptTokens: 7, completionTokens: 3, finishReason: 'length' }]]);
+  });
+
+  it('a charge on our own count (the client went away) notes no finish reason', async () => {
+    const notes: unknown[] = [];
+    const holds = { settle: (_h: string, _c: bigint, note: unknown) => void notes.push(note), release: () => undefined };
+    await collect(runChat({ holds, routeBreakers: breakers() }, chatWith([{ type: 'delta', content: 'one two' }, { type: 'delta', content: ' three' }]), { signal: open(), streaming: true }), 1);
+    expect(notes).toEqual([{ promptTokens: 7, completionTokens: countTextTokens('one two'), finishReason: null }]);
   });
 });
 

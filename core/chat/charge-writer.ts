@@ -1,0 +1,264 @@
+import type { Logger } from 'pino';
+import { withRetry, type Execute } from '../db/batch.ts';
+import type { Micro } from '../money/coins.ts';
+import { endAttributes, type HoldOutcome } from '../money/holds.ts';
+import { dbSpan } from '../telemetry.ts';
+import type { CompletionRecord } from './recorder.ts';
+
+/**
+ * How a chat's hold ends: its charge (and the record of what it was charged), or its release.
+ * `accountId` lets a read of that account wait for the write (`settledFor`).
+ */
+export type ChargeItem =
+  | { outcome: 'settled'; holdId: string; accountId: string; cost: Micro; record?: CompletionRecord | undefined }
+  | { outcome: 'released'; holdId: string; accountId: string };
+
+interface Pending {
+  item: ChargeItem;
+  queuedAt: number;
+  resolve: (outcome: HoldOutcome | undefined) => void;
+}
+
+type EndRow = { i: number; status: string; captured: string | null; amount: string | null };
+
+const RECORD_COLUMNS = `id text, kind text, account_id text, key_id text, model text, prompt_tokens integer,
+      completion_tokens integer, finish_reason text, created_at timestamptz, duration_ms integer,
+      provider text, route_model text, upstream_cost_micro bigint`;
+
+/**
+ * One statement, one transaction: the holds end (mas_end_hold_many: the charge as `API usage`
+ * in the ledger, the history's row, and the rest released) and the completion records are
+ * inserted with what each charge really captured. The records of holds that were not found
+ * are not written.
+ */
+const END_AND_RECORD = `with ended as (
+    select e.i, e.status, e.captured, e.amount from mas_end_hold_many($1::jsonb) e
+  ), recorded as (
+    insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at,
+        duration_ms, provider, route_model, upstream_cost_micro)
+      select r.id, r.kind, r.account_id, r.key_id, r.model, r.prompt_tokens, r.completion_tokens, ended.captured, r.finish_reason, r.created_at,
+          r.duration_ms, r.provider, r.route_model, r.upstream_cost_micro
+        from jsonb_to_recordset($2::jsonb) as r(i integer, ${RECORD_COLUMNS})
+        join ended on ended.i = r.i
+        where ended.status in ('settled', 'released')
+      on conflict (id) do nothing
+  )
+  select i, status, captured::text, amount::text from ended`;
+
+const END_ONLY = 'select i, status, captured::text, amount::text from mas_end_hold_many($1::jsonb)';
+
+const INSERT_RECORD = `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, finish_reason, created_at,
+    duration_ms, provider, route_model, upstream_cost_micro)
+  select r.id, r.kind, r.account_id, r.key_id, r.model, r.prompt_tokens, r.completion_tokens, $2::bigint, r.finish_reason, r.created_at,
+      r.duration_ms, r.provider, r.route_model, r.upstream_cost_micro
+    from jsonb_to_recordset($1::jsonb) as r(i integer, ${RECORD_COLUMNS})
+  on conflict (id) do nothing`;
+
+export interface ChargeWriterOptions {
+  /**
+   * USAGE_FLUSH_MS: the longest an ended chat waits for others to share its statement. 0: the
+   * statement is sent at the end of the current turn of the event loop (still shared by the
+   * chats that ended in that turn, and by all those that end while a statement is running).
+   */
+  flushMs: number;
+  /** The most items one statement carries. */
+  maxBatch?: number;
+}
+
+/**
+ * Ends chat holds off the request's path (docs/chat.md, "Charges are written behind the
+ * answer"), after the usage reports of prepaid credit control (RFC 4006) and the batched
+ * transfers of TigerBeetle: the answer does not wait for its charge. The charge, its ledger
+ * entries and its completion record are queued in memory and written together, many chats per
+ * statement, within `flushMs` plus one statement's time: the window a killed process can lose
+ * (its holds then stay open until the hold sweep releases them: the customer is charged nothing
+ * for it, never twice, and the wallet stays exact). A graceful stop (`close`) writes everything.
+ *
+ * One statement is in flight at a time; what ends meanwhile goes together into the next one as
+ * soon as it returns (group commit). A read of an account (`settledFor`) sends the queue at once
+ * and waits for that account's writes, so that an account sees its own charges at once through
+ * the same instance.
+ *
+ * A write never fails the chat: the answer is already on its way. A hold the database no longer
+ * has (a crash lost its asynchronously committed reservation) charges nothing and is logged, as
+ * is a statement that fails for good (its holds are released by the sweep at their expiry).
+ */
+export class ChargeWriter {
+  private queue: Pending[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private immediate: NodeJS.Immediate | undefined;
+  private running: Promise<void> | undefined;
+  /** The unwritten items of each account, and all of them. */
+  private readonly perAccount = new Map<string, Set<Promise<unknown>>>();
+  private readonly all = new Set<Promise<unknown>>();
+  private readonly flushMs: number;
+  private readonly maxBatch: number;
+  private readonly execute: Execute;
+  private readonly logger: Logger;
+  /** The clock of `queuedAt` (the oldest item's wait); tests inject theirs. */
+  private readonly now: () => number;
+
+  constructor(execute: Execute, logger: Logger, opts: ChargeWriterOptions, now: () => number = () => performance.now()) {
+    this.execute = execute;
+    this.logger = logger;
+    this.flushMs = opts.flushMs;
+    this.maxBatch = opts.maxBatch ?? 256;
+    this.now = now;
+  }
+
+  /** Charges `cost` of the hold (and writes its record with what was captured). Resolves once written; never rejects. */
+  settle(item: Omit<Extract<ChargeItem, { outcome: 'settled' }>, 'outcome'>): Promise<HoldOutcome | undefined> {
+    // Traced (tracing on), the span is the chat's child and lasts until its charge is written.
+    return dbSpan('mas_end_hold_many', () => endAttributes(item.holdId, item.cost, 'settled'), () => this.add({ outcome: 'settled', ...item }));
+  }
+
+  /** Gives the whole hold back. Resolves once written; never rejects. */
+  release(item: Omit<Extract<ChargeItem, { outcome: 'released' }>, 'outcome'>): Promise<HoldOutcome | undefined> {
+    return dbSpan('mas_end_hold_many', () => endAttributes(item.holdId, 0n, 'released'), () => this.add({ outcome: 'released', ...item }));
+  }
+
+  /** Waits until every charge of this account queued so far is written (sending them at once). */
+  async settledFor(accountId: string): Promise<void> {
+    const open = this.perAccount.get(accountId);
+    if (!open) return;
+    this.sendNow();
+    await Promise.all([...open]);
+  }
+
+  /** Waits until every charge queued so far is written (sending them at once). */
+  async settledAll(): Promise<void> {
+    if (this.all.size === 0) return;
+    this.sendNow();
+    await Promise.all([...this.all]);
+  }
+
+  /** Writes everything queued: a graceful stop calls it before closing the database. */
+  close(): Promise<void> {
+    return this.settledAll();
+  }
+
+  /** Whether charges of this account wait to be written. */
+  hasPending(accountId: string): boolean {
+    return this.perAccount.has(accountId);
+  }
+
+  /** How many charges wait to be written (a gauge for operators; tests). */
+  get pending(): number {
+    return this.all.size;
+  }
+
+  private add(item: ChargeItem): Promise<HoldOutcome | undefined> {
+    let resolve!: (outcome: HoldOutcome | undefined) => void;
+    const written = new Promise<HoldOutcome | undefined>((r) => (resolve = r));
+    this.queue.push({ item, queuedAt: this.now(), resolve });
+    let open = this.perAccount.get(item.accountId);
+    if (!open) this.perAccount.set(item.accountId, (open = new Set()));
+    open.add(written);
+    this.all.add(written);
+    void written.then(() => {
+      this.all.delete(written);
+      open.delete(written);
+      if (open.size === 0 && this.perAccount.get(item.accountId) === open) this.perAccount.delete(item.accountId);
+    });
+    this.schedule();
+    return written;
+  }
+
+  /** Sends the queue when its oldest item has waited `flushMs`, when it is full, or when asked. */
+  private schedule(): void {
+    if (this.running || this.queue.length === 0) return;
+    if (this.queue.length >= this.maxBatch) return this.sendNow();
+    const waited = this.now() - this.queue[0]!.queuedAt;
+    const wait = this.flushMs - waited;
+    if (wait <= 0) {
+      this.immediate ??= setImmediate(() => {
+        this.immediate = undefined;
+        this.send();
+      });
+    } else {
+      this.timer ??= setTimeout(() => {
+        this.timer = undefined;
+        this.send();
+      }, wait);
+    }
+  }
+
+  private sendNow(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    // A statement running now takes the queue as soon as it returns (see send).
+    if (!this.running) this.send();
+  }
+
+  private send(): void {
+    if (this.running || this.queue.length === 0) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    const batch = this.queue.splice(0, this.maxBatch);
+    this.running = this.write(batch).finally(() => {
+      this.running = undefined;
+      // What ended meanwhile has waited for this statement: it goes at once (group commit).
+      if (this.queue.length > 0) this.send();
+    });
+  }
+
+  private async write(batch: Pending[]): Promise<void> {
+    const ends = batch.map((p, i) => ({ i, hold_id: p.item.holdId, actual: p.item.outcome === 'settled' ? p.item.cost.toString() : '0', outcome: p.item.outcome }));
+    const records = batch.flatMap((p, i) => (p.item.outcome === 'settled' && p.item.record ? [recordRow(i, p.item.record)] : []));
+    let rows: EndRow[];
+    try {
+      rows = await withRetry(() => this.execute<EndRow>(END_AND_RECORD, [JSON.stringify(ends), JSON.stringify(records)]));
+    } catch (err) {
+      // Nothing of the statement was committed. The charges must not wait on a record the
+      // database refuses: they go alone, then each record on its own.
+      try {
+        rows = await withRetry(() => this.execute<EndRow>(END_ONLY, [JSON.stringify(ends)]));
+      } catch (again) {
+        this.logger.error({ err: again, holds: batch.length }, 'could not write chat charges; their holds stay open until the hold sweep releases them');
+        for (const p of batch) p.resolve(undefined);
+        return;
+      }
+      if (records.length > 0) this.logger.warn({ err }, 'the charges and records could not be written together; the charges were written alone');
+      await Promise.all(
+        records.map(async (r) => {
+          const row = rows.find((x) => Number(x.i) === r.i);
+          if (!row || (row.status !== 'settled' && row.status !== 'released')) return;
+          await this.execute(INSERT_RECORD, [JSON.stringify([r]), row.captured]).catch((e: unknown) =>
+            this.logger.warn({ err: e, completion: r.id }, 'could not record the completion; its charge stands'),
+          );
+        }),
+      );
+    }
+    const byIndex = new Map(rows.map((r) => [Number(r.i), r]));
+    for (const [i, p] of batch.entries()) {
+      const row = byIndex.get(i);
+      if (!row || row.status === 'not_found' || row.status === 'invalid_amount') {
+        // not_found: a database crash lost the reservation, committed without waiting for the
+        // disk, before this charge: nothing is charged (docs/chat.md, "Durability").
+        this.logger.warn({ hold: p.item.holdId, account: p.item.accountId, status: row?.status ?? 'no_row' }, 'a chat charge found no open hold to end; nothing was charged for it');
+        p.resolve(undefined);
+        continue;
+      }
+      p.resolve({ holdId: p.item.holdId, status: row.status as HoldOutcome['status'], captured: BigInt(row.captured!), amount: BigInt(row.amount!) });
+    }
+  }
+}
+
+function recordRow(i: number, r: CompletionRecord) {
+  return {
+    i,
+    id: r.id,
+    kind: r.kind,
+    account_id: r.accountId,
+    key_id: r.keyId,
+    model: r.model,
+    prompt_tokens: r.promptTokens,
+    completion_tokens: r.completionTokens,
+    finish_reason: r.finishReason,
+    created_at: r.createdAt.toISOString(),
+    duration_ms: Math.max(0, Math.round(r.durationMs)),
+    provider: r.provider,
+    route_model: r.routeModel,
+    upstream_cost_micro: r.upstreamCost === null ? null : r.upstreamCost.toString(),
+  };
+}

@@ -1,0 +1,205 @@
+import pino from 'pino';
+import { Writable } from 'node:stream';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { ChargeWriter } from '../../core/chat/charge-writer.ts';
+import type { CompletionRecord } from '../../core/chat/recorder.ts';
+import type { Execute } from '../../core/db/batch.ts';
+
+/**
+ * The charge writer (core/chat/charge-writer.ts) on a fake database: when a statement is sent,
+ * what it carries, and what is lost when the database refuses. The real statement runs in
+ * test/integration/charges-behind.test.ts.
+ */
+const record = (id: string): CompletionRecord => ({
+  id,
+  kind: 'chat.completion',
+  accountId: 'acct_1',
+  keyId: 'key_1',
+  model: 'mas/echo',
+  promptTokens: 9,
+  completionTokens: 5,
+  finishReason: 'stop',
+  createdAt: new Date(0),
+  durationMs: 12.4,
+  provider: 'fake',
+  routeModel: 'upstream-model',
+  upstreamCost: 7n,
+});
+
+type Ends = { i: number; hold_id: string; actual: string; outcome: string }[];
+
+/** A database that answers every end as asked, unless told otherwise. */
+function fakeDb(opts: { refuse?: (sql: string, params: unknown[]) => boolean; status?: (holdId: string) => string } = {}) {
+  const statements: { sql: 'both' | 'end' | 'record'; holds: string[]; records: string[] }[] = [];
+  let release: (() => void) | undefined;
+  let gate: Promise<void> | undefined;
+  const execute = (async (sql: string, params: unknown[]) => {
+    const kind = sql.startsWith('with ended') ? 'both' : sql.startsWith('select') ? 'end' : 'record';
+    const ends = kind === 'record' ? [] : (JSON.parse(String(params[0])) as Ends);
+    const records = kind === 'both' ? (JSON.parse(String(params[1])) as { id: string }[]) : kind === 'record' ? (JSON.parse(String(params[0])) as { id: string }[]) : [];
+    statements.push({ sql: kind, holds: ends.map((e) => e.hold_id), records: records.map((r) => r.id) });
+    if (gate) await gate;
+    if (opts.refuse?.(sql, params)) throw new Error('refused');
+    return ends.map((e) => ({ i: e.i, status: opts.status?.(e.hold_id) ?? e.outcome, captured: e.actual, amount: '100' }));
+  }) as Execute;
+  return {
+    execute,
+    statements,
+    /** Holds every statement until `open()`. */
+    hold: () => void (gate = new Promise<void>((r) => (release = r))),
+    open: () => {
+      gate = undefined;
+      release?.();
+    },
+  };
+}
+
+function logs() {
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: 'info' }, new Writable({ write: (chunk: Buffer, _enc, done) => void (lines.push(JSON.parse(chunk.toString())), done()) }));
+  return { lines, logger };
+}
+
+const settle = (w: ChargeWriter, holdId: string, accountId = 'acct_1', withRecord = true) =>
+  w.settle({ holdId, accountId, cost: 40n, record: withRecord ? record(`chatcmpl-${holdId}`) : undefined });
+
+beforeEach(() => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'setImmediate', 'performance'] });
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('ChargeWriter', () => {
+  it('holds the charges of chats that end within USAGE_FLUSH_MS for one statement, the records with them', async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 20 });
+    const a = settle(w, 'h1');
+    await vi.advanceTimersByTimeAsync(5);
+    const b = settle(w, 'h2', 'acct_2');
+    const c = w.release({ holdId: 'h3', accountId: 'acct_1' });
+    await vi.advanceTimersByTimeAsync(14);
+    expect(db.statements).toEqual([]);
+    expect(w.pending).toBe(3);
+    // The oldest charge has waited 20 ms: all three go.
+    await vi.advanceTimersByTimeAsync(1);
+    expect(db.statements).toEqual([{ sql: 'both', holds: ['h1', 'h2', 'h3'], records: ['chatcmpl-h1', 'chatcmpl-h2'] }]);
+    await expect(a).resolves.toEqual({ holdId: 'h1', status: 'settled', captured: 40n, amount: 100n });
+    await expect(b).resolves.toMatchObject({ status: 'settled' });
+    await expect(c).resolves.toEqual({ holdId: 'h3', status: 'released', captured: 0n, amount: 100n });
+    expect(w.pending).toBe(0);
+  });
+
+  it('with 0 ms, sends at the end of the turn what ended in it', async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 0 });
+    void settle(w, 'h1');
+    void settle(w, 'h2');
+    expect(db.statements).toEqual([]);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2']]);
+  });
+
+  it('what ends while a statement runs goes together into the next one as soon as it returns (group commit)', async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 20 });
+    db.hold();
+    void settle(w, 'h1');
+    await vi.advanceTimersByTimeAsync(20);
+    expect(db.statements).toHaveLength(1);
+    void settle(w, 'h2');
+    void settle(w, 'h3');
+    await vi.advanceTimersByTimeAsync(100);
+    expect(db.statements).toHaveLength(1);
+    db.open();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1'], ['h2', 'h3']]);
+  });
+
+  it('a full batch goes at once; the rest waits its turn', async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 50, maxBatch: 2 });
+    void settle(w, 'h1');
+    void settle(w, 'h2');
+    void settle(w, 'h3');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2'], ['h3']]);
+  });
+
+  it('a read of an account sends the queue at once and waits for that account only; close writes everything', async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 100 });
+    await w.settledFor('acct_1'); // nothing queued: answers at once, sends nothing
+    expect(db.statements).toEqual([]);
+    void settle(w, 'h1', 'acct_1');
+    void settle(w, 'h2', 'acct_2');
+    let read = false;
+    const reading = w.settledFor('acct_1').then(() => (read = true));
+    await vi.advanceTimersByTimeAsync(0);
+    await reading;
+    expect(read).toBe(true);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2']]);
+
+    void settle(w, 'h4', 'acct_3');
+    const closing = w.close();
+    await vi.advanceTimersByTimeAsync(0);
+    await closing;
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2'], ['h4']]);
+    expect(w.pending).toBe(0);
+  });
+
+  it('a record the database refuses loses only itself: the charges are written alone, then each record; logged, never thrown', async () => {
+    const db = fakeDb({ refuse: (sql, params) => (sql.startsWith('with ended') || sql.startsWith('insert')) && String(params[params.length - (sql.startsWith('insert') ? 2 : 1)]).includes('chatcmpl-bad') });
+    const { lines, logger } = logs();
+    const w = new ChargeWriter(db.execute, logger, { flushMs: 0 });
+    const outcomes = Promise.all([settle(w, 'good'), settle(w, 'bad'), settle(w, 'other')]);
+    await vi.advanceTimersByTimeAsync(0);
+    expect((await outcomes).map((o) => o?.status)).toEqual(['settled', 'settled', 'settled']);
+    expect(db.statements.map((s) => [s.sql, ...s.holds, ...s.records])).toEqual([
+      ['both', 'good', 'bad', 'other', 'chatcmpl-good', 'chatcmpl-bad', 'chatcmpl-other'],
+      ['end', 'good', 'bad', 'other'],
+      ['record', 'chatcmpl-good'],
+      ['record', 'chatcmpl-bad'],
+      ['record', 'chatcmpl-other'],
+    ]);
+    expect(lines.map((l) => l.msg)).toEqual(['the charges and records could not be written together; the charges were written alone', 'could not record the completion; its charge stands']);
+    expect(lines[1]).toMatchObject({ completion: 'chatcmpl-bad' });
+  });
+
+  it('a database that is down: the charges are logged as not written (the sweep releases their holds), the calls still resolve', async () => {
+    const db = fakeDb({ refuse: () => true });
+    const { lines, logger } = logs();
+    const w = new ChargeWriter(db.execute, logger, { flushMs: 0 });
+    const outcome = settle(w, 'h1');
+    await vi.advanceTimersByTimeAsync(0);
+    await expect(outcome).resolves.toBeUndefined();
+    expect(lines.at(-1)).toMatchObject({ level: 50, holds: 1, msg: 'could not write chat charges; their holds stay open until the hold sweep releases them' });
+    expect(w.pending).toBe(0);
+  });
+
+  it('a hold the database no longer has (a crash lost its reservation) charges nothing, logged with its hold and account', async () => {
+    const db = fakeDb({ status: (holdId) => (holdId === 'lost' ? 'not_found' : 'settled') });
+    const { lines, logger } = logs();
+    const w = new ChargeWriter(db.execute, logger, { flushMs: 0 });
+    const [lost, kept] = [settle(w, 'lost', 'acct_9'), settle(w, 'kept')];
+    await vi.advanceTimersByTimeAsync(0);
+    await expect(lost).resolves.toBeUndefined();
+    await expect(kept).resolves.toMatchObject({ status: 'settled' });
+    expect(lines).toEqual([expect.objectContaining({ level: 40, hold: 'lost', account: 'acct_9', status: 'not_found', msg: 'a chat charge found no open hold to end; nothing was charged for it' })]);
+  });
+
+  it('sends the record row as the table wants it: duration rounded, never negative, amounts as text', async () => {
+    const params: unknown[][] = [];
+    const w = new ChargeWriter((async (_sql: string, p: unknown[]) => (params.push(p), [{ i: 0, status: 'settled', captured: '40', amount: '100' }])) as Execute, logs().logger, { flushMs: 0 });
+    void w.settle({ holdId: 'h1', accountId: 'acct_1', cost: 40n, record: { ...record('chatcmpl-1'), durationMs: -3 } });
+    void w.settle({ holdId: 'h2', accountId: 'acct_1', cost: 40n, record: { ...record('chatcmpl-2'), upstreamCost: null } });
+    await vi.advanceTimersByTimeAsync(0);
+    expect(JSON.parse(String(params[0]![0]))).toEqual([
+      { i: 0, hold_id: 'h1', actual: '40', outcome: 'settled' },
+      { i: 1, hold_id: 'h2', actual: '40', outcome: 'settled' },
+    ]);
+    const rows = JSON.parse(String(params[0]![1])) as Record<string, unknown>[];
+    expect(rows[0]).toMatchObject({ i: 0, id: 'chatcmpl-1', duration_ms: 0, provider: 'fake', route_model: 'upstream-model', upstream_cost_micro: '7', created_at: '1970-01-01T00:00:00.000Z' });
+    expect(rows[1]).toMatchObject({ i: 1, upstream_cost_micro: null });
+  });
+});
