@@ -35,6 +35,8 @@ interface RunResult {
   latency: { jobs: number; succeeded: number; jobsPerSecond: number; p50: number; p99: number; queuedP50: number; runningP50: number; refused: number };
   historyEvents: number;
   historyTypes: string;
+  /** The throughput phase's work per job: PostgreSQL transactions (the mas database's commits and rollbacks), CPU ms per process kind. */
+  work: { transactionsPerJob: number; cpuMsPerJob: Record<string, number> };
   peakRssMiB: number;
   /** The worker process's (npm start runs it as a child of the API process). */
   workerPeakRssMiB: number;
@@ -66,7 +68,10 @@ async function run(): Promise<RunResult> {
     for (let i = 0; i < 10; i++) rateKeys.push((await cli('key', 'create', '--account', 'bench2@example.com')).key as string);
 
     const state = JSON.parse(await fs.readFile(path.join(dataDir, 'postgres.json'), 'utf8')) as { password: string };
-    const pgPort = Number((await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n')[3]);
+    const postmaster = (await fs.readFile(path.join(dataDir, 'postgres', 'postmaster.pid'), 'utf8')).split('\n');
+    const pgPort = Number(postmaster[3]);
+    // pg_ctl starts PostgreSQL as a daemon, outside the server's process tree.
+    const roots = [server.child.pid!, Number(postmaster[0])];
     const db = new pg.Client({ host: '127.0.0.1', port: pgPort, user: 'postgres', password: state.password, database: 'mas' });
     await db.connect();
 
@@ -122,6 +127,14 @@ async function run(): Promise<RunResult> {
     await settle();
 
     // Phase 1: throughput with 50 jobs in flight.
+    const xacts = async () => {
+      const { rows } = await db.query(`select (xact_commit + xact_rollback)::bigint as n from pg_stat_database where datname = 'mas'`);
+      return Number(rows[0].n);
+    };
+    // PostgreSQL's backends flush their statistics within about 10 s of going idle.
+    await new Promise((r) => setTimeout(r, 11_000));
+    const xactsBefore = await xacts();
+    const cpuBefore = cpuByKind(roots);
     const laneIds: string[] = [];
     let next = 0;
     const began = Date.now();
@@ -137,7 +150,14 @@ async function run(): Promise<RunResult> {
     const failed = lanes.find((l) => l.status === 'rejected');
     if (failed) throw failed.reason;
     await settle();
+    const cpuAfter = cpuByKind(roots);
     const throughput = await measure(laneIds, began);
+    await new Promise((r) => setTimeout(r, 11_000));
+    // The bench's own reads of the database (settle's polls, these two) are in it too: a few per second.
+    const work = {
+      transactionsPerJob: (await xacts() - xactsBefore) / laneIds.length,
+      cpuMsPerJob: Object.fromEntries([...new Set([...Object.keys(cpuBefore), ...Object.keys(cpuAfter)])].map((k) => [k, ((cpuAfter[k] ?? 0) - (cpuBefore[k] ?? 0)) / laneIds.length])),
+    };
 
     // Phase 2: a steady arrival rate, submitted without waiting. The per-key limit of 5
     // unfinished jobs is spread over the keys in turn.
@@ -173,6 +193,7 @@ async function run(): Promise<RunResult> {
       latency,
       historyEvents: events.length,
       historyTypes: [...types].map(([k, v]) => `${k} ×${v}`).join(', '),
+      work,
       peakRssMiB: server.peakRssMiB(),
       workerPeakRssMiB: workerPeakMiB(server),
     };
@@ -180,6 +201,30 @@ async function run(): Promise<RunResult> {
     for (const p of procs.reverse()) await p.stop();
     await fs.rm(dataDir, { recursive: true, force: true }).catch(() => undefined);
   }
+}
+
+/**
+ * CPU time (user + system, ms) of the server's process tree by kind: the API process, the
+ * worker, the Temporal dev server, PostgreSQL (every backend), and this benchmark process.
+ */
+function cpuByKind([root, postmaster]: number[]): Record<string, number> {
+  const tick = 1000 / 100; // USER_HZ
+  const out: Record<string, number> = {};
+  for (const pid of [...processTree(root!), ...processTree(postmaster!)]) {
+    try {
+      const stat = fsSync.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const ms = (Number(fields[11]) + Number(fields[12])) * tick;
+      const cmd = fsSync.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      const kind = pid === root ? 'api' : /worker\.(js|ts)/.test(cmd) ? 'worker' : /temporal/.test(cmd) && /start-dev/.test(cmd) ? 'temporal' : /postgres/.test(cmd) ? 'postgres' : 'other';
+      out[kind] = (out[kind] ?? 0) + ms;
+    } catch {
+      // gone
+    }
+  }
+  const own = process.cpuUsage();
+  out.bench = (own.user + own.system) / 1000;
+  return out;
 }
 
 /** Peak RSS (VmHWM) of the server's worker child process, in MiB. */
@@ -243,6 +288,14 @@ async function main() {
       `CPU time taken by the hypervisor for other guests (steal) during the runs: ${steal()} of this machine's CPU time`,
       '',
       `Workflow history of one job (it closes when the job succeeds): ${results[0]!.historyEvents} events: ${results[0]!.historyTypes}`,
+      '',
+      ...results.map(
+        (r, i) =>
+          `Run ${i + 1}, 50 in flight, per job: ${r.work.transactionsPerJob.toFixed(2)} PostgreSQL transactions; CPU ms ` +
+          Object.entries(r.work.cpuMsPerJob).map(([k, v]) => `${k} ${v.toFixed(1)}`).join(', ') +
+          ` (total ${Object.values(r.work.cpuMsPerJob).reduce((a, b) => a + b, 0).toFixed(1)})`,
+      ),
+      `Load average at the end: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`,
       '',
     ].join('\n'),
   );

@@ -61,8 +61,8 @@ export async function build(): Promise<void> {
 
   const { code } = await bundleWorkflowCode({
     workflowsPath: path.join(next, 'workflows', 'index.js'),
-    // The Temporal OpenTelemetry workflow interceptors, in every bundle (workflows/tracing.ts).
-    workflowInterceptorModules: [require.resolve('@temporalio/interceptors-opentelemetry/lib/workflow-interceptors')],
+    // The Temporal OpenTelemetry workflow interceptors, for traced runs (workflows/trace-interceptors.ts).
+    workflowInterceptorModules: [path.join(next, 'workflows', 'trace-interceptors.js')],
     logger: { trace() {}, debug() {}, info() {}, warn: (m) => console.warn(m), error: (m) => console.error(m), log() {} },
   });
   await fs.writeFile(path.join(next, 'workflows', 'bundle.js'), code);

@@ -124,6 +124,8 @@ async function heartbeating<T>(work: () => Promise<T>): Promise<T> {
   } catch {
     return work();
   }
+  // A local activity (the copy since version 5 of the job workflow) has no heartbeat: its workflow task is kept alive instead.
+  if (ctx.info.isLocal) return work();
   const timer = setInterval(() => ctx.heartbeat(), 2_000);
   try {
     return await work();

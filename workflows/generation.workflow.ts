@@ -39,6 +39,17 @@ const ledger = proxyLocalActivities<Activities>({
  */
 const transferOptions = { startToCloseTimeout: '5 minutes', heartbeatTimeout: '10 seconds', retry } as const;
 const transfer = proxyActivities<Activities>(transferOptions);
+/**
+ * Since version 5 (`patched('one-workflow-task')`), the copy is a local activity too: a job is then
+ * one workflow task from start to end (a poll that finds the job still going upstream waits on a
+ * durable timer, which ends that task, as before), rather than three round trips through the
+ * Temporal server more (the activity's task, and the workflow task its result wakes). A worker that
+ * dies mid-copy is noticed when the workflow task it was running times out (10 s, the heartbeat
+ * timeout the regular activity had) and the copy runs again on another worker; a copy longer than
+ * that keeps its workflow task alive (the SDK heartbeats it). Its 5 minutes are start-to-close.
+ */
+const localTransferOptions = { startToCloseTimeout: '5 minutes', retry } as const;
+const localTransfer = proxyLocalActivities<Activities>(localTransferOptions);
 
 /**
  * One media job, its workflow id the job id. The job's reservation was made when it was
@@ -53,12 +64,16 @@ const transfer = proxyActivities<Activities>(transferOptions);
  * delivered by a workflow of its own, so that nothing keeps this one open after the job ended.
  */
 export async function generationWorkflow(jobId: string, options: GenerationWorkflowOptions = {}): Promise<string> {
+  // Version 5: the three patches below are all in force, and the copy is a local step (one
+  // marker in place of three, and one workflow task per job). Runs started before replay as they
+  // were recorded: their histories hold no such marker.
+  const oneTask = patched('one-workflow-task');
   // Runs started before version 2 replay and finish in their own shape.
-  if (!patched('closes-with-job')) return generationWorkflowV1(jobId, options);
+  if (!oneTask && !patched('closes-with-job')) return generationWorkflowV1(jobId, options);
   // Runs started before routes replay on the model's one provider, as they were recorded.
-  const routed = patched('routes');
+  const routed = oneTask || patched('routes');
   // Runs started before the deadline bounded every step replay with their steps unbounded (only the polls were).
-  const bounded = routed && patched('deadline-in-steps');
+  const bounded = oneTask || (routed && patched('deadline-in-steps'));
 
   let begun: Awaited<ReturnType<Activities['markJobRunning']>>;
   try {
@@ -77,7 +92,7 @@ export async function generationWorkflow(jobId: string, options: GenerationWorkf
     const deadline = { at: Date.now() + begun.deadlineSeconds * 1000, seconds: begun.deadlineSeconds };
     // The steps' first retry wait: the workflow's own, or the one the service was wired with (tests), as the first step recorded it.
     const stepRetry = 'stepRetryInitialMs' in begun && begun.stepRetryInitialMs !== undefined ? { ...retry, initialInterval: begun.stepRetryInitialMs } : retry;
-    const output = routed ? await runOnRoutes(jobId, begun.routes, deadline, bounded, stepRetry) : await runOnProvider(jobId, deadline, upstream);
+    const output = routed ? await runOnRoutes(jobId, begun.routes, deadline, bounded, stepRetry, oneTask) : await runOnProvider(jobId, deadline, upstream);
     ending = await ledger.chargeAndCompleteJob(jobId, output);
   } catch (err) {
     if (routed) {
@@ -126,7 +141,14 @@ type StoredOutput = Awaited<ReturnType<Activities['copyResultToStorage']>>;
  * upstream asking to be called back later (a 429's Retry-After) fails the route at once instead
  * of holding the job past its deadline: the next route takes it, or the job fails.
  */
-async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline, bounded: boolean, stepRetry: typeof retry | (Omit<typeof retry, 'initialInterval'> & { initialInterval: number })): Promise<StoredOutput> {
+async function runOnRoutes(
+  jobId: string,
+  routes: string[],
+  deadline: Deadline,
+  bounded: boolean,
+  stepRetry: typeof retry | (Omit<typeof retry, 'initialInterval'> & { initialInterval: number }),
+  localCopy: boolean,
+): Promise<StoredOutput> {
   if (routes.length === 0) throw ApplicationFailure.nonRetryable('The model no longer exists.', 'model_not_found');
   const copyUntil = deadline.at + COPY_GRACE_MS;
   /** A step's options and its trailing `until`, when bounded: the time left until `end`, or the deadline's failure when none is. */
@@ -146,7 +168,9 @@ async function runOnRoutes(jobId: string, routes: string[], deadline: Deadline, 
         return steps.askProviderForJobState.executeWithOptions({ ...short, ...poll.options, summary: on('poll') }, bounded ? [p, h, deadline.at, jobId] : [p, h]);
       });
       const copy = within(copyUntil);
-      return await transfer.copyResultToStorage.executeWithOptions({ ...transferOptions, retry: short.retry, ...copy.options, summary: on('copy the result') }, [jobId, provider, handle, ...copy.until]);
+      const args = [jobId, provider, handle, ...copy.until] as [string, string, string, number?];
+      if (localCopy) return await localTransfer.copyResultToStorage.executeWithOptions({ ...localTransferOptions, retry: short.retry, ...copy.options, summary: on('copy the result') }, args);
+      return await transfer.copyResultToStorage.executeWithOptions({ ...transferOptions, retry: short.retry, ...copy.options, summary: on('copy the result') }, args);
     } catch (caught) {
       // A step whose retries ran into the deadline (its schedule-to-close timeout) is the deadline's failure.
       const err = bounded && outOfTime(caught) ? deadlineExceeded(deadline) : caught;

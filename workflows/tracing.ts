@@ -1,4 +1,4 @@
-import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { Resource } from '@opentelemetry/resources';
 import type { SpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { makeWorkflowExporter, OpenTelemetryActivityInboundInterceptor, OpenTelemetryActivityOutboundInterceptor } from '@temporalio/interceptors-opentelemetry';
@@ -13,10 +13,11 @@ import type { InjectedSinks, WorkerInterceptors } from '@temporalio/worker';
  * upstream calls (adapters/providers/telemetry.ts) and the settle or refund (core/money) are.
  *
  * The workflow spans are made inside the workflow sandbox and leave it through a sink: with
- * tracing off, the sink drops them (the interceptors are in the bundle either way, so that a
- * workflow's history replays the same with tracing on or off).
+ * tracing off here, the sink drops them. The workflow interceptors run only for a workflow started
+ * with a trace context (workflows/trace-interceptors.ts, which decides from the start's headers, so
+ * that a history replays the same with tracing on or off on the worker).
  */
-export const WORKFLOW_INTERCEPTOR_MODULE = createRequire(import.meta.url).resolve('@temporalio/interceptors-opentelemetry/lib/workflow-interceptors');
+export const WORKFLOW_INTERCEPTOR_MODULE = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './trace-interceptors.ts' : './trace-interceptors.js', import.meta.url));
 
 const dropAll: SpanProcessor = {
   onStart: () => undefined,

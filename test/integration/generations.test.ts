@@ -430,6 +430,25 @@ describe('generations', () => {
     }
   });
 
+  it("a job's work through Temporal: one workflow task, no activity task, its steps local (counts, bench/RESULTS.md round 3)", async () => {
+    const { key } = await customer();
+    const res = await submit(key, { model: 'mas/image-demo', prompt: 'count', settings: { size: 128 } });
+    expect(res.status).toBe(202);
+    expect((await waitEnded(key, res.body.id)).status).toBe('succeeded');
+    const handle = new Client({ connection }).workflow.getHandle(res.body.id);
+    await vi.waitFor(async () => expect((await handle.describe()).status.name).toBe('COMPLETED'), { timeout: 10_000, interval: 100 });
+    const events = (await handle.fetchHistory()).events ?? [];
+    const count = (pick: (e: (typeof events)[number]) => unknown) => events.filter((e) => pick(e) != null).length;
+    const markers = events.map((e) => e.markerRecordedEventAttributes?.markerName).filter((m) => m != null);
+    // Version 5: one patch marker, and five local steps (mark running, submit, poll, copy, charge).
+    expect(markers.sort()).toEqual(['core_local_activity', 'core_local_activity', 'core_local_activity', 'core_local_activity', 'core_local_activity', 'core_patch']);
+    expect(count((e) => e.workflowTaskCompletedEventAttributes)).toBe(1);
+    expect(count((e) => e.activityTaskScheduledEventAttributes)).toBe(0);
+    // The patch's TemporalChangeVersion, then MasJobStatus running and succeeded.
+    expect(count((e) => e.upsertWorkflowSearchAttributesEventAttributes)).toBe(3);
+    expect(events).toHaveLength(14);
+  });
+
   it('replays the recorded workflow histories without determinism errors', async () => {
     const client = new Client({ connection });
     const ids: string[] = [];

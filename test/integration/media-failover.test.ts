@@ -254,13 +254,13 @@ describe('media routes', () => {
     expect((await expectSettledWallet(orm, account.id)).balance.purchased).toBe(20_000_000n);
   });
 
-  it('replays: the runs of this file on today\'s code, runs recorded before routes (test/fixtures/histories/v2) on the one-provider path, and runs on routes recorded before the deadline bounded the steps (v3)', async () => {
+  it('replays: the runs of this file on today\'s code, runs recorded before routes (test/fixtures/histories/v2) on the one-provider path, runs on routes recorded before the deadline bounded the steps (v3), and runs of version 4 (v4: the copy a regular activity)', async () => {
     const client = new Client({ connection: h.connection });
     const ids: string[] = [];
     for await (const wf of client.workflow.list({ query: `TaskQueue = '${h.taskQueue}'` })) ids.push(wf.workflowId);
     expect(ids.length).toBeGreaterThanOrEqual(6);
     const ours = await Promise.all(ids.map(async (workflowId) => ({ workflowId, history: await client.workflow.getHandle(workflowId).fetchHistory() })));
-    for (const { workflowId, history } of ours) expect(patches(history), workflowId).toEqual(['closes-with-job', 'routes', 'deadline-in-steps']);
+    for (const { workflowId, history } of ours) expect(patches(history), workflowId).toEqual(['one-workflow-task']);
     await expectReplays(ours);
 
     // Succeeded (after a few polls), failed and canceled runs of version 2 before routes: no
@@ -281,5 +281,17 @@ describe('media routes', () => {
     const before = await Promise.all(routed.map(async (f) => ({ workflowId: f, history: proto.api.history.v1.History.decode(await readFile(new URL(f, v3))) })));
     for (const { workflowId, history } of before) expect(patches(history), workflowId).toEqual(['closes-with-job', 'routes']);
     await expectReplays(before);
+
+    // Succeeded (after a poll and a timer), failed (the provider failed it) and canceled (during
+    // its polls) runs of version 4 (test/fixtures/histories/v4): the three patches' markers, the
+    // copy a regular activity; they replay on that path, as recorded.
+    const v4 = new URL('../fixtures/histories/v4/', import.meta.url);
+    const four = (await readdir(v4)).filter((f) => f.endsWith('.binpb')).sort();
+    expect(four).toEqual(['canceled.binpb', 'failed.binpb', 'succeeded.binpb']);
+    const fours = await Promise.all(four.map(async (f) => ({ workflowId: f, history: proto.api.history.v1.History.decode(await readFile(new URL(f, v4))) })));
+    for (const { workflowId, history } of fours) expect(patches(history), workflowId).toEqual(['closes-with-job', 'routes', 'deadline-in-steps']);
+    const copied = fours.find((x) => x.workflowId === 'succeeded.binpb')!.history.events!.filter((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'copyResultToStorage');
+    expect(copied).toHaveLength(1);
+    await expectReplays(fours);
   });
 });
