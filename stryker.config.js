@@ -48,8 +48,9 @@ export default {
     'core/money/*.ts',
     // Prices: what is reserved and charged.
     'core/catalog/pricing.ts',
-    // Chat billing: reserve, settle on the (clamped) usage, release.
+    // Chat billing: reserve, settle on the (clamped) usage, release; the charges written behind the answer.
     'core/chat/chat.ts',
+    'core/chat/charge-writer.ts',
     // Media jobs: the price, the hold, the per-key concurrency limit, each ending exactly once.
     'core/generations/create-generation.ts',
     'core/generations/end-job.ts',

@@ -13,8 +13,11 @@ export const MUTATION_TESTS = [
   'test/unit/pricing.test.ts',
   'test/unit/pricing-edges.test.ts',
   'test/unit/tokens.test.ts',
-  'test/unit/chat-lost-hold.test.ts',
   'test/unit/chat-billing.test.ts',
+  // The charges written behind the answer (core/chat/charge-writer.ts): batching, reads that wait, losses logged; and counted.
+  'test/unit/charge-writer.test.ts',
+  'test/integration/chat-round-trips.test.ts',
+  'test/integration/chat-records.test.ts',
   // runChat over several routes: fallback, refusals, breakers told once, the route that served.
   'test/unit/chat-failover.test.ts',
   'test/unit/key-secret.test.ts',
