@@ -117,11 +117,15 @@ export class ChargeWriter {
     return dbSpan('mas_end_hold_many', () => endAttributes(item.holdId, 0n, 'released'), () => this.add({ outcome: 'released', ...item }));
   }
 
-  /** Waits until every charge of this account queued so far is written (sending them at once). */
-  async settledFor(accountId: string): Promise<void> {
+  /**
+   * Waits until every charge of this account queued so far is written: sending them at once (a
+   * read), or, with `{ send: false }`, in their own time (what may follow a charge, such as the
+   * auto top-up's check, must not cost the batching).
+   */
+  async settledFor(accountId: string, opts: { send?: boolean } = {}): Promise<void> {
     const open = this.perAccount.get(accountId);
     if (!open) return;
-    this.sendNow();
+    if (opts.send !== false) this.sendNow();
     await Promise.all([...open]);
   }
 

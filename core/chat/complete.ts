@@ -38,6 +38,6 @@ async function* thenAutoTopUp<T>(deps: CoreDeps, accountId: string, events: Asyn
   try {
     yield* events;
   } finally {
-    void deps.charges.settledFor(accountId).then(() => startAutoTopUpIfLow(deps, accountId));
+    void deps.charges.settledFor(accountId, { send: false }).then(() => startAutoTopUpIfLow(deps, accountId));
   }
 }

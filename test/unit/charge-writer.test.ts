@@ -140,11 +140,22 @@ describe('ChargeWriter', () => {
     expect(read).toBe(true);
     expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2']]);
 
+    // Waiting without sending: the charge goes in its own time, not before.
+    void settle(w, 'h3', 'acct_1');
+    let after = false;
+    const waiting = w.settledFor('acct_1', { send: false }).then(() => (after = true));
+    await vi.advanceTimersByTimeAsync(99);
+    expect(after).toBe(false);
+    expect(db.statements).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
+    await waiting;
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2'], ['h3']]);
+
     void settle(w, 'h4', 'acct_3');
     const closing = w.close();
     await vi.advanceTimersByTimeAsync(0);
     await closing;
-    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2'], ['h4']]);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2'], ['h3'], ['h4']]);
     expect(w.pending).toBe(0);
   });
 
