@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createProviderRegistry } from '../../adapters/providers/registry.ts';
 import { loadCatalogFile } from '../../config/catalog.ts';
 import { seedModels } from '../../core/catalog/catalog.ts';
-import { makeAccount, makeKey, openTestOrm } from '../support/db.ts';
+import { chargesWritten, makeAccount, makeKey, openTestOrm } from '../support/db.ts';
 import { bearer, getJson, startTestApi } from '../support/http.ts';
 
 /**
@@ -68,7 +68,7 @@ beforeAll(async () => {
   key = (await makeKey(orm, account.id)).key;
 });
 
-const balance = async () => (await orm.em.fork().execute<{ c: string }[]>('select (subscription_micro + purchased_micro)::text as c from wallets where account_id = ?', [accountId]))[0]!.c;
+const balance = async () => (await chargesWritten(), await orm.em.fork().execute<{ c: string }[]>('select (subscription_micro + purchased_micro)::text as c from wallets where account_id = ?', [accountId]))[0]!.c;
 
 async function mcp(args: Record<string, unknown>): Promise<CallToolResult> {
   const client = new Client({ name: 'chat-parity', version: '1.0.0' });

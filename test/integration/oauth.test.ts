@@ -652,6 +652,7 @@ describe('reconnecting an app', () => {
     const chat = await callTool(client, 'chat', { model: 'mas/echo', prompt: 'hello', max_tokens: 8 });
     expect(chat.isError, toolText(chat)).toBeFalsy();
     await client.close();
+    await chargesWritten();
     const [before] = await rows(person.accountId);
     const spent = (await listAppConnections(h.orm.em.fork(), person.accountId)).data[0]!.spent_coins;
 

@@ -5,7 +5,7 @@ import { historyCsv } from '../../core/accounts/history-csv.ts';
 import { historyInput, listHistory } from '../../core/money/history.ts';
 import { getBalance } from '../../core/money/wallet.ts';
 import { useTestCatalog } from '../support/catalog.ts';
-import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
+import { chargesWritten, makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
 import { bearer, getJson, startTestApi } from '../support/http.ts';
 import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.ts';
 
@@ -42,6 +42,7 @@ beforeEach(async () => {
 
 const MICRO = 1_000_000;
 const coins = async () => {
+  await chargesWritten();
   const b = await getBalance(orm.em.fork(), account.id);
   return b.subscription + b.purchased;
 };
@@ -168,6 +169,7 @@ describe('POST /responses with the openai SDK', () => {
     const stream = own.responses.stream({ model: 'test/local', input: 'Stream please' });
     for await (const _ of stream) void _;
     const streamed = await stream.finalResponse();
+    await chargesWritten();
     const { data } = await listHistory(orm.em.fork(), account.id, historyInput.parse({ limit: 10 }));
     // Newest first; each charge is referenced by the chat completion the response ran.
     for (const [row, r] of [[data[0]!, streamed], [data[1]!, response]] as const) {

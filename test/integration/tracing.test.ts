@@ -270,6 +270,8 @@ describe('tracing on', () => {
     // Spend counts the captures after the first scrape.
     const account = await makeAccount(orm, { coins: '10' });
     await chat((await makeKey(orm, account.id)).key);
+    // Its charge is written behind the answer; /metrics reads what is written.
+    await chargesWritten();
     const second = await (await fetch(`${api.url}/metrics`)).text();
     expect(Number(/^mas_spent_coins_total (\S+)$/m.exec(second)?.[1])).toBeGreaterThan(0);
   });

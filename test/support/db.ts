@@ -32,7 +32,26 @@ export function testDatabaseUrl(): string {
 
 /** An ORM on this test file's database (test/support/file-database.ts). */
 export async function openTestOrm(poolMax = 10): Promise<MikroORM> {
-  return openOrm({ url: testDatabaseUrl(), poolMax });
+  const orm = await openOrm({ url: testDatabaseUrl(), poolMax });
+  waitForChargesBeforeReads(orm);
+  return orm;
+}
+
+/**
+ * A test reads the database after a chat as the service's own reads do (core/trpc.ts): after
+ * the charges its servers queued are written (they are written behind the answer:
+ * core/chat/charge-writer.ts). Every statement of this ORM outside a transaction waits for them
+ * first; inside one it must not (a charge may wait for a row the transaction holds).
+ */
+function waitForChargesBeforeReads(orm: MikroORM): void {
+  type Execute = (query: unknown, params?: unknown, method?: unknown, ctx?: unknown, loggerContext?: unknown) => Promise<unknown>;
+  const connection = orm.em.getConnection() as unknown as { execute: Execute };
+  const execute: Execute = connection.execute.bind(connection);
+  connection.execute = async (query, params, method, ctx, loggerContext) => {
+    const transacting = ctx != null || (typeof query === 'object' && query !== null && Boolean((query as { client?: { transacting?: boolean } }).client?.transacting));
+    if (!transacting) await chargesWritten();
+    return execute(query, params, method, ctx, loggerContext);
+  };
 }
 
 /**
