@@ -17,6 +17,7 @@ export function start(command: string, args: string[], env: Record<string, strin
 export { processTree };
 
 import { freePort } from '../adapters/embedded/postgres.ts';
+import { NODE_FLAGS } from '../config/node-flags.ts';
 
 export { freePort };
 
@@ -26,7 +27,8 @@ export { freePort };
  * benchmark builds it first when a source is newer: `ensureBuilt`).
  */
 export function serviceArgs(entry: 'main' | 'api' | 'worker' | 'migrate'): string[] {
-  return entryArgs(entry);
+  // The V8 flags package.json's scripts start the service with (config/node-flags.ts).
+  return [...(entry === 'migrate' ? [] : NODE_FLAGS), ...entryArgs(entry)];
 }
 
 export function median(values: number[]): number {
