@@ -1,7 +1,7 @@
 import './config/require-node.ts';
 import { loadCatalogFile } from './config/catalog.ts';
 import { openDatabase } from './config/database.ts';
-import { failedToStart } from './config/entry.ts';
+import { failedToStart } from './config/start-errors.ts';
 import { loadEnvOrExit } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
 import { seedModels } from './core/catalog/catalog.ts';

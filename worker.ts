@@ -1,6 +1,6 @@
 import './config/require-node.ts';
 import { openRuntime, type Runtime } from './config/compose.ts';
-import { failedToStart } from './config/entry.ts';
+import { failedToStart } from './config/start-errors.ts';
 import { loadEnvOrExit } from './config/env.ts';
 import { createLogger } from './config/logger.ts';
 import { manageProcessLifecycle } from './config/process-lifecycle.ts';

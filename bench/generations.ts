@@ -49,7 +49,7 @@ async function run(): Promise<RunResult> {
     const port = await freePort();
     const env = { DATA_DIR: dataDir, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0' };
     const flags = (process.env.SERVER_NODE_FLAGS ?? '').split(' ').filter(Boolean);
-    const server = start(process.execPath, [...flags, ...serviceArgs('main')], env);
+    const server = start(process.execPath, serviceArgs('main', flags), env);
     procs.push(server);
     await server.waitFor(/listening on/);
     const cli = async (...args: string[]) => {

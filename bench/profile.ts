@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import autocannon from 'autocannon';
 import { machine, percentile, startChatService, type Proc } from './support.ts';
+import { NODE_FLAGS as SERVICE_NODE_FLAGS } from '../config/node-flags.ts';
 
 /**
  * npm run bench:profile — where the API process spends its CPU on the chat hot path: the
@@ -114,7 +115,7 @@ async function main() {
     await ours.stop();
     const head = [
       `Machine: ${machine()}`,
-      `Date: ${new Date().toISOString()}; node flags: ${NODE_FLAGS.join(' ') || 'none'}${PROFILE ? ', under --cpu-prof' : ''}; ${SAMPLES} chats one at a time (p50 ${percentile(ms, 50).toFixed(2)} ms, p99 ${percentile(ms, 99).toFixed(2)} ms), then ${DURATION} s at c=32 (${Math.round(loaded.requests.average)} req/s, p50 ${loaded.latency.p50} ms, p99 ${loaded.latency.p99} ms).`,
+      `Date: ${new Date().toISOString()}; node flags: ${[...SERVICE_NODE_FLAGS, ...NODE_FLAGS].join(' ')}${PROFILE ? ', under --cpu-prof' : ''}; ${SAMPLES} chats one at a time (p50 ${percentile(ms, 50).toFixed(2)} ms, p99 ${percentile(ms, 99).toFixed(2)} ms), then ${DURATION} s at c=32 (${Math.round(loaded.requests.average)} req/s, p50 ${loaded.latency.p50} ms, p99 ${loaded.latency.p99} ms).`,
       `API process: peak RSS ${peak.toFixed(0)} MiB, ${rssNow.toFixed(0)} MiB after the load; CPU per chat ${(cpuSequential / SAMPLES).toFixed(3)} ms one at a time, ${(cpuLoaded / loaded.requests.total).toFixed(3)} ms at c=32.`,
       ...(ALLOC
         ? [`Allocated per chat (V8's GC trace, whole collections only): ${(allocatedIn(tBefore, tSequential) / SAMPLES / 1024).toFixed(1)} KiB one at a time, ${(allocatedIn(tSequential, tLoaded) / loaded.requests.total / 1024).toFixed(1)} KiB at c=32.`]

@@ -17,6 +17,7 @@ export function start(command: string, args: string[], env: Record<string, strin
 export { processTree };
 
 import { freePort } from '../adapters/embedded/postgres.ts';
+import { NODE_FLAGS } from '../config/node-flags.ts';
 
 export { freePort };
 
@@ -25,8 +26,10 @@ export { freePort };
  * `migrate`) as production runs it: the built JavaScript in dist/ (`npm ci` builds it; a
  * benchmark builds it first when a source is newer: `ensureBuilt`).
  */
-export function serviceArgs(entry: 'main' | 'api' | 'worker' | 'migrate'): string[] {
-  return entryArgs(entry);
+export function serviceArgs(entry: 'main' | 'api' | 'worker' | 'migrate', nodeArgs: string[] = []): string[] {
+  // The V8 flags package.json's scripts start the service with (config/node-flags.ts), then the
+  // benchmark's own (`nodeArgs`), which win where they name the same flag.
+  return [...(entry === 'migrate' ? [] : NODE_FLAGS), ...nodeArgs, ...entryArgs(entry)];
 }
 
 export function median(values: number[]): number {
@@ -93,7 +96,7 @@ export async function startChatService(
   const port = await freePort();
   const env = { DATA_DIR: dataDir, CATALOG_FILE: catalog, PORT: String(port), HOST: '127.0.0.1', RATE_LIMIT_PER_MINUTE: '1000000000', LOG_LEVEL: 'warn', DEMO_COINS: '0', RUN_WORKER: 'false', ...more.env };
   await ensureBuilt();
-  const ours = start(process.execPath, [...nodeArgs, ...serviceArgs('main')], env);
+  const ours = start(process.execPath, serviceArgs('main', nodeArgs), env);
   procs.push(ours);
   await ours.waitFor(/listening on/);
   const cli = (...args: string[]) => start(process.execPath, [...entryArgs('mas'), ...args, '--json'], env);

@@ -1,28 +1,12 @@
-import type { Logger } from 'pino';
-import { CatalogError } from '../core/catalog/catalog.ts';
-import { PlansError } from '../core/payments/plans.ts';
-import { PendingMigrationsError } from './database.ts';
 import { loadEnvOrExit, type Env } from './env.ts';
 import { createLogger } from './logger.ts';
 import { manageProcessLifecycle } from './process-lifecycle.ts';
-import { RoleConfigError, startService, type ServiceRole } from './service.ts';
+import { startService, type ServiceRole } from './service.ts';
+import { failedToStart } from './start-errors.ts';
 import { startTelemetry } from './telemetry.ts';
 
-/**
- * A start-up that cannot go on: what the operator must fix is one line on stderr (a bad catalog or plans file,
- * migrations not applied, a role without its servers); anything else is logged as fatal. Exit 1.
- */
-export async function failedToStart(err: unknown, logger: Logger): Promise<never> {
-  if (err instanceof CatalogError || err instanceof PlansError || err instanceof PendingMigrationsError || err instanceof RoleConfigError) {
-    process.stderr.write(`${err.message}\n`);
-  } else {
-    logger.fatal({ err }, 'could not start');
-    logger.flush();
-    // Let the log line leave before exiting.
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-  process.exit(1);
-}
+/** Also in config/start-errors.ts, which the worker and `npm run migrate` import instead of this module. */
+export { failedToStart };
 
 /** The processes that serve HTTP: `npm start` (role `all`) and `npm run start:api` (role `api`). */
 export async function runServer(role: ServiceRole): Promise<void> {

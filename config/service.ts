@@ -17,6 +17,7 @@ import { openRuntime } from './compose.ts';
 import type { Env } from './env.ts';
 import { ensureSchedules } from './temporal.ts';
 import { startWorkerProcess } from './worker-process.ts';
+import { RoleConfigError } from './start-errors.ts';
 
 /** The service's version, from the package.json above this file (config/ in the sources, dist/config/ when built). */
 function packageVersion(): string {
@@ -43,7 +44,7 @@ export interface RunningService {
  */
 export type ServiceRole = 'all' | 'api';
 
-export class RoleConfigError extends Error {}
+export { RoleConfigError };
 
 /** The API server: core wired by the composition root, the HTTP adapters mounted on one server. */
 export async function startService(

@@ -1,4 +1,4 @@
-import { OpenTelemetryWorkflowClientInterceptor } from '@temporalio/interceptors-opentelemetry';
+import { createRequire } from 'node:module';
 import { tracingOn } from '../core/telemetry.ts';
 import { Client, Connection, ScheduleAlreadyRunning, ScheduleOverlapPolicy, WorkflowExecutionAlreadyStartedError, WorkflowNotFoundError } from '@temporalio/client';
 import proto from '@temporalio/proto';
@@ -55,10 +55,13 @@ export async function openTemporal(env: Pick<Env, 'TEMPORAL_ADDRESS' | 'TEMPORAL
     namespace: env.TEMPORAL_NAMESPACE,
     uiUrl: env.TEMPORAL_UI_URL?.replace(/\/+$/, '') ?? embedded?.uiUrl,
     // Tracing on: starting a workflow is a span whose context travels in the workflow's headers (workflows/tracing.ts).
-    client: new Client({ connection, namespace: env.TEMPORAL_NAMESPACE, ...(tracingOn() ? { interceptors: { workflow: [new OpenTelemetryWorkflowClientInterceptor()] } } : {}) }),
+    client: new Client({ connection, namespace: env.TEMPORAL_NAMESPACE, ...(tracingOn() ? { interceptors: { workflow: [new (tracingInterceptors().OpenTelemetryWorkflowClientInterceptor)()] } } : {}) }),
     close,
   };
 }
+
+/** Temporal's OpenTelemetry interceptors (CommonJS), required only with tracing on: off, a process never holds them. */
+const tracingInterceptors = () => createRequire(import.meta.url)('@temporalio/interceptors-opentelemetry') as typeof import('@temporalio/interceptors-opentelemetry');
 
 /** The job workflows' search attributes (all Keyword), for a dev server's `--search-attribute`. */
 export const jobSearchAttributeNames = () => Object.values(SEARCH_ATTRIBUTES).map((key) => key.name);

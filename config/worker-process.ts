@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
+import { NODE_FLAGS } from './node-flags.ts';
 
 /**
  * `npm start`'s Temporal worker, run as a process of its own (worker.ts, the same program as
@@ -41,7 +42,7 @@ export function startWorkerProcess(opts: { env: Record<string, string>; logger: 
 
   const run = () => {
     const startedAt = Date.now();
-    const started = spawn(process.execPath, workerCommand(), { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'], detached: true });
+    const started = spawn(process.execPath, [...NODE_FLAGS, ...workerCommand()], { env, stdio: ['ignore', 'inherit', 'inherit', 'ipc'], detached: true });
     child = started;
     started.once('exit', (code, signal) => {
       child = undefined;

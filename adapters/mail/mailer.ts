@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import nodemailer from 'nodemailer';
+import type { Transporter } from 'nodemailer';
 import type { Logger } from 'pino';
 import type { MailMessage, Mailer } from '../../core/ports.ts';
 
@@ -17,23 +17,40 @@ export const DEFAULT_MAIL_FROM = 'Model Access Service <no-reply@localhost>';
  *   info: nothing is lost, and a person on the machine can follow it. This dev mode is the only
  *   place a link is ever logged.
  */
+/**
+ * nodemailer (about 5 MiB of heap, 15 of RSS) is imported on the first message: most processes
+ * never send one. SMTP_URL's form is checked at start (config/env.ts).
+ */
+function onFirstUse(make: (nm: typeof import('nodemailer').default) => Transporter): () => Promise<Transporter> {
+  let transport: Promise<Transporter> | undefined;
+  return () =>
+    (transport ??= import('nodemailer').then(
+      (m) => make(m.default),
+      (err: unknown) => {
+        transport = undefined;
+        throw err;
+      },
+    ));
+}
+
 export function createMailer(opts: { smtpUrl?: string | undefined; from?: string | undefined; dataDir: string; logger: Logger }): Mailer & { mode: 'smtp' | 'files' } {
   const from = opts.from ?? DEFAULT_MAIL_FROM;
   if (opts.smtpUrl) {
-    const transport = nodemailer.createTransport(opts.smtpUrl);
+    const smtpUrl = opts.smtpUrl;
+    const transport = onFirstUse((nm) => nm.createTransport(smtpUrl));
     return {
       mode: 'smtp',
       async send(m: MailMessage) {
-        await transport.sendMail({ from, to: m.to, subject: m.subject, text: m.text, ...(m.html ? { html: m.html } : {}) });
+        await (await transport()).sendMail({ from, to: m.to, subject: m.subject, text: m.text, ...(m.html ? { html: m.html } : {}) });
       },
     };
   }
   const dir = path.join(opts.dataDir, 'mail');
-  const transport = nodemailer.createTransport({ streamTransport: true, buffer: true, newline: 'unix' });
+  const transport = onFirstUse((nm) => nm.createTransport({ streamTransport: true, buffer: true, newline: 'unix' }));
   return {
     mode: 'files',
     async send(m: MailMessage) {
-      const info = await transport.sendMail({ from, to: m.to, subject: m.subject, text: m.text, ...(m.html ? { html: m.html } : {}) });
+      const info = await (await transport()).sendMail({ from, to: m.to, subject: m.subject, text: m.text, ...(m.html ? { html: m.html } : {}) });
       await fs.mkdir(dir, { recursive: true, mode: 0o700 });
       const file = path.join(dir, `${new Date().toISOString().replace(/[:.]/g, '-')}-${randomBytes(4).toString('hex')}.eml`);
       await fs.writeFile(file, info.message as Buffer, { mode: 0o600 });

@@ -1,7 +1,4 @@
 import { CustomOAuthError, InvalidClientError, ServerError, TooManyRequestsError } from '@modelcontextprotocol/sdk/server/auth/errors.js';
-import { clientRegistrationHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/register.js';
-import { revocationHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/revoke.js';
-import { tokenHandler } from '@modelcontextprotocol/sdk/server/auth/handlers/token.js';
 import type { OAuthServerProvider } from '@modelcontextprotocol/sdk/server/auth/provider.js';
 import type { OAuthClientInformationFull } from '@modelcontextprotocol/sdk/shared/auth.js';
 import { Router, type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
@@ -54,6 +51,25 @@ function endpointLimit(name: keyof typeof ENDPOINT_LIMITS, make: OAuthOptions['w
       res.setHeader('Retry-After', String(state.resetSeconds));
       res.status(429).json(new TooManyRequestsError(`You have exceeded the rate limit for ${name} requests.`).toResponseObject());
     }, next);
+  };
+}
+
+/**
+ * One of the SDK's endpoint handlers, made on its endpoint's first request: the handlers and
+ * what they bring (cors, their body parsers and schemas, about 4 MiB of heap) stay out of a
+ * process no OAuth client calls. A failed import answers that request with the error and is
+ * tried again on the next.
+ */
+function onFirstRequest(make: () => Promise<RequestHandler>): RequestHandler {
+  let loading: Promise<RequestHandler> | undefined;
+  return (req, res, next) => {
+    (loading ??= make()).then(
+      (handler) => handler(req, res, next),
+      (err: unknown) => {
+        loading = undefined;
+        next(err);
+      },
+    );
   };
 }
 
@@ -188,9 +204,9 @@ export function oauthAdapter(deps: CoreDeps, opts: OAuthOptions): HttpAdapter {
   });
   router.get(PROTECTED_RESOURCE_PATHS, label('/.well-known/oauth-protected-resource'), metadata(resourceMetadata));
   router.get('/.well-known/oauth-authorization-server', label('/.well-known/oauth-authorization-server'), metadata(() => serverMetadata));
-  router.use('/token', label('/token'), endpointLimit('token', opts.windowLimiter), tokenHandler({ provider, rateLimit: false }));
-  router.use('/register', label('/register'), endpointLimit('register', opts.windowLimiter), clientRegistrationHandler({ clientsStore: provider.clientsStore, rateLimit: false }));
-  router.use('/revoke', label('/revoke'), endpointLimit('revoke', opts.windowLimiter), revocationHandler({ provider, rateLimit: false }));
+  router.use('/token', label('/token'), endpointLimit('token', opts.windowLimiter), onFirstRequest(async () => (await import('@modelcontextprotocol/sdk/server/auth/handlers/token.js')).tokenHandler({ provider, rateLimit: false })));
+  router.use('/register', label('/register'), endpointLimit('register', opts.windowLimiter), onFirstRequest(async () => (await import('@modelcontextprotocol/sdk/server/auth/handlers/register.js')).clientRegistrationHandler({ clientsStore: provider.clientsStore, rateLimit: false })));
+  router.use('/revoke', label('/revoke'), endpointLimit('revoke', opts.windowLimiter), onFirstRequest(async () => (await import('@modelcontextprotocol/sdk/server/auth/handlers/revoke.js')).revocationHandler({ provider, rateLimit: false })));
   // A body the SDK's parsers refuse (too large, malformed, an unknown charset) is the client's
   // fault: an OAuth error with its 4xx status, never the server's 500.
   router.use(((err, req, res, next) => {

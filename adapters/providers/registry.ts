@@ -8,7 +8,7 @@ import { openaiMediaProvider } from './media/openai-media.ts';
 import { elevenLabsProvider } from './media/elevenlabs.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
-import { anthropicProvider } from './anthropic.ts';
+import type { AnthropicConfig } from './anthropic.ts';
 import { noteUpstreamWords, observedChatProvider, observedMediaProvider } from './telemetry.ts';
 import { timedChatProvider } from './timeouts.ts';
 
@@ -25,7 +25,7 @@ export function createProviderRegistry(
     else if (config.kind === 'openai-compatible') {
       providers.set(name, timed(openaiCompatibleProvider({ ...upstream(config, env), headers: config.headers, log: upstreamLog }), config, upstreamLog));
     } else if (config.kind === 'anthropic') {
-      providers.set(name, timed(anthropicProvider({ ...upstream(config, env), version: config.anthropic_version, log: upstreamLog }), config, upstreamLog));
+      providers.set(name, timed(anthropicOnFirstUse({ ...upstream(config, env), version: config.anthropic_version, log: upstreamLog }), config, upstreamLog));
     }
   }
   // Every upstream call a span (tracing on) and metrics (adapters/providers/telemetry.ts).
@@ -71,6 +71,28 @@ export function createMediaProviderRegistry(
   }
   for (const [name, provider] of providers) providers.set(name, observedMediaProvider(name, provider));
   return { get: (name) => providers.get(name) };
+}
+
+/**
+ * The Anthropic mapping (anthropic.ts and its request and error modules), imported on the
+ * route's first call: a process whose catalog names Anthropic but never calls it, and the
+ * worker, which runs no chat, never hold it.
+ */
+function anthropicOnFirstUse(config: AnthropicConfig): ChatProvider {
+  let loading: Promise<ChatProvider> | undefined;
+  const provider = () =>
+    (loading ??= import('./anthropic.ts').then(
+      (m) => m.anthropicProvider(config),
+      (err: unknown) => {
+        loading = undefined;
+        throw err;
+      },
+    ));
+  return {
+    async *stream(request, signal) {
+      yield* (await provider()).stream(request, signal);
+    },
+  };
 }
 
 /** A chat upstream bounded by its answer's time limits (first token, idle, deadline), keep-alives not counting. */

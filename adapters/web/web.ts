@@ -11,7 +11,6 @@ import { sendPageError, statusOf } from './errors.ts';
 import { html, page } from './html.ts';
 import { randomUUID } from 'node:crypto';
 import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage } from './pages/account.ts';
-import { docNotFoundPage, docPage, docsIndexPage, lookupDoc } from './pages/docs.ts';
 import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
 import { generationPage, usagePage } from './pages/usage.ts';
 import { PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
@@ -559,9 +558,15 @@ function mountPublicPages(router: Router, deps: CoreDeps, publicBaseUrl: string)
       send(res, modelNotFoundPage(who, id), 404);
     }
   }));
-  router.get('/docs', label('/docs'), (req, res) => send(res, docsIndexPage(visitor(req, res))));
-  router.get('/docs/:name', label('/docs/:name'), (req, res) => {
+  // The docs pages (marked and the rendered docs) are imported on the first request for one.
+  const docs = () => import('./pages/docs.ts');
+  router.get('/docs', label('/docs'), async (req, res) => {
     const who = visitor(req, res);
+    send(res, (await docs()).docsIndexPage(who));
+  });
+  router.get('/docs/:name', label('/docs/:name'), async (req, res) => {
+    const who = visitor(req, res);
+    const { docNotFoundPage, docPage, lookupDoc } = await docs();
     const doc = lookupDoc(String(req.params.name));
     if (!doc) return send(res, docNotFoundPage(who, String(req.params.name)), 404);
     send(res, docPage(who, doc));

@@ -1,12 +1,11 @@
 import fs from 'node:fs/promises';
-import { fileTypeFromFile } from 'file-type';
 import type { FileKind } from './file-row.ts';
 
 const MODEL_EXTENSIONS = new Set(['glb', 'gltf', 'obj', 'stl', 'ply', 'fbx', '3mf', 'usdz']);
 
 /** The kind of a file from its bytes (never its name): file-type's magic numbers, plus JSON glTF, which has none. */
 export async function detectKind(path: string): Promise<{ mimeType: string; type: FileKind }> {
-  const found = await fileTypeFromFile(path);
+  const found = await (await import('file-type')).fileTypeFromFile(path);
   if (found) {
     const type: FileKind = found.mime.startsWith('image/')
       ? 'image'

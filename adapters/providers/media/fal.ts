@@ -1,4 +1,3 @@
-import { fileTypeFromBuffer } from 'file-type';
 import { MediaJobRefused, MediaUpstreamBusy, type InputReader, type MediaJobSpec, type MediaPollResult, type MediaProvider, type MediaResult } from '../../../core/ports.ts';
 import { falInputProblem, falResultFile, falAppId } from './fal-shapes.ts';
 
@@ -230,7 +229,7 @@ const EXTENSIONS: Record<string, string> = {
  * formats without a signature (glTF JSON, OBJ), and only from a short list.
  */
 async function mediaTypeOf(bytes: Uint8Array, contentType: string | undefined, url: string): Promise<{ mimeType: string; extension: string }> {
-  const sniffed = await fileTypeFromBuffer(bytes);
+  const sniffed = await (await import('file-type')).fileTypeFromBuffer(bytes);
   if (sniffed) return { mimeType: sniffed.mime, extension: sniffed.ext };
   const declared = contentType?.split(';')[0]?.trim().toLowerCase();
   if (declared && EXTENSIONS[declared] && !/^(image|video|audio)\//.test(declared)) return { mimeType: declared, extension: EXTENSIONS[declared] };

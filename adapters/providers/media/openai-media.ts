@@ -1,4 +1,4 @@
-import OpenAI, { toFile } from 'openai';
+import type OpenAI from 'openai';
 import type { InputReader, MediaJobSpec, MediaPollResult, MediaProvider, MediaResult } from '../../../core/ports.ts';
 import { MediaProviderError } from '../../../core/ports.ts';
 import { forLog, oversizeIn, resultTooLarge, retryAfterMs, sizeLimitedFetch } from './upstream-limits.ts';
@@ -33,16 +33,30 @@ const SPEECH_SETTINGS = ['voice', 'response_format', 'speed', 'instructions'] as
 const AUDIO_TYPES: Record<string, string> = { mp3: 'audio/mpeg', opus: 'audio/ogg', aac: 'audio/aac', flac: 'audio/flac', wav: 'audio/wav', pcm: 'audio/pcm' };
 const IMAGE_TYPES: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', webp: 'image/webp' };
 
+type Sdk = typeof import('openai');
+let sdk: Sdk | undefined;
+const loadSdk = async (): Promise<Sdk> => (sdk ??= await import('openai'));
+
 export function openaiMediaProvider(config: OpenAIMediaConfig): MediaProvider {
-  const client = new OpenAI({
-    apiKey: config.apiKey ?? 'missing',
-    baseURL: config.baseUrl,
-    organization: config.organization ?? null,
-    project: config.project ?? null,
-    timeout: config.timeoutMs,
-    maxRetries: 0,
-    fetch: sizeLimitedFetch(config.maxResultBytes),
-  });
+  // The SDK is imported on the first call (loadSdk): a process that never runs an OpenAI media job never holds it.
+  let made: Promise<OpenAI> | undefined;
+  const client = () =>
+    (made ??= loadSdk().then(
+      ({ default: OpenAISdk }) =>
+        new OpenAISdk({
+          apiKey: config.apiKey ?? 'missing',
+          baseURL: config.baseUrl,
+          organization: config.organization ?? null,
+          project: config.project ?? null,
+          timeout: config.timeoutMs,
+          maxRetries: 0,
+          fetch: sizeLimitedFetch(config.maxResultBytes),
+        }),
+      (err: unknown) => {
+        made = undefined;
+        throw err;
+      },
+    ));
   // A synchronous result kept for a retried copy step on this worker, so one job is not paid twice.
   const recent = new Map<string, MediaResult>();
   const call = <T>(what: string, work: () => Promise<T>) => work().catch((err: unknown) => Promise.reject(translate(err, what, config)));
@@ -50,14 +64,14 @@ export function openaiMediaProvider(config: OpenAIMediaConfig): MediaProvider {
   async function makeSynchronous(h: Extract<Handle, { family: 'image' | 'speech' }>, inputs: InputReader): Promise<MediaResult> {
     if (h.family === 'speech') {
       const format = String(h.settings.response_format ?? 'mp3');
-      const res = await call('audio.speech', () => client.audio.speech.create({ model: h.model, input: h.prompt, ...pick(h.settings, SPEECH_SETTINGS), response_format: format } as OpenAI.Audio.SpeechCreateParams));
+      const res = await call('audio.speech', async () => (await client()).audio.speech.create({ model: h.model, input: h.prompt, ...pick(h.settings, SPEECH_SETTINGS), response_format: format } as OpenAI.Audio.SpeechCreateParams));
       const bytes = await call('audio.speech', async () => new Uint8Array(await res.arrayBuffer()));
       return { bytes, mimeType: AUDIO_TYPES[format] ?? 'application/octet-stream', extension: format };
     }
     const params = { model: h.model, prompt: h.prompt, n: 1, ...pick(h.settings, IMAGE_SETTINGS) };
     const answer = h.image
-      ? await call('images.edit', async () => client.images.edit({ ...params, image: await toFile(await inputs.read(h.image!), 'image.png') } as OpenAI.Images.ImageEditParamsNonStreaming))
-      : await call('images.generate', () => client.images.generate(params as OpenAI.Images.ImageGenerateParamsNonStreaming));
+      ? await call('images.edit', async () => (await client()).images.edit({ ...params, image: await (await loadSdk()).toFile(await inputs.read(h.image!), 'image.png') } as OpenAI.Images.ImageEditParamsNonStreaming))
+      : await call('images.generate', async () => (await client()).images.generate(params as OpenAI.Images.ImageGenerateParamsNonStreaming));
     const b64 = answer.data?.[0]?.b64_json;
     if (typeof b64 !== 'string') throw badAnswer(config, 'images', 'no b64_json in the answer');
     const bytes = Buffer.from(b64, 'base64');
@@ -71,7 +85,7 @@ export function openaiMediaProvider(config: OpenAIMediaConfig): MediaProvider {
       if (spec.type === 'video') {
         const params = { model: spec.model, prompt: spec.prompt, ...(spec.settings.seconds !== undefined ? { seconds: String(spec.settings.seconds) } : {}), ...(spec.settings.size !== undefined ? { size: String(spec.settings.size) } : {}) };
         // The job id as Idempotency-Key: a submit retried after a worker died does not start a second video where honoured.
-        const video = await call('videos.create', () => client.videos.create(params as OpenAI.Videos.VideoCreateParams, { headers: { 'Idempotency-Key': spec.jobId } }));
+        const video = await call('videos.create', async () => (await client()).videos.create(params as OpenAI.Videos.VideoCreateParams, { headers: { 'Idempotency-Key': spec.jobId } }));
         return JSON.stringify({ family: 'video', id: video.id } satisfies Handle);
       }
       if (spec.type !== 'image' && spec.type !== 'audio') throw new MediaProviderError('refused', 'invalid_input', `The OpenAI provider makes no ${spec.type} results.`);
@@ -89,7 +103,7 @@ export function openaiMediaProvider(config: OpenAIMediaConfig): MediaProvider {
     async poll(raw): Promise<MediaPollResult> {
       const h = JSON.parse(raw) as Handle;
       if (h.family !== 'video') return { status: 'succeeded' };
-      const video = await call('videos.retrieve', () => client.videos.retrieve(h.id));
+      const video = await call('videos.retrieve', async () => (await client()).videos.retrieve(h.id));
       if (video.status === 'completed') return { status: 'succeeded' };
       if (video.status !== 'failed') return { status: 'running' };
       config.log?.warn({ provider: 'openai', call: 'videos.retrieve', video: h.id, upstream_error: forLog(video.error, config.apiKey) }, 'the upstream failed a video');
@@ -98,7 +112,7 @@ export function openaiMediaProvider(config: OpenAIMediaConfig): MediaProvider {
     async fetchResult(raw, inputs): Promise<MediaResult> {
       const h = JSON.parse(raw) as Handle;
       if (h.family === 'video') {
-        const res = await call('videos.downloadContent', () => client.videos.downloadContent(h.id));
+        const res = await call('videos.downloadContent', async () => (await client()).videos.downloadContent(h.id));
         const bytes = await call('videos.downloadContent', async () => new Uint8Array(await res.arrayBuffer()));
         return { bytes, mimeType: 'video/mp4', extension: 'mp4' };
       }
@@ -112,7 +126,7 @@ export function openaiMediaProvider(config: OpenAIMediaConfig): MediaProvider {
     async cancel(raw) {
       const h = JSON.parse(raw) as Handle;
       // Images and speech are one call, nothing to stop; a video is deleted, which stops it upstream.
-      if (h.family === 'video') await call('videos.delete', () => client.videos.delete(h.id));
+      if (h.family === 'video') await call('videos.delete', async () => (await client()).videos.delete(h.id));
     },
   };
 }
@@ -139,8 +153,10 @@ export function translate(err: unknown, what: string, config: Pick<OpenAIMediaCo
   if (err instanceof MediaProviderError) return err;
   const oversize = oversizeIn(err);
   if (oversize) return oversize;
-  if (err instanceof OpenAI.APIConnectionTimeoutError) return new MediaProviderError('retryable', 'provider_timeout', 'The provider did not answer in time.');
-  if (err instanceof OpenAI.APIError && err.status !== undefined) {
+  // The SDK's errors come from the SDK once loaded (every call loads it first); before that, no error is one of them.
+  const OpenAI = sdk;
+  if (OpenAI && err instanceof OpenAI.APIConnectionTimeoutError) return new MediaProviderError('retryable', 'provider_timeout', 'The provider did not answer in time.');
+  if (OpenAI && err instanceof OpenAI.APIError && err.status !== undefined) {
     const body = (err.error ?? {}) as { code?: unknown; type?: unknown; param?: unknown };
     config.log?.warn({ provider: 'openai', call: what, status: err.status, upstream_error: forLog(err.error, config.apiKey) }, 'the upstream refused a call');
     const code = String(body.code ?? '');
@@ -156,7 +172,7 @@ export function translate(err: unknown, what: string, config: Pick<OpenAIMediaCo
     const param = typeof body.param === 'string' && /^[A-Za-z0-9_.[\]]{1,64}$/.test(body.param) ? ` (about '${body.param}')` : '';
     return new MediaProviderError('refused', 'invalid_input', `The provider refused the request as invalid${param}.`);
   }
-  if (err instanceof OpenAI.APIConnectionError) return new MediaProviderError('retryable', 'provider_unavailable', 'The provider could not be reached.');
+  if (OpenAI && err instanceof OpenAI.APIConnectionError) return new MediaProviderError('retryable', 'provider_unavailable', 'The provider could not be reached.');
   if (err instanceof SyntaxError) {
     config.log?.warn({ provider: 'openai', call: what, detail: err.message }, 'the upstream answered malformed JSON');
     return new MediaProviderError('retryable', 'provider_bad_response', 'The provider answered something this server could not read.');

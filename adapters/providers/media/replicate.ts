@@ -1,4 +1,3 @@
-import { fileTypeFromBuffer } from 'file-type';
 import { MediaProviderError, type InputReader, type MediaJobSpec, type MediaPollResult, type MediaProvider, type MediaResult } from '../../../core/ports.ts';
 import { forLog, retryAfterMs } from './upstream-limits.ts';
 
@@ -93,7 +92,7 @@ export function replicateProvider(config: ReplicateConfig): MediaProvider {
       const url = Array.isArray(p?.output) ? p.output[0] : p?.output;
       if (typeof url !== 'string') throw new MediaProviderError('refused', 'provider_failed', 'The provider returned no file. Nothing was charged.');
       const bytes = await config.download(url);
-      const type = await fileTypeFromBuffer(bytes);
+      const type = await (await import('file-type')).fileTypeFromBuffer(bytes);
       return { bytes, mimeType: type?.mime ?? 'application/octet-stream', extension: type?.ext ?? 'bin' };
     },
     async cancel(id) {

@@ -4,7 +4,7 @@ import express, { Router } from 'express';
 import type { CoreDeps } from '../../../core/context.ts';
 import type { DocumentedModel } from '../../../core/generations/request-document.ts';
 import { publicCaller } from '../caller.ts';
-import { buildOpenApiDocument, type DocumentedConfig } from '../openapi.ts';
+import type { DocumentedConfig } from '../openapi.ts';
 import { route } from './route.ts';
 
 const require = createRequire(import.meta.url);
@@ -25,7 +25,8 @@ export function docsRoutes(deps: CoreDeps, publicBaseUrl: string, config: Docume
       // Media models are the ones with a deadline (text models have a context window instead).
       const media = data.flatMap((m) => ('deadline_seconds' in m ? [{ id: m.id, settings: m.settings, inputs: m.inputs, deadline_seconds: m.deadline_seconds } as DocumentedModel & { id: string }] : []));
       const catalog = JSON.stringify(media);
-      if (made?.catalog !== catalog) made = { catalog, document: buildOpenApiDocument(publicBaseUrl, config, media) };
+      // The document's builder (zod-to-openapi and every schema's description) is imported on the first request for it.
+      if (made?.catalog !== catalog) made = { catalog, document: (await import('../openapi.ts')).buildOpenApiDocument(publicBaseUrl, config, media) };
       res.json(made.document);
     },
   });
