@@ -73,8 +73,9 @@ afterAll(async () => {
 const POSTMASTER = /postgres -D /;
 const TEMPORAL = /temporal server start-dev/;
 // `npm start` runs the built dist/main.js, which runs its worker as a child process (dist/worker.js).
-const API = /^(\S*\/)?node (\S*\/)?dist\/main\.js/;
-const WORKER = /^(\S*\/)?node (\S*\/)?dist\/worker\.js/;
+// Node's flags (config/node-flags.ts) come between node and the entry point.
+const API = /^(\S*\/)?node (--\S+ )*(\S*\/)?dist\/main\.js/;
+const WORKER = /^(\S*\/)?node (--\S+ )*(\S*\/)?dist\/worker\.js/;
 
 async function freshDataDir(name: string): Promise<string> {
   const dir = path.join(tmp, name, 'data');

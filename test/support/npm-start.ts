@@ -85,8 +85,9 @@ export function npmStartHarness() {
 }
 
 // `npm start` runs the built JavaScript (dist/main.js, no transpiler), which runs its worker as a child (dist/worker.js).
-export const API = /^(\S*\/)?node (\S*\/)?dist\/main\.js/;
-export const WORKER = /^(\S*\/)?node (\S*\/)?dist\/worker\.js/;
+/** node, its flags (config/node-flags.ts: `npm start` passes them), then the entry point. */
+export const API = /^(\S*\/)?node (--\S+ )*(\S*\/)?dist\/main\.js/;
+export const WORKER = /^(\S*\/)?node (--\S+ )*(\S*\/)?dist\/worker\.js/;
 export const POSTMASTER = /postgres -D /;
 export const TEMPORAL = /temporal server start-dev/;
 
