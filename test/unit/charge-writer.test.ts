@@ -116,6 +116,51 @@ describe('ChargeWriter', () => {
     expect(db.statements.map((s) => s.holds)).toEqual([['h1'], ['h2', 'h3']]);
   });
 
+  it('a batch that reaches maxBatch goes at once, without waiting USAGE_FLUSH_MS', async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 50, maxBatch: 2 });
+    void settle(w, 'h1');
+    void settle(w, 'h2');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2']]);
+  });
+
+  it('waits USAGE_FLUSH_MS from the first charge, whatever the clock reads', async () => {
+    await vi.advanceTimersByTimeAsync(5_000);
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 20 });
+    void settle(w, 'h1');
+    await vi.advanceTimersByTimeAsync(19);
+    expect(db.statements).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(db.statements).toHaveLength(1);
+  });
+
+  it("an account's charges count as pending until the last of them is written, across statements", async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 0 });
+    expect(w.hasPending('acct_1')).toBe(false);
+    db.hold();
+    const first = settle(w, 'h1', 'acct_1');
+    await vi.advanceTimersByTimeAsync(0);
+    const second = settle(w, 'h2', 'acct_1');
+    const other = settle(w, 'h3', 'acct_2');
+    expect([w.hasPending('acct_1'), w.hasPending('acct_2'), w.pending]).toEqual([true, true, 3]);
+    db.open();
+    await first;
+    // The first statement is written; the account's second charge is not yet.
+    expect(w.hasPending('acct_1')).toBe(true);
+    await Promise.all([second, other]);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1'], ['h2', 'h3']]);
+    expect([w.hasPending('acct_1'), w.hasPending('acct_2'), w.pending]).toEqual([false, false, 0]);
+    // A new charge of the account after that is pending again, then not.
+    const third = settle(w, 'h4', 'acct_1');
+    expect(w.hasPending('acct_1')).toBe(true);
+    await vi.advanceTimersByTimeAsync(0);
+    await third;
+    expect(w.hasPending('acct_1')).toBe(false);
+  });
+
   it('a full batch goes at once; the rest waits its turn', async () => {
     const db = fakeDb();
     const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 50, maxBatch: 2 });
@@ -177,6 +222,34 @@ describe('ChargeWriter', () => {
     expect(lines[1]).toMatchObject({ completion: 'chatcmpl-bad' });
   });
 
+  it('written alone after a refusal: a record is inserted only for a hold that ended, with what it captured', async () => {
+    const inserted: unknown[][] = [];
+    const db = fakeDb({ refuse: (sql) => sql.startsWith('with ended'), status: (holdId) => (holdId === 'gone' ? 'not_found' : holdId === 'freed' ? 'released' : 'settled') });
+    const execute = (async (sql: string, params: unknown[]) => {
+      if (sql.startsWith('insert')) inserted.push([(JSON.parse(String(params[0])) as { id: string }[])[0]!.id, params[1]]);
+      return db.execute(sql, params);
+    }) as Execute;
+    const w = new ChargeWriter(execute, logs().logger, { flushMs: 0 });
+    const outcomes = Promise.all([settle(w, 'gone'), settle(w, 'kept'), settle(w, 'freed')]);
+    await vi.advanceTimersByTimeAsync(0);
+    expect((await outcomes).map((o) => o?.status)).toEqual([undefined, 'settled', 'released']);
+    expect(inserted).toEqual([
+      ['chatcmpl-kept', '40'],
+      ['chatcmpl-freed', '40'],
+    ]);
+  });
+
+  it('written alone after a refusal with no record in the batch: no warning about records', async () => {
+    const db = fakeDb({ refuse: (sql) => sql.startsWith('with ended') });
+    const { lines, logger } = logs();
+    const w = new ChargeWriter(db.execute, logger, { flushMs: 0 });
+    const outcome = settle(w, 'h1', 'acct_1', false);
+    await vi.advanceTimersByTimeAsync(0);
+    await expect(outcome).resolves.toMatchObject({ status: 'settled' });
+    expect(db.statements.map((s) => s.sql)).toEqual(['both', 'end']);
+    expect(lines).toEqual([]);
+  });
+
   it('a database that is down: the charges are logged as not written (the sweep releases their holds), the calls still resolve', async () => {
     const db = fakeDb({ refuse: () => true });
     const { lines, logger } = logs();
@@ -189,14 +262,19 @@ describe('ChargeWriter', () => {
   });
 
   it('a hold the database no longer has (a crash lost its reservation) charges nothing, logged with its hold and account', async () => {
-    const db = fakeDb({ status: (holdId) => (holdId === 'lost' ? 'not_found' : 'settled') });
+    const db = fakeDb({ status: (holdId) => (holdId === 'lost' ? 'not_found' : holdId === 'odd' ? 'invalid_amount' : 'settled') });
     const { lines, logger } = logs();
     const w = new ChargeWriter(db.execute, logger, { flushMs: 0 });
-    const [lost, kept] = [settle(w, 'lost', 'acct_9'), settle(w, 'kept')];
+    const [lost, kept, odd] = [settle(w, 'lost', 'acct_9'), settle(w, 'kept'), settle(w, 'odd')];
     await vi.advanceTimersByTimeAsync(0);
     await expect(lost).resolves.toBeUndefined();
     await expect(kept).resolves.toMatchObject({ status: 'settled' });
-    expect(lines).toEqual([expect.objectContaining({ level: 40, hold: 'lost', account: 'acct_9', status: 'not_found', msg: 'a chat charge found no open hold to end; nothing was charged for it' })]);
+    // Never expected (the charge is at most the hold): logged the same way, nothing charged.
+    await expect(odd).resolves.toBeUndefined();
+    expect(lines).toEqual([
+      expect.objectContaining({ level: 40, hold: 'lost', account: 'acct_9', status: 'not_found', msg: 'a chat charge found no open hold to end; nothing was charged for it' }),
+      expect.objectContaining({ level: 40, hold: 'odd', status: 'invalid_amount' }),
+    ]);
   });
 
   it('sends the record row as the table wants it: duration rounded, never negative, amounts as text', async () => {
