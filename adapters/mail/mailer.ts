@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Transporter } from 'nodemailer';
+import { loadOnce } from '../load-once.ts';
 import type { Logger } from 'pino';
 import type { MailMessage, Mailer } from '../../core/ports.ts';
 
@@ -22,15 +23,7 @@ export const DEFAULT_MAIL_FROM = 'Model Access Service <no-reply@localhost>';
  * never send one. SMTP_URL's form is checked at start (config/env.ts).
  */
 function onFirstUse(make: (nm: typeof import('nodemailer').default) => Transporter): () => Promise<Transporter> {
-  let transport: Promise<Transporter> | undefined;
-  return () =>
-    (transport ??= import('nodemailer').then(
-      (m) => make(m.default),
-      (err: unknown) => {
-        transport = undefined;
-        throw err;
-      },
-    ));
+  return loadOnce(async () => make((await import('nodemailer')).default));
 }
 
 export function createMailer(opts: { smtpUrl?: string | undefined; from?: string | undefined; dataDir: string; logger: Logger }): Mailer & { mode: 'smtp' | 'files' } {

@@ -1,4 +1,5 @@
 import type { PaymentProvider } from '../../core/ports.ts';
+import { loadOnce } from '../load-once.ts';
 import type { StripeOptions } from './stripe.ts';
 
 /**
@@ -6,15 +7,7 @@ import type { StripeOptions } from './stripe.ts';
  * payment (the CLI, a worker, an instance nobody pays through) never holds it.
  */
 export function stripeOnFirstUse(opts: StripeOptions): PaymentProvider {
-  let loading: Promise<PaymentProvider> | undefined;
-  const provider = () =>
-    (loading ??= import('./stripe.ts').then(
-      (m) => m.stripePayments(opts),
-      (err: unknown) => {
-        loading = undefined;
-        throw err;
-      },
-    ));
+  const provider = loadOnce(async () => (await import('./stripe.ts')).stripePayments(opts));
   return {
     checkoutTopUp: async (r) => (await provider()).checkoutTopUp(r),
     checkoutSubscription: async (r) => (await provider()).checkoutSubscription(r),

@@ -9,6 +9,7 @@ import { elevenLabsProvider } from './media/elevenlabs.ts';
 import type { MediaProvider, MediaProviderRegistry } from '../../core/ports.ts';
 import { openaiCompatibleProvider } from './openai-compatible.ts';
 import type { AnthropicConfig } from './anthropic.ts';
+import { loadOnce } from '../load-once.ts';
 import { noteUpstreamWords, observedChatProvider, observedMediaProvider } from './telemetry.ts';
 import { timedChatProvider } from './timeouts.ts';
 
@@ -79,15 +80,7 @@ export function createMediaProviderRegistry(
  * worker, which runs no chat, never hold it.
  */
 function anthropicOnFirstUse(config: AnthropicConfig): ChatProvider {
-  let loading: Promise<ChatProvider> | undefined;
-  const provider = () =>
-    (loading ??= import('./anthropic.ts').then(
-      (m) => m.anthropicProvider(config),
-      (err: unknown) => {
-        loading = undefined;
-        throw err;
-      },
-    ));
+  const provider = loadOnce(async () => (await import('./anthropic.ts')).anthropicProvider(config));
   return {
     async *stream(request, signal) {
       yield* (await provider()).stream(request, signal);
