@@ -3,13 +3,13 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { parse, stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { openOrm } from '../../core/orm.ts';
 import { startFakeUpstream, type FakeUpstream } from '../fakes/openai-upstream.ts';
 import { createFreshDatabase, walletInvariants } from '../support/db.ts';
-import { freePort, ROOT, serverArgs, spawnProject, type Spawned } from '../support/process.ts';
+import { freePort, serverArgs, spawnProject, type Spawned } from '../support/process.ts';
+import { writeFakeCatalog } from './support/fake-catalog.ts';
 import { FULL, reportSection, scale, table } from './support/results.ts';
 
 /**
@@ -68,21 +68,7 @@ beforeAll(async () => {
   dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-rel-api-crash-'));
   spoolTmp = path.join(dataDir, 'tmp');
   await fs.mkdir(spoolTmp);
-  const catalog = parse(await fs.readFile(path.join(ROOT, 'config/models.yaml'), 'utf8')) as { providers: Record<string, unknown>; models: Record<string, unknown>[] };
-  catalog.providers.fake = { kind: 'openai-compatible', base_url: upstream.url, api_key_env: 'FAKE_UPSTREAM_KEY', timeout_seconds: 60 };
-  catalog.models.push({
-    id: 'test/slow',
-    name: 'Slow streaming upstream',
-    type: 'text',
-    generation_types: ['chat'],
-    provider: { name: 'fake', model: 'slow' },
-    pricing: { input_per_million: 2, output_per_million: 4 },
-    context_window: 4096,
-    max_output_tokens: 1000,
-    default_max_tokens: 100,
-  });
-  catalogFile = path.join(dataDir, 'models.yaml');
-  await fs.writeFile(catalogFile, stringify(catalog));
+  catalogFile = await writeFakeCatalog(dataDir, upstream.url, { id: 'test/slow', name: 'Slow streaming upstream', upstreamModel: 'slow' });
   port = await freePort();
   base = `http://127.0.0.1:${port}`;
   server = await startApi();
