@@ -1,3 +1,5 @@
+import { COINS_PER_CENT } from '../../core/payments/amounts.ts';
+
 /**
  * Server-rendered HTML, no build step: a tagged template that escapes every value, and the
  * page layout. Pages work without JavaScript; the one script (the copy button) is a file, as
@@ -27,6 +29,73 @@ export function html(strings: TemplateStringsArray, ...values: unknown[]): Html 
   return new Html(strings.reduce((out, s, i) => out + s + (i < values.length ? render(values[i]) : ''), ''));
 }
 
+
+/* --- money: coins with the US dollars beside them (issue 48) --- */
+
+/** What one US dollar buys in coins: the coin is defined in US dollars (core/payments/amounts.ts: 1 cent = 10 coins). */
+export const COINS_PER_USD = Number(COINS_PER_CENT) * 100;
+
+const groupedCoins = (n: number, decimals: number) => n.toLocaleString('en-US', { maximumFractionDigits: decimals });
+
+/** Coins for a summary, to two decimals at most, grouped: "20,000", "1,234.57"; a non-zero amount that rounds to 0 is "<0.01". */
+export function coinsText(coins: number, opts: { signed?: boolean } = {}): string {
+  const sign = coins < 0 ? '-' : opts.signed && coins > 0 ? '+' : '';
+  const abs = Math.abs(coins);
+  if (abs > 0 && abs < 0.005) return `${sign}<0.01`;
+  return `${sign}${groupedCoins(abs, 2)}`;
+}
+
+/** The US dollars an amount of coins is worth, rounded to the cent: "$20.00"; a non-zero amount under half a cent is "<$0.01". */
+export function usdText(coins: number, opts: { signed?: boolean } = {}): string {
+  const sign = coins < 0 ? '-' : opts.signed && coins > 0 ? '+' : '';
+  const dollars = Math.abs(coins) / COINS_PER_USD;
+  if (dollars > 0 && dollars < 0.005) return `${sign}<$0.01`;
+  return `${sign}$${dollars.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+}
+
+/** "20,000 coins · $20.00": a summary of an amount, rounded to the cent. */
+export const moneyText = (coins: number, opts: { signed?: boolean } = {}) => `${coinsText(coins, opts)} coins · ${usdText(coins, opts)}`;
+
+/** The exact amount, every micro-coin of it: "1,234.567891 coins". */
+export const exactCoinsText = (coins: number) => `${groupedCoins(coins, 6)} coins`;
+
+/**
+ * An amount on a page: the summary (never wrapped), and the exact amount in its title when
+ * the summary rounded it.
+ */
+export function money(coins: number, opts: { signed?: boolean } = {}): Html {
+  const text = moneyText(coins, opts);
+  if (coinsText(Math.abs(coins)) === groupedCoins(Math.abs(coins), 6)) return html`<span class="fig">${text}</span>`;
+  return html`<span class="fig" title="exactly ${opts.signed && coins > 0 ? '+' : ''}${exactCoinsText(coins)}">${text}</span>`;
+}
+
+/** Coins alone (where the USD would be noise, e.g. a limit the person typed in coins), grouped, never wrapped. */
+export const coinsFig = (coins: number) => html`<span class="fig">${groupedCoins(coins, 6)} coins</span>`;
+
+/* --- dates: one format everywhere, with the time zone (issue 48) --- */
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+const pad = (n: number) => String(n).padStart(2, '0');
+
+/** "27 Nov 2026, 14:03 UTC"; an unreadable time is given back as it is. */
+export function formatTime(iso: string): string {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return iso;
+  return `${d.getUTCDate()} ${MONTHS[d.getUTCMonth()]} ${d.getUTCFullYear()}, ${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())} UTC`;
+}
+
+/** A day ("2026-11-27", or the day of a time) as "27 Nov 2026". */
+export function formatDay(day: string): string {
+  const d = new Date(/^\d{4}-\d{2}-\d{2}$/.test(day) ? `${day}T00:00:00Z` : day);
+  return Number.isNaN(d.getTime()) ? day : `${d.getUTCDate()} ${MONTHS[d.getUTCMonth()]} ${d.getUTCFullYear()}`;
+}
+
+/** A time on a page: "27 Nov 2026, 14:03 UTC", the exact ISO time in its `datetime` and title; `none` when there is none. */
+export const when = (iso: string | null | undefined, none = '—') => (iso ? html`<time datetime="${iso}" title="${iso}">${formatTime(iso)}</time>` : none);
+
+/** A day (of the UTC calendar) on a page: "27 Nov 2026", the day itself in its `datetime`. */
+export const onDay = (day: string) => html`<time datetime="${day}">${formatDay(day)}</time>`;
+
 export interface PageOptions {
   title: string;
   /** Signed in: the navigation and the sign-out form (which needs its CSRF token). */
@@ -52,11 +121,16 @@ const PUBLIC_NAV = [
   ['/api/v1/docs', 'API reference'],
 ] as const;
 
+/** The account pages (overview, keys, usage, billing, settings, apps), then the public pages a customer keeps using. */
 const NAV = [
   ['/account', 'Overview'],
   ['/account/keys', 'API keys'],
-  ['/account/apps', 'Connected apps'],
   ['/account/usage', 'Usage'],
+  ['/account/billing', 'Billing'],
+  ['/account/settings', 'Settings'],
+  ['/account/apps', 'Connected apps'],
+  ['/models', 'Models'],
+  ['/docs', 'Docs'],
 ] as const;
 
 const ADMIN_NAV = [
@@ -71,9 +145,11 @@ const ADMIN_NAV = [
 
 /**
  * Every table of a page in a box of its own that scrolls sideways when the table is wider than
- * the window, so that a page never does (a phone is 390 px wide). The box can take focus, to be
- * scrolled by keyboard, and is a region named after the section's heading. A table the page
- * already put in such a box is left as it is. Values are escaped before they get here, so `<table`
+ * the window (a laptop with a wide table), so that a page never does. The box can take focus, to
+ * be scrolled by keyboard, and is a region named after the section's heading. Each cell gets its
+ * column's heading as `data-label`: on a phone the stylesheet shows each row as a card, every
+ * cell under its label, so nothing (an Edit or Revoke link) hides off the edge. A table the page
+ * already put in such a box is left in it. Values are escaped before they get here, so `<table`
  * is always markup.
  */
 export function wrapTables(body: string, fallbackLabel: string): string {
@@ -88,15 +164,38 @@ export function wrapTables(body: string, fallbackLabel: string): string {
     }
     const before = body.slice(last, m.index);
     out += before;
-    out += /<div class="table-wrap"[^>]*>\s*$/.test(before) ? m[0] : `<div class="table-wrap" role="region" tabindex="0" aria-label="${heading}">${m[0]}</div>`;
+    const table = labelCells(m[0]);
+    out += /<div class="table-wrap"[^>]*>\s*$/.test(before) ? table : `<div class="table-wrap" role="region" tabindex="0" aria-label="${heading}">${table}</div>`;
     last = m.index + m[0].length;
   }
   return out + body.slice(last);
 }
 
+/** Each body cell of a table labelled with its column's heading (`data-label`), for the phone's cards. */
+function labelCells(table: string): string {
+  const head = /<thead\b[\s\S]*?<\/thead>/.exec(table)?.[0];
+  if (!head) return table;
+  const labels = [...head.matchAll(/<th\b[^>]*>([\s\S]*?)<\/th>/g)].map((m) => m[1]!.replace(/<[^>]+>/g, '').trim());
+  return table.replace(/<tbody\b[\s\S]*?<\/tbody>/, (tbody) =>
+    tbody.replace(/<tr\b[^>]*>[\s\S]*?<\/tr>/g, (row) => {
+      let i = 0;
+      return row.replace(/<td\b([^>]*)>/g, (tag, attrs: string) => {
+        const label = labels[i++] ?? '';
+        return label && !/\b(data-label|colspan)=/.test(attrs) ? `<td${attrs} data-label="${label}">` : tag;
+      });
+    }),
+  );
+}
+
 export function page(opts: PageOptions, body: Html): string {
   const admin = opts.area === 'admin';
   const nav = admin ? ADMIN_NAV : NAV;
+  const links = (current: string) => nav.map(([href, label]) => html`<a href="${href}"${current === href ? html` aria-current="page"` : ''}>${label}</a>`);
+  const signOut = (n: NonNullable<PageOptions['nav']>) => html`<form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
+      <input type="hidden" name="_csrf" value="${n.csrf}">
+      <span class="who" title="${n.email}">${n.email}</span> <button type="submit">Sign out</button>
+    </form>`;
+  const label = admin ? 'Admin' : 'Account';
   return html`<!doctype html>
 <html lang="en">
 <head>
@@ -109,11 +208,13 @@ export function page(opts: PageOptions, body: Html): string {
   <header>
     <a class="brand" href="${admin ? '/admin' : opts.nav ? '/account' : '/'}">Model Access Service${admin ? ' · admin' : ''}</a>
     ${opts.nav
-      ? html`<nav>${nav.map(([href, label]) => html`<a href="${href}"${opts.nav!.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
-    <form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
-      <input type="hidden" name="_csrf" value="${opts.nav.csrf}">
-      <span title="${opts.nav.email}">${opts.nav.email}</span> <button type="submit">Sign out</button>
-    </form>`
+      ? html`<nav class="wide" aria-label="${label}">${links(opts.nav.current)}</nav>
+    <div class="wide">${signOut(opts.nav)}</div>
+    <details class="menu narrow">
+      <summary>Menu</summary>
+      <nav aria-label="${label}">${links(opts.nav.current)}</nav>
+      ${signOut(opts.nav)}
+    </details>`
       : admin
         ? ''
         : html`<nav class="public" aria-label="Site">${PUBLIC_NAV.map(([href, label]) => html`<a href="${href}"${opts.publicNav?.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>
@@ -133,3 +234,13 @@ export function page(opts: PageOptions, body: Html): string {
 
 /** A message box for an error or a notice. */
 export const notice = (kind: 'error' | 'info', text: string | undefined) => (text ? html`<p class="${kind}" role="${kind === 'error' ? 'alert' : 'status'}">${text}</p>` : '');
+
+/**
+ * A form field's error, beside the field (GOV.UK's pattern): the message goes in the field's
+ * label, above the input, and the input is marked invalid and described by it.
+ */
+export const fieldError = (id: string, text: string | undefined) => (text ? html`<span class="field-error" id="${id}-error">${text}</span>` : '');
+export const invalidAttrs = (id: string, text: string | undefined) => (text ? html` aria-invalid="true" aria-describedby="${id}-error"` : '');
+
+/** An empty list, with what to do next (GOV.UK: an empty state says how to fill it). */
+export const emptyState = (text: string, next?: Html) => html`<div class="empty"><p>${text}</p>${next ? html`<p>${next}</p>` : ''}</div>`;

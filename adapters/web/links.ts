@@ -3,16 +3,16 @@ import type { PaymentsConfig } from '../../core/context.ts';
 
 /**
  * Where a payment page (Stripe Checkout) and the customer portal send the customer back: the
- * account pages. `{CHECKOUT_SESSION_ID}` is Stripe's placeholder, filled in by Stripe. A
+ * Billing page (/account/billing). `{CHECKOUT_SESSION_ID}` is Stripe's placeholder, filled in by Stripe. A
  * top-up comes back to its success page, which waits for the webhook's credit: the redirect
  * itself credits nothing.
  */
 export function paymentReturnUrls(publicBaseUrl: string): PaymentsConfig['returnUrls'] {
   return {
     successUrl: `${publicBaseUrl}/account/credits/success?session_id={CHECKOUT_SESSION_ID}`,
-    cancelUrl: `${publicBaseUrl}/account?checkout=canceled`,
-    subscriptionSuccessUrl: `${publicBaseUrl}/account?checkout=subscribed`,
-    portalReturnUrl: `${publicBaseUrl}/account`,
+    cancelUrl: `${publicBaseUrl}/account/billing?checkout=canceled`,
+    subscriptionSuccessUrl: `${publicBaseUrl}/account/billing?checkout=subscribed`,
+    portalReturnUrl: `${publicBaseUrl}/account/billing`,
   };
 }
 

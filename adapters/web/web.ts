@@ -10,10 +10,10 @@ import { SESSION_COOKIE, type BrowserKit } from '../http/browser.ts';
 import { sendPageError, statusOf } from './errors.ts';
 import { html, page } from './html.ts';
 import { randomUUID } from 'node:crypto';
-import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage } from './pages/account.ts';
+import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage, settingsPage, type FormError, type KeyValues } from './pages/account.ts';
 import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
 import { generationPage, usagePage } from './pages/usage.ts';
-import { PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
+import { billingPage, PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
 import { forgotPasswordPage, forgotPasswordSentPage, loginLinkPage, resetPasswordPage, safeNext, signInPage, signUpPage, signUpSentPage, verifyEmailPage } from './pages/auth.ts';
 import { lowBalanceSection, verificationSection } from './pages/notices.ts';
 import { authorizationErrorPage, consentPage } from './pages/consent.ts';
@@ -147,7 +147,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const token = form(req, 'token');
     try {
       signInBrowser(res, await core(req).accounts.resetPassword({ token, new_password: form(req, 'new_password') }));
-      res.redirect(303, '/account?password=reset');
+      res.redirect(303, '/account/settings?password=reset');
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure) return sendPageError(req, res, err);
@@ -188,14 +188,14 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     res.redirect(303, '/login');
   });
 
-  /** The overview: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages. */
-  const renderOverview = async (
-    req: Request,
-    res: Response,
-    nav: { email: string; csrf: string },
-    me: Me,
-    extra: { pay?: Partial<BillingFormState>; passwordError?: string; passwordChanged?: boolean; status?: number; verifyError?: string; lowBalance?: { value: string; error: string } } = {},
-  ) => {
+  /** The overview: the balance, what to do next, the unconfirmed address. */
+  const renderOverview = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { status?: number; verifyError?: string } = {}) => {
+    const [billing, keys] = await Promise.all([core(req).payments.billing(), core(req).account.keys.list()]);
+    const top = verificationSection(nav, { verified: me.email_verified, verifiedNow: req.query.verified === '1', sent: req.query.verification === 'sent', error: extra.verifyError });
+    send(res, overviewPage(nav, { balance: me.balance, paymentsEnabled: billing.payments_enabled, activeKeys: keys.data.filter((k) => !k.revoked_at).length, mail: { top } }), extra.status);
+  };
+  /** Billing: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages. */
+  const renderBilling = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { pay?: Partial<BillingFormState>; status?: number } = {}) => {
     const billing = await core(req).payments.billing();
     const autoTopUp = billing.payments_enabled ? await core(req).payments.autoTopUp() : undefined;
     if (billing.payments_enabled) {
@@ -205,13 +205,31 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const returned = typeof req.query.checkout === 'string' ? req.query.checkout : undefined;
     const changed = typeof req.query.auto_top_up === 'string' ? req.query.auto_top_up : undefined;
     const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, autoTopUp: { changed }, ...extra.pay };
-    const mail = {
-      top: verificationSection(nav, { verified: me.email_verified, verifiedNow: req.query.verified === '1', sent: req.query.verification === 'sent', error: extra.verifyError }),
-      notice: lowBalanceSection(nav, { threshold: me.low_balance_threshold_coins, saved: req.query.notice === 'saved', value: extra.lowBalance?.value, error: extra.lowBalance?.error }),
-    };
-    send(res, overviewPage(nav, { balance: me.balance, billing, autoTopUp, pay, passwordError: extra.passwordError, passwordChanged: extra.passwordChanged, mail }), extra.status);
+    send(res, billingPage(nav, { balance: me.balance, billing, autoTopUp, pay }), extra.status);
   };
-  router.get('/account', label('/account'), signedIn((req, res, nav, me) => renderOverview(req, res, nav, me, { passwordChanged: req.query.password === 'changed' || req.query.password === 'reset' })));
+  /** Settings: the password and the low-balance e-mail. */
+  const renderSettings = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { password?: FormError; status?: number; lowBalance?: { value: string; error: string } } = {}) => {
+    const lowBalance = lowBalanceSection(nav, { threshold: me.low_balance_threshold_coins, saved: req.query.notice === 'saved', value: extra.lowBalance?.value, error: extra.lowBalance?.error });
+    send(res, settingsPage(nav, { password: extra.password, passwordChanged: req.query.password === 'changed' || req.query.password === 'reset', lowBalance }), extra.status);
+  };
+  // The account page was one long page; its parts are pages of their own now (issue 48). Links made
+  // before (Stripe's return URLs of sessions already open, mails, bookmarks) still land in the right place.
+  const MOVED: [string, string][] = [
+    ['checkout', '/account/billing'],
+    ['auto_top_up', '/account/billing'],
+    ['notice', '/account/settings'],
+    ['password', '/account/settings'],
+  ];
+  router.get('/account', label('/account'), signedIn(async (req, res, nav, me) => {
+    const moved = MOVED.find(([param]) => typeof req.query[param] === 'string');
+    if (moved) {
+      const query = new URLSearchParams(Object.entries(req.query).filter((e): e is [string, string] => typeof e[1] === 'string')).toString();
+      return res.redirect(303, `${moved[1]}?${query}`);
+    }
+    await renderOverview(req, res, nav, me);
+  }));
+  router.get('/account/billing', label('/account/billing'), signedIn((req, res, nav, me) => renderBilling(req, res, nav, me)));
+  router.get('/account/settings', label('/account/settings'), signedIn((req, res, nav, me) => renderSettings(req, res, nav, me)));
   router.post('/account/verify/resend', label('/account/verify/resend'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
     try {
       await core(req).accounts.resendVerification();
@@ -226,11 +244,11 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const value = form(req, 'threshold_coins').trim();
     try {
       await core(req).account.setLowBalanceNotice({ threshold_coins: value });
-      res.redirect(303, '/account?notice=saved#low-balance');
+      res.redirect(303, '/account/settings?notice=saved#low-balance');
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
-      await renderOverview(req, res, nav, me, { lowBalance: { value: value.slice(0, 10), error: failure.message }, status: refusedWith(res, failure) });
+      await renderSettings(req, res, nav, me, { lowBalance: { value: value.slice(0, 10), error: failure.message }, status: refusedWith(res, failure) });
     }
   }));
 
@@ -242,7 +260,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   const payFailure = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, err: unknown, amount?: string) => {
     const failure = toCoreError(err);
     if (!failure || failure.code === 'unauthorized') throw err;
-    await renderOverview(req, res, nav, me, { pay: { error: failure.message, amount }, status: statusOf(failure.code) });
+    await renderBilling(req, res, nav, me, { pay: { error: failure.message, param: failure.param, amount }, status: statusOf(failure.code) });
   };
   router.post('/account/credits', label('/account/credits'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
     const amount = form(req, 'amount_usd');
@@ -274,11 +292,11 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
       );
       // No card saved yet: Stripe's page takes the first payment and saves it.
       if (result.checkout) return toStripe(res, result.checkout.url);
-      res.redirect(303, `/account?auto_top_up=${result.enabled ? 'on' : 'off'}#auto-top-up`);
+      res.redirect(303, `/account/billing?auto_top_up=${result.enabled ? 'on' : 'off'}#auto-top-up`);
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
-      await renderOverview(req, res, nav, me, { pay: { autoTopUp: { error: failure.message, threshold: threshold.slice(0, 9), amount: amount.slice(0, 13) } }, status: statusOf(failure.code) });
+      await renderBilling(req, res, nav, me, { pay: { autoTopUp: { error: failure.message, param: failure.param, threshold: threshold.slice(0, 9), amount: amount.slice(0, 13) } }, status: statusOf(failure.code) });
     }
   }));
   router.post('/account/billing/portal', label('/account/billing/portal'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
@@ -298,11 +316,11 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     try {
       // Every session of the account ends; this browser gets the new one.
       signInBrowser(res, await core(req).accounts.changePassword({ new_password: form(req, 'new_password'), ...(current ? { current_password: current } : {}) }));
-      res.redirect(303, '/account?password=changed');
+      res.redirect(303, '/account/settings?password=changed');
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
-      await renderOverview(req, res, nav, me, { passwordError: failure.message, status: statusOf(failure.code) });
+      await renderSettings(req, res, nav, me, { password: { message: failure.message, param: failure.param }, status: statusOf(failure.code) });
     }
   }));
 
@@ -319,9 +337,9 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     };
   };
   const modelChoices = async (req: Request) => (await core(req).account.models({})).data.map((m) => ({ id: m.id, name: m.name }));
-  const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number } = {}) => {
+  const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number; values?: KeyValues } = {}) => {
     const [keys, models] = await Promise.all([core(req).account.keys.list(), modelChoices(req)]);
-    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models, created: extra.created, error: extra.error }), extra.status);
+    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models, created: extra.created, error: extra.error, param: extra.param, values: extra.values }), extra.status);
   };
   // A new key's secret reaches the page once: POST creates the key and redirects here with the
   // secret in an encrypted flash cookie (kit.setFlash); this GET shows it and clears the cookie.
@@ -342,13 +360,15 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
       res.setHeader('Cache-Control', 'no-store');
-      await renderKeys(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+      const limits = keyLimits(req);
+      const values: KeyValues = { name, spend_limit_coins: limits.spend_limit_coins ?? '', spend_limit_period: limits.spend_limit_period, expires_at: limits.expires_at ?? '', allowed_models: limits.allowed_models ?? [] };
+      await renderKeys(req, res, nav, { error: failure.message, param: failure.param, status: statusOf(failure.code), values });
     }
   }));
-  const renderEditKey = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { error?: string; status?: number } = {}) => {
+  const renderEditKey = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { error?: string; param?: string | undefined; status?: number } = {}) => {
     const [key, models] = await Promise.all([core(req).account.keys.get({ id: String(req.params.id) }), modelChoices(req)]);
     if (key.revoked_at) return send(res, page({ title: 'Not found', nav: { ...nav, current: '/account/keys' } }, html`<p class="error" role="alert">No such active key.</p>`), 404);
-    send(res, editKeyPage(nav, key, { models, error: extra.error }), extra.status);
+    send(res, editKeyPage(nav, key, { models, error: extra.error, param: extra.param }), extra.status);
   };
   router.get('/account/keys/:id/edit', label('/account/keys/:id/edit'), signedIn((req, res, nav) => renderEditKey(req, res, nav)));
   router.post('/account/keys/:id/edit', label('/account/keys/:id/edit'), kit.requireCsrf, signedIn(async (req, res, nav) => {
@@ -359,7 +379,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized' || failure.code === 'not_found') throw err;
-      await renderEditKey(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+      await renderEditKey(req, res, nav, { error: failure.message, param: failure.param, status: statusOf(failure.code) });
     }
   }));
   router.get('/account/keys/:id/revoke', label('/account/keys/:id/revoke'), signedIn(async (req, res, nav) => {
@@ -393,7 +413,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
       // A range core refuses (a day that does not exist, from after to, more than 366 days): the page again, with the message.
       const failure = toCoreError(err);
       if (!failure || failure.code !== 'invalid_request') throw err;
-      send(res, usagePage(nav, { range: { from: range.from ?? '', to: range.to ?? '' }, error: failure.message, history, generations: generations.data, cursor }), statusOf(failure.code));
+      send(res, usagePage(nav, { range: { from: range.from ?? '', to: range.to ?? '' }, error: failure.message, errorParam: failure.param, history, generations: generations.data, cursor }), statusOf(failure.code));
     }
   }));
   router.get('/account/usage.csv', label('/account/usage.csv'), signedIn(async (req, res) => {

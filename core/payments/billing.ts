@@ -6,6 +6,7 @@ import { CoreError, invalid } from '../errors.ts';
 import { idempotencyKeySchema } from '../idempotency.ts';
 import { coinsToJson } from '../money/coins.ts';
 import { formatUsd } from './amounts.ts';
+import { PLAN_PERIODS } from './plans.ts';
 import { paymentProvider, providerFailure } from './setup.ts';
 import { checkoutSessionSchema } from './create-checkout.ts';
 import { fillReceipts } from './receipts.ts';
@@ -112,7 +113,14 @@ export const billingSchema = z
     coins_per_usd: z.number(),
     topup_min_usd: z.string(),
     topup_max_usd: z.string(),
-    plans: z.array(z.object({ name: z.string(), coins_per_period: z.number() })),
+    plans: z.array(
+      z.object({
+        name: z.string(),
+        coins_per_period: z.number(),
+        price_usd: z.string().nullable().describe('what each period costs, as the operator states it (PLANS_FILE); null: not stated'),
+        period: z.enum(PLAN_PERIODS).nullable().describe('how often the plan charges and grants its coins; null: not stated'),
+      }),
+    ),
     subscription: z
       .object({
         id: z.string(),
@@ -150,7 +158,7 @@ export async function billingOverview(deps: Pick<CoreDeps, 'payments' | 'config'
     coins_per_usd: 1000,
     topup_min_usd: formatUsd(c.topUpMinCents),
     topup_max_usd: formatUsd(c.topUpMaxCents),
-    plans: c.plans.map((p) => ({ name: p.name, coins_per_period: coinsToJson(p.coinsPerPeriod) })),
+    plans: c.plans.map((p) => ({ name: p.name, coins_per_period: coinsToJson(p.coinsPerPeriod), price_usd: p.priceCents === undefined ? null : formatUsd(p.priceCents), period: p.period ?? null })),
     subscription: sub
       ? { id: sub.id, plan: sub.plan_name, status: sub.ended_at ? 'canceled' : 'active', current_period_end: sub.ended_at ? null : iso(sub.current_period_end), ended_at: iso(sub.ended_at) }
       : null,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { parseCoins, type Micro } from '../money/coins.ts';
+import { parseUsdCents } from './amounts.ts';
 
 /**
  * The subscription plans (PLANS_FILE, config/plans.yaml): a name, the Stripe price the
@@ -9,7 +10,14 @@ export interface Plan {
   name: string;
   priceId: string;
   coinsPerPeriod: Micro;
+  /** What the Stripe price charges each period, in cents, as the operator states it for the pages (optional: Stripe's page shows it anyway). */
+  priceCents?: number | undefined;
+  /** How often it charges: the Stripe price's interval, as the operator states it (optional). */
+  period?: PlanPeriod | undefined;
 }
+
+export const PLAN_PERIODS = ['day', 'week', 'month', 'year'] as const;
+export type PlanPeriod = (typeof PLAN_PERIODS)[number];
 
 const coins = z.union([z.string(), z.number()]).transform((v, ctx) => {
   try {
@@ -27,6 +35,17 @@ const planSchema = z
     name: z.string().trim().min(1).max(100),
     stripe_price_id: z.string().regex(/^price_[A-Za-z0-9_]{1,200}$/, 'must be a Stripe price id (price_…)'),
     coins_per_period: coins,
+    // What the plan's Stripe price charges, for the pages (the plans file repeats it: the pages never ask Stripe).
+    price_usd: z
+      .union([z.string(), z.number()])
+      .transform((v, ctx) => {
+        const cents = parseUsdCents(v);
+        if (cents !== null && cents > 0) return cents;
+        ctx.addIssue({ code: 'custom', message: 'must be an amount in US dollars, such as 10 or 9.99' });
+        return z.NEVER;
+      })
+      .optional(),
+    period: z.enum(PLAN_PERIODS).optional(),
   })
   .strict();
 
@@ -42,7 +61,9 @@ export const plansFileSchema = z
       }
     });
   })
-  .transform((file): Plan[] => file.plans.map((p) => ({ name: p.name, priceId: p.stripe_price_id, coinsPerPeriod: p.coins_per_period })));
+  .transform((file): Plan[] =>
+    file.plans.map((p) => ({ name: p.name, priceId: p.stripe_price_id, coinsPerPeriod: p.coins_per_period, ...(p.price_usd !== undefined ? { priceCents: p.price_usd } : {}), ...(p.period ? { period: p.period } : {}) })),
+  );
 
 export class PlansError extends Error {}
 

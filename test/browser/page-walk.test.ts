@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,18 +8,23 @@ import { createCaller } from '../../core/router.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { artifactPath, inspectPage, launchChromium } from '../support/browser.ts';
 import { makeAccount, makeFailedJob, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
-import { createTestApp, serve } from '../support/http.ts';
+import { createTestApp } from '../support/http.ts';
 
 /**
- * Every account, admin and public page in a real Chromium, at a phone's width (390×844) and a
- * laptop's (1280×800), with a realistic amount of data (ten keys, long error texts, long ids):
+ * Every account, admin and public page in a real Chromium, Swagger UI included, at a phone's
+ * width (390×844) and a laptop's (1280×800), with a realistic amount of data (ten keys, long
+ * error texts, long ids), served with PUBLIC_BASE_URL set (to the test server's own address):
  *   - the page is no wider than the window (document.documentElement.scrollWidth);
  *   - axe-core finds no serious or critical accessibility violation (WCAG 2 A and AA rules);
+ *   - at 390 px, every control a finger hits is at least 44 × 44 px (WCAG 2.5.5; a link inside a
+ *     sentence is exempt, as 2.5.5 says; a checkbox counts with its label);
+ *   - no page's text names an issue ("issue 31"), shows a placeholder ({PUBLIC_BASE_URL}) or
+ *     says "localhost";
  * and a screenshot of each goes to test/artifacts/walk/.
  */
 let orm: MikroORM;
 let deps: CoreDeps;
-let served: Awaited<ReturnType<typeof serve>>;
+let served: { base: string; close: () => Promise<void> };
 let browser: Browser;
 const internal = () => createCaller(createContext(deps, { kind: 'internal' }));
 
@@ -33,8 +39,22 @@ let jobId = '';
 let adminToken = '';
 beforeAll(async () => {
   orm = await openTestOrm();
-  deps = testDeps(orm);
-  served = await serve(createTestApp({ deps }));
+  // PUBLIC_BASE_URL is set, to the server's own address: no page may fall back to "localhost".
+  const server = await new Promise<Server>((resolve) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  deps = testDeps(orm, { publicBaseUrl: base });
+  server.on('request', createTestApp({ deps, publicBaseUrl: base }));
+  served = {
+    base,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
   browser = await launchChromium();
 
   // A person with a long e-mail, money, nine keys and an app's key, history and failed jobs with long errors.
@@ -62,7 +82,39 @@ interface Finding {
   width: number;
   wide: string[];
   violations: string[];
+  /** At 390 px: the controls smaller than 44 × 44 px. */
+  small: string[];
+  /** Text no page may show. */
+  leaks: string[];
 }
+
+/** The controls a finger hits that are smaller than 44 × 44 px (WCAG 2.5.5), outside sentences. */
+const SMALL_TARGETS = `(() => {
+  const inSentence = (el) => {
+    let block = el.parentElement;
+    while (block && getComputedStyle(block).display.startsWith('inline')) block = block.parentElement;
+    if (!block) return false;
+    const clone = block.cloneNode(true);
+    clone.querySelectorAll('a, button, summary, select, input, label, code, time, span.fig').forEach((c) => c.remove());
+    return /[A-Za-z]{3,}/.test(clone.textContent || '');
+  };
+  const out = [];
+  for (const el of document.querySelectorAll('a[href], button, summary, select, textarea, input:not([type="hidden"])')) {
+    const style = getComputedStyle(el);
+    if (style.visibility === 'hidden' || el.closest('[hidden], details:not([open]) > :not(summary)')) continue;
+    let r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    if (el.matches('input[type="checkbox"], input[type="radio"]') && el.closest('label')) r = el.closest('label').getBoundingClientRect();
+    if (el.tagName === 'A' && inSentence(el)) continue;
+    if (r.width + 0.5 < 44 || r.height + 0.5 < 44) {
+      const name = (el.getAttribute('aria-label') || el.textContent || el.getAttribute('name') || '').trim().replace(/\\s+/g, ' ').slice(0, 30);
+      out.push(el.tagName.toLowerCase() + ' "' + name + '" ' + Math.round(r.width) + '×' + Math.round(r.height));
+    }
+  }
+  return out;
+})()`;
+
+const LEAKS = [/issue \d+/i, /\{PUBLIC_BASE_URL\}/, /localhost/i];
 
 /** Opens each path in a fresh page of `context` at each viewport, and measures it. */
 async function walk(context: BrowserContext, area: string, paths: string[]): Promise<Finding[]> {
@@ -74,9 +126,12 @@ async function walk(context: BrowserContext, area: string, paths: string[]): Pro
       const res = await page.goto(`${served.base}${path}`);
       expect(res?.status(), `${path} answers`).toBeLessThan(500);
       const { scrollWidth, width, wide, violations } = await inspectPage(page);
+      const small = viewport.width === 390 ? ((await page.evaluate(SMALL_TARGETS)) as string[]) : [];
+      const text = (await page.evaluate('document.body.innerText')) as string;
+      const leaks = LEAKS.filter((re) => re.test(text)).map((re) => `${re.source}: "${re.exec(text)![0]}"`);
       const name = `${area}${path.replace(/\b(acct|key|gen)_\w+/g, '$1').replace(/%2F/g, '-').replace(/[^\w]+/g, '-').replace(/-+$/, '')}-${viewport.name}.png`;
       await page.screenshot({ path: await artifactPath(`walk/${name}`), fullPage: true });
-      findings.push({ page: path, viewport: viewport.name, scrollWidth, width, wide, violations });
+      findings.push({ page: path, viewport: viewport.name, scrollWidth, width, wide, violations, small, leaks });
     }
     await page.close();
   }
@@ -85,6 +140,17 @@ async function walk(context: BrowserContext, area: string, paths: string[]): Pro
 
 const tooWide = (f: Finding[]) => f.filter((x) => x.scrollWidth > x.width).map((x) => `${x.page} at ${x.viewport}: ${x.scrollWidth} px (${x.wide.join(', ')})`);
 const inaccessible = (f: Finding[]) => f.filter((x) => x.violations.length > 0).map((x) => `${x.page} at ${x.viewport}: ${x.violations.join('; ')}`);
+const smallTargets = (f: Finding[]) => f.filter((x) => x.small.length > 0).map((x) => `${x.page} at ${x.viewport}: ${x.small.slice(0, 6).join('; ')}${x.small.length > 6 ? ` and ${x.small.length - 6} more` : ''}`);
+/**
+ * The customer docs (/docs, /docs/<name>) are being rewritten for customers on a branch of their
+ * own (issue 48, item 3): until it lands they still quote engineering notes, so the text check
+ * leaves them out. Their width and axe are checked like every page's.
+ */
+const REWRITTEN_ELSEWHERE = /^\/docs(\/|$)/;
+const leaked = (f: Finding[]) => f.filter((x) => x.leaks.length > 0 && !REWRITTEN_ELSEWHERE.test(x.page)).map((x) => `${x.page} at ${x.viewport}: ${x.leaks.join('; ')}`);
+/** Everything a walk must not find. */
+const problems = (f: Finding[]) => ({ tooWide: tooWide(f), inaccessible: inaccessible(f), smallTargets: smallTargets(f), leaked: leaked(f) });
+const NONE = { tooWide: [], inaccessible: [], smallTargets: [], leaked: [] };
 
 // Each page is loaded, measured, checked by axe and photographed twice: a walk takes a while on a loaded
 // 2-core machine. The three walks, each in a context of its own, run at once (Chromium renders them in
@@ -99,6 +165,7 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/models/mas/image-demo',
       '/docs',
       '/docs/api',
+      '/api/v1/docs',
       '/login',
       '/signup',
       '/signup/sent',
@@ -112,7 +179,7 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/no-such-page',
     ]);
     await context.close();
-    expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
+    expect(problems(findings)).toEqual(NONE);
   });
 
   it('account pages', async () => {
@@ -128,12 +195,15 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/account/keys',
       `/account/keys/${keyId}/edit`,
       `/account/keys/${keyId}/revoke`,
+      '/account/billing',
+      '/account/settings',
       '/account/apps',
       '/account/usage',
+      '/account/usage?from=2026-02-30&to=2026-03-01',
       `/account/generations/${jobId}`,
     ]);
     await context.close();
-    expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
+    expect(problems(findings)).toEqual(NONE);
   });
 
   it('admin pages', async () => {
@@ -152,6 +222,8 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       `/admin/accounts/${accountId}/keys/${keyId}/revoke`,
       '/admin/jobs',
       '/admin/jobs?status=failed',
+      '/admin/jobs?from=2026-13-45',
+      '/admin/margin?from=2026-02-30',
       `/admin/jobs/${jobId}`,
       '/admin/models',
       `/admin/models/${encodeURIComponent('mas/image-demo')}`,
@@ -160,6 +232,6 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/admin/admins',
     ]);
     await context.close();
-    expect({ tooWide: tooWide(findings), inaccessible: inaccessible(findings) }).toEqual({ tooWide: [], inaccessible: [] });
+    expect(problems(findings)).toEqual(NONE);
   });
 });

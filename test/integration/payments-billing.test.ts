@@ -115,8 +115,8 @@ describe('POST /api/v1/credits/subscription', () => {
       'metadata[mas_purpose]': 'subscription',
       'subscription_data[metadata][mas_account_id]': account.id,
       'line_items[0][price]': 'price_starter',
-      success_url: 'https://mas.example/account?checkout=subscribed',
-      cancel_url: 'https://mas.example/account?checkout=canceled',
+      success_url: 'https://mas.example/account/billing?checkout=subscribed',
+      cancel_url: 'https://mas.example/account/billing?checkout=canceled',
     });
     expect(await written(account.id)).toEqual({ ledger: 0, payments: 0, subscriptions: 0 });
   });
@@ -166,7 +166,7 @@ describe('the customer portal', () => {
     const link = await me.payments.portal();
     expect(link).toEqual({ object: 'billing_portal', url: expect.stringMatching(/^https:\/\//) });
     const sent = recorder.requests.find((r) => r.path === '/v1/billing_portal/sessions')!;
-    expect(Object.fromEntries(sent.body)).toEqual({ customer: 'cus_test_sub', return_url: 'https://mas.example/account' });
+    expect(Object.fromEntries(sent.body)).toEqual({ customer: 'cus_test_sub', return_url: 'https://mas.example/account/billing' });
     expect(await refusal(as(offDeps, { kind: 'session', token }).payments.portal())).toMatchObject({ reason: 'payments_not_configured' });
   });
 });
@@ -184,8 +184,8 @@ describe('the billing read, the top-up status and receipts', () => {
       topup_min_usd: '5.00',
       topup_max_usd: '10000.00',
       plans: [
-        { name: 'Starter', coins_per_period: 10_000 },
-        { name: 'Pro', coins_per_period: 50_000 },
+        { name: 'Starter', coins_per_period: 10_000, price_usd: null, period: null },
+        { name: 'Pro', coins_per_period: 50_000, price_usd: null, period: null },
       ],
       subscription: null,
       can_manage_billing: false,

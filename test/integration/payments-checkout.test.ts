@@ -70,7 +70,7 @@ describe('POST /api/v1/credits/checkout', () => {
       'line_items[0][price_data][product_data][name]': '12,340 coins',
       customer_creation: 'always',
       success_url: 'https://mas.example/account/credits/success?session_id={CHECKOUT_SESSION_ID}',
-      cancel_url: 'https://mas.example/account?checkout=canceled',
+      cancel_url: 'https://mas.example/account/billing?checkout=canceled',
     });
     // The client's key, scoped to the account and hashed; without one, a fresh key per request.
     expect(sent.idempotencyKey).toMatch(new RegExp(`^topup:${account.id}:[\\w-]{43}$`));

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Request, Response } from 'express';
-import { html, type Html } from '../html.ts';
+import { emptyState, html, money, type Html } from '../html.ts';
 import { doneMessages, mountActions, type ActionSpec } from './actions.ts';
 import { actionForm, adminPage, doneNotice, idCode, truncate, viewerNote, when, type AdminTools, type Data, type Mount, type Nav } from './shared.ts';
 
@@ -155,7 +155,7 @@ const ACTIONS: ActionSpec[] = [
 const DONE = doneMessages(ACTIONS);
 
 function keysTable(accountId: string, keys: Key[], nav: Nav): Html {
-  if (keys.length === 0) return html`<p>No keys.</p>`;
+  if (keys.length === 0) return emptyState('No API keys.', html`The customer creates keys on their API keys page; the CLI can too (<code>mas key create</code>).`);
   const act = nav.role === 'operator';
   return html`<table><thead><tr><th>Name</th><th>Prefix</th><th>Created</th><th>Last used</th><th>State</th></tr></thead><tbody>
 ${keys.map(
@@ -171,11 +171,11 @@ ${keys.map(
 }
 
 function appsTable(accountId: string, apps: App[], nav: Nav): Html {
-  if (apps.length === 0) return html`<p>No connected apps.</p>`;
+  if (apps.length === 0) return emptyState('No connected apps.', html`Apps appear here when the customer connects an MCP client through sign-in.`);
   const act = nav.role === 'operator';
   return html`<table><thead><tr><th>App</th><th>Connected</th><th>Spent</th><th>State</th></tr></thead><tbody>
 ${apps.map(
-  (a) => html`<tr><td>${truncate(a.name, 40)} <span class="hint">(${a.redirectHost})</span></td><td>${when(a.createdAt)}</td><td>${a.spentCoins}${a.spendCapCoins === null ? '' : ` of ${a.spendCapCoins}`} coins</td><td>${
+  (a) => html`<tr><td>${truncate(a.name, 40)} <span class="hint">(${a.redirectHost})</span></td><td>${when(a.createdAt)}</td><td>${money(Number(a.spentCoins))}${a.spendCapCoins === null ? '' : html` of ${money(Number(a.spendCapCoins))}`}</td><td>${
     a.revokedAt
       ? html`revoked ${when(a.revokedAt)}`
       : act
@@ -199,9 +199,9 @@ async function renderAccount(tools: AdminTools, req: Request, res: Response, nav
   tools.send(res, adminPage(`Account ${a.email}`, nav, html`
 ${doneNotice(req, DONE)}${viewerNote(nav)}
 <section><h2>Wallet</h2>
-<p>Balance: <strong id="balance">${a.wallet.coins} coins</strong> (purchased ${a.wallet.purchasedCoins}, subscription ${a.wallet.subscriptionCoins}, held ${a.wallet.heldCoins})</p>
+<p>Balance: <strong id="balance">${money(Number(a.wallet.coins))}</strong> (purchased ${money(Number(a.wallet.purchasedCoins))}, subscription ${money(Number(a.wallet.subscriptionCoins))}, held ${money(Number(a.wallet.heldCoins))})</p>
 <p>Account ${idCode(a.id)}, created ${when(a.createdAt)} · <span id="account-state">${a.disabledAt ? html`<strong>disabled</strong> since ${when(a.disabledAt)}` : 'active'}</span></p>
-<p><a href="/admin/jobs?${new URLSearchParams({ account: a.id }).toString()}">This account's jobs</a>${a.temporalJobsUrl ? html` · <a href="${a.temporalJobsUrl}" rel="noopener">This account's jobs in the Temporal UI</a>` : ''}</p>
+<p class="links"><a href="/admin/jobs?${new URLSearchParams({ account: a.id }).toString()}">This account's jobs</a>${a.temporalJobsUrl ? html` <a href="${a.temporalJobsUrl}" rel="noopener">This account's jobs in the Temporal UI</a>` : ''}</p>
 ${operator ? actionForm({ action: `${base}/adjust`, csrf: nav.csrf, fields: coinsField('Coins (signed: +10 adds, -3 takes)', {}, true), understand: 'I understand this changes the balance at once, as a ledger entry.', button: 'Adjust balance', id: 'adjust' }) : ''}
 </section>
 ${operator ? html`<section><h2>Actions</h2>
@@ -214,8 +214,8 @@ ${operator ? html`<section><h2>Actions</h2>
 <section><h2>API keys</h2>${keysTable(a.id, keys, nav)}</section>
 <section><h2>Connected apps</h2>${appsTable(a.id, apps, nav)}</section>
 <section><h2>Recent ledger entries</h2>
-${entries.length === 0 ? html`<p>No entries.</p>` : html`<table><thead><tr><th>When</th><th>Kind</th><th>Coins</th><th>Balance after</th><th>Description</th></tr></thead><tbody>
-${entries.map((e) => html`<tr><td>${when(e.createdAt)}</td><td>${e.kind} <span class="hint">(${e.pocket})</span></td><td>${e.amountCoins}</td><td>${e.balanceAfterCoins}</td><td>${truncate(e.description, 60)}</td></tr>`)}
+${entries.length === 0 ? emptyState('No ledger entries yet.', html`Top-ups, grants, charges and refunds appear here. <a href="${base}/top-up">Top up purchased coins</a>`) : html`<table><thead><tr><th>When</th><th>Kind</th><th class="num">Amount</th><th class="num">Balance after</th><th>Description</th></tr></thead><tbody>
+${entries.map((e) => html`<tr><td>${when(e.createdAt)}</td><td>${e.kind} <span class="hint">(${e.pocket})</span></td><td class="num">${money(Number(e.amountCoins), { signed: true })}</td><td class="num">${money(Number(e.balanceAfterCoins))}</td><td>${truncate(e.description, 60)}</td></tr>`)}
 </tbody></table>`}</section>`));
 }
 
@@ -226,8 +226,8 @@ export const mountAccounts: Mount = (router, tools) => {
     const rows = (data.accounts.edges as { node: { id: string; email: string; createdAt: string; disabledAt: string | null; wallet: { coins: string } } }[]).map((e) => e.node);
     tools.send(res, adminPage('Accounts', nav, html`
 <form method="get" action="/admin/accounts" class="inline"><label>Email starts with <input type="search" name="q" value="${q}" maxlength="254"></label> <button type="submit">Find</button></form>
-${rows.length === 0 ? html`<p>No accounts.</p>` : html`<table><thead><tr><th>Email</th><th>Balance</th><th>Created</th><th>State</th></tr></thead><tbody>
-${rows.map((a) => html`<tr><td><a href="/admin/accounts/${encodeURIComponent(a.id)}">${a.email}</a></td><td>${a.wallet.coins} coins</td><td>${when(a.createdAt)}</td><td>${a.disabledAt ? 'disabled' : 'active'}</td></tr>`)}
+${rows.length === 0 ? emptyState(q ? `No account's e-mail starts with "${q}".` : 'No accounts yet.', q ? html`Check the spelling, or search with fewer letters. <a href="/admin/accounts">All accounts</a>` : html`Accounts appear here when people sign up, or when an operator runs <code>mas account create</code>.`) : html`<table><thead><tr><th>Email</th><th class="num">Balance</th><th>Created</th><th>State</th></tr></thead><tbody>
+${rows.map((a) => html`<tr><td><a href="/admin/accounts/${encodeURIComponent(a.id)}">${a.email}</a></td><td class="num">${money(Number(a.wallet.coins))}</td><td>${when(a.createdAt)}</td><td>${a.disabledAt ? 'disabled' : 'active'}</td></tr>`)}
 </tbody></table>`}`));
   }));
   router.get('/accounts/:id', tools.signedIn('/admin/accounts', (req, res, nav) => renderAccount(tools, req, res, nav)));

@@ -1,7 +1,7 @@
-import { html, type Html } from '../html.ts';
+import { coinsText, emptyState, html, money, usdText, COINS_PER_USD, notice, type Html } from '../html.ts';
 import { jobsTable, type JobRow } from './jobs.ts';
-import { MARGINS, marginSections, type MarginsData } from './margin.ts';
-import { adminPage, idCode, onDay, readableDay, truncate, when, type Mount } from './shared.ts';
+import { marginForm, MARGINS, marginSections, type MarginsData } from './margin.ts';
+import { adminPage, idCode, messageOfGraphql, onDay, readableDay, statusOfGraphql, truncate, when, type Mount } from './shared.ts';
 
 /** The read-only pages: the dashboard, the margin and the audit log. */
 
@@ -33,18 +33,18 @@ interface PaymentRow {
 /** Revenue per day, newest first, only the days with something (docs/payments.md, "Operators"). */
 function revenueTable(days: RevenueDay[]): Html {
   const active = days.filter((d) => d.usdIn !== '0.00' || d.coinsCredited !== 0 || d.coinsSpent !== 0 || d.coinsTakenBack !== 0).reverse();
-  if (active.length === 0) return html`<p>No payments and no spend in these 30 days.</p>`;
-  return html`<table><thead><tr><th>Day</th><th>USD in</th><th>Coins credited</th><th>Coins spent</th><th>Coins taken back</th></tr></thead><tbody>
-${active.map((d) => html`<tr><td>${onDay(d.day)}</td><td>${d.usdIn}</td><td>${d.coinsCredited}</td><td>${d.coinsSpent}</td><td>${d.coinsTakenBack}</td></tr>`)}
+  if (active.length === 0) return emptyState('No payments and no spend in these 30 days.', html`Payments show here once customers pay through Stripe (<a href="/admin/accounts">accounts</a> can also be topped up by hand).`);
+  return html`<table><thead><tr><th>Day (UTC)</th><th class="num">USD in</th><th class="num">Credited</th><th class="num">Spent</th><th class="num">Taken back</th></tr></thead><tbody>
+${active.map((d) => html`<tr><td>${onDay(d.day)}</td><td class="num">${usdText(Number(d.usdIn) * COINS_PER_USD)}</td><td class="num">${money(d.coinsCredited)}</td><td class="num">${money(d.coinsSpent)}</td><td class="num">${money(d.coinsTakenBack)}</td></tr>`)}
 </tbody></table>`;
 }
 
 /** Payments, in few columns: the Stripe ids in one cell, as codes that may break. */
 function paymentsTable(payments: PaymentRow[]): Html {
-  if (payments.length === 0) return html`<p>No payment yet.</p>`;
-  return html`<table><thead><tr><th>When</th><th>Account</th><th>USD</th><th>Coins</th><th>Status</th><th>Stripe</th></tr></thead><tbody>
+  if (payments.length === 0) return emptyState('No payment yet.', html`Customers pay on their Billing page once Stripe is set up (STRIPE_SECRET_KEY; docs/payments.md in the repository).`);
+  return html`<table><thead><tr><th>When</th><th>Account</th><th class="num">USD</th><th class="num">Coins</th><th>Status</th><th>Stripe</th></tr></thead><tbody>
 ${payments.map(
-  (p) => html`<tr><td>${when(p.createdAt)}</td><td><a href="/admin/accounts/${encodeURIComponent(p.accountId)}">${idCode(p.accountId)}</a></td><td>${p.amountUsd}</td><td>${p.coins}</td><td>${p.status}${
+  (p) => html`<tr><td>${when(p.createdAt)}</td><td><a href="/admin/accounts/${encodeURIComponent(p.accountId)}">${idCode(p.accountId)}</a></td><td class="num">${usdText(Number(p.amountUsd) * COINS_PER_USD)}</td><td class="num">${coinsText(p.coins)}</td><td>${p.status}${
     p.reversals.length > 0 ? html`<br><span class="hint">${truncate(p.reversals.map((r) => `${r.kind} ${r.amountCents} cents`).join('; '), 80)}</span>` : ''
   }</td><td>${idCode(p.checkoutSessionId)}${p.paymentIntentId ? html`<br>${idCode(p.paymentIntentId)}` : ''}</td></tr>`,
 )}
@@ -77,19 +77,19 @@ export const mountDashboard: Mount = (router, tools) => {
     const jobs = (data.generations.edges as { node: JobRow }[]).map((e) => e.node);
     tools.send(res, adminPage('Dashboard', nav, html`
 <section><h2>Spend per day, last 30 days</h2>
-<p>${data.usage.totals.spentCoins} coins spent, ${data.usage.totals.requests} requests.</p>
+<p>${money(Number(data.usage.totals.spentCoins))} spent, ${Number(data.usage.totals.requests).toLocaleString('en-US')} requests. Days in UTC.</p>
 ${spendChart(days, spent)}</section>
 <section><h2>Top models</h2>
-${html`<table><thead><tr><th>Model</th><th>Coins spent</th><th>Requests</th></tr></thead><tbody>
-${(data.topModels.data as { modelId: string; measures: { spentCoins: string; requests: number } }[]).map((m) => html`<tr><td>${truncate(m.modelId, 40)}</td><td>${m.measures.spentCoins}</td><td>${m.measures.requests}</td></tr>`)}
+${(data.topModels.data as unknown[]).length === 0 ? emptyState('Nothing spent in these 30 days.', html`Models customers use show here. <a href="/admin/models">The models</a>`) : html`<table><thead><tr><th>Model</th><th class="num">Spent</th><th class="num">Requests</th></tr></thead><tbody>
+${(data.topModels.data as { modelId: string; measures: { spentCoins: string; requests: number } }[]).map((m) => html`<tr><td>${truncate(m.modelId, 40)}</td><td class="num">${money(Number(m.measures.spentCoins))}</td><td class="num">${m.measures.requests}</td></tr>`)}
 </tbody></table>`}</section>
 <section><h2>Top accounts</h2>
-${html`<table><thead><tr><th>Account</th><th>Coins spent</th><th>Requests</th></tr></thead><tbody>
-${(data.topAccounts.data as { accountId: string; email: string | null; measures: { spentCoins: string; requests: number } }[]).map((a) => html`<tr><td><a href="/admin/accounts/${encodeURIComponent(a.accountId)}">${truncate(a.email ?? a.accountId, 40)}</a></td><td>${a.measures.spentCoins}</td><td>${a.measures.requests}</td></tr>`)}
+${(data.topAccounts.data as unknown[]).length === 0 ? emptyState('Nothing spent in these 30 days.', html`Accounts that spend show here. <a href="/admin/accounts">All accounts</a>`) : html`<table><thead><tr><th>Account</th><th class="num">Spent</th><th class="num">Requests</th></tr></thead><tbody>
+${(data.topAccounts.data as { accountId: string; email: string | null; measures: { spentCoins: string; requests: number } }[]).map((a) => html`<tr><td><a href="/admin/accounts/${encodeURIComponent(a.accountId)}">${truncate(a.email ?? a.accountId, 40)}</a></td><td class="num">${money(Number(a.measures.spentCoins))}</td><td class="num">${a.measures.requests}</td></tr>`)}
 </tbody></table>`}</section>
 <section><h2>Revenue per day, last 30 days</h2>${revenueTable(data.revenuePerDay as RevenueDay[])}</section>
 <section><h2>Newest payments</h2>${paymentsTable(data.payments as PaymentRow[])}</section>
-<section><h2>Newest failed jobs</h2>${jobsTable(jobs, 'No failed jobs.')}
+<section><h2>Newest failed jobs</h2>${jobsTable(jobs, 'No failed jobs. Nothing to look into.')}
 <p><a href="/admin/jobs?status=failed">All failed jobs</a></p></section>`));
   }));
 
@@ -98,8 +98,14 @@ ${(data.topAccounts.data as { accountId: string; email: string | null; measures:
     const to = new Date();
     const param = (name: string, fallback: string) => (typeof req.query[name] === 'string' && req.query[name] !== '' ? req.query[name].slice(0, 20) : fallback);
     const range = { from: param('from', day(new Date(to.getTime() - 29 * 86_400_000))), to: param('to', day(to)) };
-    const data = await tools.read<MarginsData>(req, MARGINS, range);
-    tools.send(res, adminPage('Margin', nav, marginSections(range, data)));
+    const result = await tools.query<MarginsData>(req, MARGINS, range);
+    const failed = result.errors[0];
+    if (failed || !result.data) {
+      // A range the API refuses (a day that does not exist, from after to): the form again, the message beside the field, 400.
+      const message = failed ? messageOfGraphql(failed) : 'The margins could not be read.';
+      return tools.send(res, adminPage('Margin', nav, html`${notice('error', message)}${marginForm(range, { [/\bto\b/i.test(message) && !/\bfrom\b/i.test(message) ? 'to' : 'from']: message })}`), failed ? statusOfGraphql(failed) : 500);
+    }
+    tools.send(res, adminPage('Margin', nav, marginSections(range, result.data)));
   }));
 
   router.get('/audit', tools.signedIn('/admin/audit', async (req, res, nav) => {
@@ -107,7 +113,7 @@ ${(data.topAccounts.data as { accountId: string; email: string | null; measures:
     const data = await tools.read(req, AUDIT, { after: after || null });
     const rows = (data.auditLog.edges as { node: { id: string; createdAt: string; actorType: string; actorId: string | null; action: string; targetType: string; targetId: string; reason: string | null } }[]).map((e) => e.node);
     const next = data.auditLog.pageInfo.hasNextPage ? (data.auditLog.pageInfo.endCursor as string) : null;
-    tools.send(res, adminPage('Audit log', nav, html`${rows.length === 0 ? html`<p>No entries.</p>` : html`<table id="audit"><thead><tr><th>When</th><th>Action</th><th>Target</th><th>Reason</th><th>By</th></tr></thead><tbody>
+    tools.send(res, adminPage('Audit log', nav, html`${rows.length === 0 ? emptyState('No entries yet.', html`Every operator action (a top-up, a revoked key, a price change) is written here with its reason.`) : html`<table id="audit"><thead><tr><th>When</th><th>Action</th><th>Target</th><th>Reason</th><th>By</th></tr></thead><tbody>
 ${rows.map((r) => html`<tr><td>${when(r.createdAt)}</td><td>${r.action}</td><td>${r.targetType} ${idCode(r.targetId)}</td><td>${truncate(r.reason ?? '', 80)}</td><td>${r.actorType.replace('_', ' ')}${r.actorId ? html` ${idCode(truncate(r.actorId, 24))}` : ''}</td></tr>`)}
 </tbody></table>`}
 <nav class="pager" aria-label="Pages of the audit log">${after ? html`<a href="/admin/audit">First page</a>` : ''}${next ? html` <a href="/admin/audit?${new URLSearchParams({ after: next }).toString()}" rel="next">Next page</a>` : ''}</nav>`));

@@ -1,7 +1,7 @@
 import type { Request } from 'express';
-import { html, notice, type Html } from '../html.ts';
+import { emptyState, fieldError, html, invalidAttrs, money, notice, type Html } from '../html.ts';
 import { doneMessages, mountActions, type ActionSpec } from './actions.ts';
-import { actionForm, adminPage, doneNotice, idCode, PageError, truncate, viewerNote, when, type Data, type Mount } from './shared.ts';
+import { actionForm, adminPage, doneNotice, idCode, truncate, viewerNote, when, type Data, type Mount } from './shared.ts';
 
 /** The Jobs pages: a search over every account's media jobs, and one job with cancel and refund. */
 
@@ -27,7 +27,7 @@ const jobUrl = (id: string) => `/admin/jobs/${encodeURIComponent(id)}`;
 
 /** Jobs, few and short columns: the error as its code and the start of its message (the whole of it is on the job's page). */
 export function jobsTable(jobs: JobRow[], empty = 'No jobs.'): Html {
-  if (jobs.length === 0) return html`<p>${empty}</p>`;
+  if (jobs.length === 0) return emptyState(empty);
   return html`<table class="jobs"><thead><tr><th>Job</th><th>Account</th><th>Model</th><th>When</th><th>Status</th></tr></thead><tbody>
 ${jobs.map(
   (j) => html`<tr><td><a href="${jobUrl(j.id)}">${idCode(j.id)}</a></td><td><a href="/admin/accounts/${encodeURIComponent(j.account.id)}">${truncate(j.account.email, 32)}</a></td><td>${truncate(j.modelId, 32)}</td><td>${when(j.createdAt)}</td><td>${j.status ?? 'failed'}${
@@ -40,14 +40,18 @@ ${jobs.map(
 const text = (req: Request, name: string, max: number) => (typeof req.query[name] === 'string' ? req.query[name].trim().slice(0, max) : '');
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 
-/** The search form's values, checked: a bad one is a 400 naming the field. */
+/**
+ * The search form's values, checked: a bad one is an error beside its field (the form comes back,
+ * 400, with what was typed), never a page without the form.
+ */
 function searchOf(req: Request) {
   const s = { account: text(req, 'account', 254), model: text(req, 'model', 200), status: text(req, 'status', 20), from: text(req, 'from', 10), to: text(req, 'to', 10), after: text(req, 'after', 100) };
-  if (s.status && !(STATUSES as readonly string[]).includes(s.status)) throw new PageError(`Status: choose one of ${STATUSES.join(', ')}.`);
+  const errors: Partial<Record<'status' | 'from' | 'to', string>> = {};
+  if (s.status && !(STATUSES as readonly string[]).includes(s.status)) errors.status = `Status: choose one of ${STATUSES.join(', ')}.`;
   for (const [field, label] of [['from', 'From'], ['to', 'To']] as const) {
-    if (s[field] && (!DAY.test(s[field]) || Number.isNaN(Date.parse(`${s[field]}T00:00:00Z`)))) throw new PageError(`${label}: a date such as 2026-11-27.`);
+    if (s[field] && (!DAY.test(s[field]) || Number.isNaN(Date.parse(`${s[field]}T00:00:00Z`)))) errors[field] = `${label}: a date such as 2026-11-27.`;
   }
-  return s;
+  return { s, errors };
 }
 
 const ACTIONS: ActionSpec[] = [
@@ -79,10 +83,13 @@ const DONE = doneMessages(ACTIONS);
 
 export const mountJobs: Mount = (router, tools) => {
   router.get('/jobs', tools.signedIn('/admin/jobs', async (req, res, nav) => {
-    const s = searchOf(req);
+    const { s, errors } = searchOf(req);
+    const invalid = Object.keys(errors).length > 0;
     let account: string | null = null;
     let unknownAccount = false;
-    if (s.account.includes('@')) {
+    if (invalid) {
+      // The form again, with each error beside its field; nothing is searched.
+    } else if (s.account.includes('@')) {
       const found = await tools.read(req, ACCOUNT_BY_EMAIL, { prefix: s.account });
       const match = (found.accounts.edges as { node: { id: string; email: string } }[]).find((e) => e.node.email.toLowerCase() === s.account.toLowerCase());
       if (match) account = match.node.id;
@@ -96,7 +103,7 @@ export const mountJobs: Mount = (router, tools) => {
     };
     let jobs: JobRow[] = [];
     let next: string | null = null;
-    if (!unknownAccount) {
+    if (!unknownAccount && !invalid) {
       const data = await tools.read(req, JOBS, { account, after: s.after || null, first: PAGE_SIZE, filter });
       jobs = (data.generations.edges as { node: JobRow }[]).map((e) => e.node);
       next = data.generations.pageInfo.hasNextPage ? (data.generations.pageInfo.endCursor as string) : null;
@@ -105,18 +112,19 @@ export const mountJobs: Mount = (router, tools) => {
       const q = new URLSearchParams(Object.entries({ ...s, after: after ?? '' }).filter(([, v]) => v !== ''));
       return `/admin/jobs${q.size > 0 ? `?${q.toString()}` : ''}`;
     };
-    tools.send(res, adminPage('Jobs', nav, html`
-<form method="get" action="/admin/jobs" class="search admin-search">
+    const first = errors.status ?? errors.from ?? errors.to;
+    tools.send(res, adminPage('Jobs', nav, html`${notice('error', first)}
+<form method="get" action="/admin/jobs" class="search admin-search" novalidate>
   <label>Account (id or e-mail) <input type="text" name="account" value="${s.account}" maxlength="254"></label>
   <label>Model <input type="text" name="model" value="${s.model}" maxlength="200"></label>
-  <label>Status <select name="status"><option value="">any</option>${STATUSES.map((st) => html`<option value="${st}"${s.status === st ? html` selected` : ''}>${st}</option>`)}</select></label>
-  <label>From <input type="date" name="from" value="${s.from}"></label>
-  <label>To <input type="date" name="to" value="${s.to}"></label>
+  <label>Status ${fieldError('status', errors.status)}<select name="status"${invalidAttrs('status', errors.status)}><option value="">any</option>${STATUSES.map((st) => html`<option value="${st}"${s.status === st ? html` selected` : ''}>${st}</option>`)}</select></label>
+  <label>From (UTC) ${fieldError('from', errors.from)}<input type="${errors.from ? 'text' : 'date'}" name="from" value="${s.from}" placeholder="2026-11-27"${invalidAttrs('from', errors.from)}></label>
+  <label>To (UTC) ${fieldError('to', errors.to)}<input type="${errors.to ? 'text' : 'date'}" name="to" value="${s.to}" placeholder="2026-11-27"${invalidAttrs('to', errors.to)}></label>
   <button type="submit">Search</button>
 </form>
 ${unknownAccount ? notice('error', `No account has the e-mail ${s.account}.`) : ''}
-${jobsTable(jobs, s.after ? 'No more jobs.' : 'No jobs match.')}
-<nav class="pager" aria-label="Pages of jobs">${s.after ? html`<a href="${keep()}">First page</a>` : ''}${next ? html` <a href="${keep(next)}" rel="next">Next page</a>` : ''}</nav>`));
+${invalid ? '' : jobsTable(jobs, s.after ? 'No more jobs.' : 'No jobs match these filters. Widen the dates, or clear a field and search again.')}
+<nav class="pager" aria-label="Pages of jobs">${s.after ? html`<a href="${keep()}">First page</a>` : ''}${next ? html` <a href="${keep(next)}" rel="next">Next page</a>` : ''}</nav>`), invalid ? 400 : 200);
   }));
 
   router.get('/jobs/:id', tools.signedIn('/admin/jobs', async (req, res, nav) => {
@@ -142,8 +150,8 @@ ${doneNotice(req, DONE)}${viewerNote(nav)}
   <dt>Created</dt><dd>${when(j.createdAt)}</dd>
   <dt>Started</dt><dd>${when(j.startedAt)}</dd>
   <dt>Ended</dt><dd>${when(j.completedAt)}</dd>
-  <dt>Price</dt><dd>${j.priceCoins} coins reserved; charged ${j.costCoins ?? '—'}</dd>
-  ${refund ? html`<dt>Refunded</dt><dd id="job-refund">${refund.amountCoins} coins, ${when(refund.createdAt)}</dd>` : ''}
+  <dt>Price</dt><dd>${money(Number(j.priceCoins))} reserved; charged ${j.costCoins === null || j.costCoins === undefined ? '—' : money(Number(j.costCoins))}</dd>
+  ${refund ? html`<dt>Refunded</dt><dd id="job-refund">${money(Number(refund.amountCoins))}, ${when(refund.createdAt)}</dd>` : ''}
   <dt>Prompt</dt><dd>${truncate(String(j.prompt), 500)}</dd>
   <dt>Workflow</dt><dd>${idCode(j.workflowId)}${j.runId ? html` run ${idCode(j.runId)}` : ''}</dd>
   <dt>Temporal</dt><dd>${j.temporalUiUrl ? html`<a href="${j.temporalUiUrl}" rel="noopener">This job in the Temporal UI</a>` : 'The Temporal UI address is not configured (TEMPORAL_UI_URL).'}</dd>

@@ -1,4 +1,4 @@
-import { html, type Html } from '../html.ts';
+import { COINS_PER_USD, fieldError, html, invalidAttrs, type Html } from '../html.ts';
 import { onDay, readableDay, when } from './shared.ts';
 
 /**
@@ -35,18 +35,23 @@ const cells = (m: MarginMeasures) =>
 
 const route = (provider: string, model: string) => (provider === '' ? html`<em>the model provider of the time (before routes were recorded)</em>` : html`${provider}/${model}`);
 
+/** The range form; an error the API gave is shown beside the field it is about. */
+export function marginForm(range: { from: string; to: string }, errors: { from?: string; to?: string } = {}): Html {
+  return html`
+<form method="get" action="/admin/margin" class="inline" novalidate>
+  <label>From (UTC) ${fieldError('from', errors.from)}<input type="${errors.from ? 'text' : 'date'}" name="from" value="${range.from}" required placeholder="2026-11-27"${invalidAttrs('from', errors.from)}></label>
+  <label>To (UTC) ${fieldError('to', errors.to)}<input type="${errors.to ? 'text' : 'date'}" name="to" value="${range.to}" required placeholder="2026-11-27"${invalidAttrs('to', errors.to)}></label>
+  <button type="submit">Show</button>
+</form>`;
+}
+
 export function marginSections(range: { from: string; to: string }, data: MarginsData): Html {
   const t = data.perDay.totals;
-  return html`
-<form method="get" action="/admin/margin" class="inline">
-  <label>From <input type="date" name="from" value="${range.from}" required></label>
-  <label>To <input type="date" name="to" value="${range.to}" required></label>
-  <button type="submit">Show</button>
-</form>
+  return html`${marginForm(range)}
 <section><h2>Totals, ${readableDay(range.from)} to ${readableDay(range.to)}</h2>
 <p id="margin-totals">Revenue ${t.revenueCoins} coins over ${t.requests} requests. Upstream cost is known for ${t.costedRequests} of them (${t.costKnownPercent ?? '—'}%):
 they were charged ${t.costedRevenueCoins} coins and cost ${t.upstreamCostCoins} upstream, a margin of ${t.marginCoins} coins (${t.marginPercent === null ? '—' : `${t.marginPercent}%`}).</p>
-<p>Amounts in coins (1 USD = 1000 coins). The margin counts only the requests whose upstream cost is known; the rollups are as of ${when(data.perDay.asOf, 'never (no refresh yet)')}.</p></section>
+<p>Amounts in coins, exact (1 USD = ${COINS_PER_USD.toLocaleString('en-US')} coins); days in UTC. The margin counts only the requests whose upstream cost is known; the rollups are as of ${when(data.perDay.asOf, 'never (no refresh yet)')}.</p></section>
 <section><h2>Per day</h2>
 ${data.perDay.data.length === 0 ? html`<p>Nothing served in this range.</p>` : html`<table id="margin-days"><thead><tr><th>Day</th>${HEAD}</tr></thead><tbody>
 ${data.perDay.data.map((d) => html`<tr><td>${onDay(d.day)}</td>${cells(d.measures)}</tr>`)}

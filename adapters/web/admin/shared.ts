@@ -4,7 +4,7 @@ import { html, notice, page, type Html } from '../html.ts';
 
 /**
  * What every admin page module shares: the layout, the in-process GraphQL runner, the signed-in
- * wrapper (which knows the admin's role from `admin.whoami`), readable times, and the one
+ * wrapper (which knows the admin's role from `admin.whoami`), the times (html.ts's), and the one
  * wording of a refusal for a viewer.
  */
 
@@ -58,27 +58,8 @@ export const statusOfGraphql = (err: { extensions?: Record<string, unknown> }) =
 export const messageOfGraphql = (err: { message: string; extensions?: Record<string, unknown> }) =>
   err.extensions?.reason === 'operator_role_required' ? VIEWER_REFUSAL : err.message;
 
-const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
-const pad = (n: number) => String(n).padStart(2, '0');
-
-/** "27 Nov 2026, 14:03 UTC" */
-export function readableTime(iso: string): string {
-  const d = new Date(iso);
-  if (Number.isNaN(d.getTime())) return iso;
-  return `${d.getUTCDate()} ${MONTHS[d.getUTCMonth()]} ${d.getUTCFullYear()}, ${pad(d.getUTCHours())}:${pad(d.getUTCMinutes())} UTC`;
-}
-
-/** A time for people, with the exact ISO time in its `datetime` and title. */
-export const when = (iso: string | null | undefined, none = '—') => (iso ? html`<time datetime="${iso}" title="${iso}">${readableTime(iso)}</time>` : none);
-
-/** "2026-11-27" as "27 Nov 2026". */
-export function readableDay(day: string): string {
-  const d = new Date(`${day}T00:00:00Z`);
-  return Number.isNaN(d.getTime()) ? day : `${d.getUTCDate()} ${MONTHS[d.getUTCMonth()]} ${d.getUTCFullYear()}`;
-}
-
-/** A day for people, with the day itself in its `datetime`. */
-export const onDay = (day: string) => html`<time datetime="${day}">${readableDay(day)}</time>`;
+/** Times and days: the one format of every page (html.ts), re-exported for the admin modules. */
+export { formatDay as readableDay, formatTime as readableTime, onDay, when } from '../html.ts';
 
 /** A long id that may break anywhere on a narrow screen. */
 export const idCode = (id: string) => html`<code class="id">${id}</code>`;

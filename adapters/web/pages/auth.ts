@@ -104,7 +104,7 @@ export function resetPasswordPage(v: { csrf: string; token: string; error?: stri
     return page(
       { title: 'This link does not work' },
       html`<p class="error" role="alert">${v.error ?? 'This password reset link is invalid, used or expired.'}</p>
-<p><a href="/password/forgot">Ask for a new link</a> · <a href="/login">Sign in</a></p>`,
+<p class="links"><a href="/password/forgot">Ask for a new link</a> <a href="/login">Sign in</a></p>`,
     );
   }
   return page(

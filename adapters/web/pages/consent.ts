@@ -1,6 +1,6 @@
 import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import type { AuthorizationView } from '../../../core/oauth/authorize.ts';
-import { html, notice, page } from '../html.ts';
+import { html, money, notice, page, when } from '../html.ts';
 
 /** What the tools of the MCP server let an app do (docs/mcp.md), in the words of the consent page. */
 const ABILITIES = [
@@ -35,11 +35,11 @@ export function consentPage(
   <p><strong>${client.name}</strong> wants to use your account <strong>${nav.email}</strong> through this service's MCP server.</p>
   <p class="warning">It signs in through <strong class="redirect-host">${client.redirect_host}</strong>. Allow it only if you started this from that app.${client.kind === 'metadata_document' ? html` The app is described at <code>${client.id}</code>.` : ''}</p>
 ${v.replaces
-    ? html`<p class="reconnect">You connected this app on ${v.replaces.created_at.slice(0, 10)}. Allowing again replaces that connection: its earlier sign-in stops, and the spend cap you choose here also counts the ${v.replaces.spent_coins} coins it has spent so far.</p>`
+    ? html`<p class="reconnect">You connected this app on ${when(v.replaces.created_at)}. Allowing again replaces that connection: its earlier sign-in stops, and the spend cap you choose here also counts the ${money(v.replaces.spent_coins)} it has spent so far.</p>`
     : ''}
   <h2>It will be able to</h2>
   <ul>${ABILITIES.map((a) => html`<li>${a}</li>`)}</ul>
-  <p>and <strong>spend this account's coins</strong> on them, as an API key does (your balance: ${v.balance} coins). It will not see your password or your API keys, and cannot change your account.</p>
+  <p>and <strong>spend this account's coins</strong> on them, as an API key does (your balance: ${money(Number(v.balance))}). It will not see your password or your API keys, and cannot change your account.</p>
   <form method="post" action="/authorize" class="stack">
     <input type="hidden" name="_csrf" value="${nav.csrf}">
     <input type="hidden" name="client_id" value="${request.client_id}">

@@ -1,8 +1,8 @@
-import { html, notice } from '../html.ts';
+import { fieldError, html, invalidAttrs, notice } from '../html.ts';
 
 type Nav = { email: string; csrf: string };
 
-/** The overview's mail pieces: the unconfirmed address (with "send it again") and the low-balance notice form. */
+/** The mail pieces: the unconfirmed address on the overview (with "send it again"), the low-balance notice form on Settings. */
 export function verificationSection(nav: Nav, v: { verified: boolean; sent?: boolean | undefined; verifiedNow?: boolean | undefined; error?: string | undefined }) {
   if (v.verified) return v.verifiedNow ? notice('info', 'Your e-mail address is confirmed.') : '';
   return html`<section class="info" id="verify" aria-labelledby="verify-heading">
@@ -21,7 +21,7 @@ export function lowBalanceSection(nav: Nav, v: { threshold: string | null; value
 ${notice('error', v.error)}${v.saved ? notice('info', v.threshold ? `Saved: we e-mail you when the balance falls below ${v.threshold} coins.` : 'Saved: no low-balance e-mail.') : ''}
 <form method="post" action="/account/low-balance" class="stack">
   <input type="hidden" name="_csrf" value="${nav.csrf}">
-  <label>E-mail me when my balance falls below (coins; empty: never) <input type="text" name="threshold_coins" inputmode="numeric" pattern="[0-9]*" maxlength="10" value="${v.value ?? v.threshold ?? ''}"></label>
+  <label>E-mail me when my balance falls below (coins; empty: never) ${fieldError('threshold_coins', v.error)}<input type="text" name="threshold_coins" inputmode="numeric" pattern="[0-9]*" maxlength="10" value="${v.value ?? v.threshold ?? ''}"${invalidAttrs('threshold_coins', v.error)}></label>
   <button type="submit">Save</button>
 </form>`;
 }
