@@ -191,10 +191,6 @@ export function page(opts: PageOptions, body: Html): string {
   const admin = opts.area === 'admin';
   const nav = admin ? ADMIN_NAV : NAV;
   const links = (current: string) => nav.map(([href, label]) => html`<a href="${href}"${current === href ? html` aria-current="page"` : ''}>${label}</a>`);
-  const signOut = (n: NonNullable<PageOptions['nav']>) => html`<form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
-      <input type="hidden" name="_csrf" value="${n.csrf}">
-      <span class="who" title="${n.email}">${n.email}</span> <button type="submit">Sign out</button>
-    </form>`;
   const label = admin ? 'Admin' : 'Account';
   return html`<!doctype html>
 <html lang="en">
@@ -205,16 +201,18 @@ export function page(opts: PageOptions, body: Html): string {
   <link rel="stylesheet" href="/assets/app.css">
 </head>
 <body>
-  <header>
+  <header${opts.nav ? html` class="signed-in"` : ''}>
     <a class="brand" href="${admin ? '/admin' : opts.nav ? '/account' : '/'}">Model Access Service${admin ? ' · admin' : ''}</a>
     ${opts.nav
       ? html`<nav class="wide" aria-label="${label}">${links(opts.nav.current)}</nav>
-    <div class="wide">${signOut(opts.nav)}</div>
     <details class="menu narrow">
       <summary>Menu</summary>
-      <nav aria-label="${label}">${links(opts.nav.current)}</nav>
-      ${signOut(opts.nav)}
-    </details>`
+      <nav aria-label="${label}"><span class="who-menu">${opts.nav.email}</span>${links(opts.nav.current)}</nav>
+    </details>
+    <form method="post" action="${admin ? '/admin/logout' : '/logout'}" class="signout">
+      <input type="hidden" name="_csrf" value="${opts.nav.csrf}">
+      <span class="who" title="${opts.nav.email}">${opts.nav.email}</span> <button type="submit">Sign out</button>
+    </form>`
       : admin
         ? ''
         : html`<nav class="public" aria-label="Site">${PUBLIC_NAV.map(([href, label]) => html`<a href="${href}"${opts.publicNav?.current === href ? html` aria-current="page"` : ''}>${label}</a>`)}</nav>

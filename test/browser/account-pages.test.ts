@@ -136,7 +136,7 @@ describe('the account pages', () => {
     await second.getByRole('button', { name: 'Sign in' }).click();
     await second.waitForURL(/\/account$/);
 
-    await page.goto(`${h.base}/account`);
+    await page.goto(`${h.base}/account/settings`);
     await page.getByLabel(/Current password/).fill(password);
     await page.getByLabel(/New password/).fill(newPassword);
     await page.getByRole('button', { name: 'Change password' }).click();

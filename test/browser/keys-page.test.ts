@@ -66,7 +66,7 @@ describe('the API keys page', () => {
       expect((await page.content()).match(SECRET)).toBeNull();
     }
     expect(await keyCount(email)).toBe(1);
-    await expect(page.getByRole('cell', { name: /0 of 5 this month, 5 left/ }).isVisible()).resolves.toBe(true);
+    await expect(page.getByRole('cell', { name: /^0 coins · \$0\.00 of 5 coins this month, 5 coins · \$0\.01 left$/ }).isVisible()).resolves.toBe(true);
   });
 
   it('each Revoke and Edit link names its key; axe finds nothing in the page', async () => {
@@ -97,7 +97,7 @@ describe('the API keys page', () => {
     await page.getByRole('checkbox', { name: /test\/ok/ }).uncheck();
     await page.getByRole('button', { name: 'Save the key' }).click();
     await page.waitForURL(/\/account\/keys$/);
-    await expect(page.getByRole('cell', { name: /0 of 7\.5 in all, 7\.5 left/ }).isVisible()).resolves.toBe(true);
+    await expect(page.getByRole('cell', { name: /0 coins · \$0\.00 of 7\.5 coins in all, 7\.5 coins · \$0\.01 left/ }).isVisible()).resolves.toBe(true);
     expect(await fitsWidth()).toBe(true);
     await page.screenshot({ path: await artifactPath('keys-390.png'), fullPage: true });
     await page.setViewportSize({ width: 1280, height: 800 });

@@ -78,7 +78,7 @@ describe('mail pages on a phone, without JavaScript', () => {
   });
 
   it('sets the low-balance notice', async () => {
-    await page.goto(`${base}/account`);
+    await page.goto(`${base}/account/settings`);
     await page.getByLabel(/E-mail me when my balance falls below/).fill('120');
     await page.getByRole('button', { name: 'Save' }).click();
     await page.waitForURL(/notice=saved/);
@@ -103,7 +103,7 @@ describe('mail pages on a phone, without JavaScript', () => {
     await fits('reset');
     await page.getByLabel(/New password/).fill('the newest password of all');
     await page.getByRole('button', { name: 'Set the password' }).click();
-    await page.waitForURL(/\/account\?password=reset$/);
+    await page.waitForURL(/\/account\/settings\?password=reset$/);
     await page.goto(`${base}${link.pathname}${link.search}`);
     await expect(page.getByText('This password reset link is invalid, used or expired.').isVisible()).resolves.toBe(true);
     await fits('reset-used');

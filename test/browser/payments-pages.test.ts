@@ -149,7 +149,7 @@ describe('Add credits, with payments on', () => {
     const key = (await page.locator('#new-key').textContent())!;
     expect((await chat(on.base, key)).status).toBe(403);
 
-    await page.goto(`${on.base}/account`);
+    await page.goto(`${on.base}/account/billing`);
     await expect(page.getByRole('heading', { name: 'Add credits' }).isVisible()).resolves.toBe(true);
     // Rendered by the server for the amount it fills in, then kept live by the page's script.
     await expect(page.locator('#coins-preview').textContent()).resolves.toBe('20,000');
@@ -191,14 +191,15 @@ describe('Add credits, with payments on', () => {
 
     await deliverCompleted(on.base, link, request.accountId, 1234);
     // The page asks again every 2 s (wait.js) and shows the credit in place; with no script, its link does.
-    await page.getByText('12,340 coins were added to your account for 12.34 USD.').waitFor({ timeout: 15_000 });
+    await page.getByText('12,340 coins were added to your account for $12.34.').waitFor({ timeout: 15_000 });
     await expect(page.locator('main').getAttribute('data-poll-seconds')).resolves.toBe(null);
     await shot(page, 'payments-success-credited-1280.png');
 
     await page.goto(`${on.base}/account`);
-    await expect(page.getByText('12340 coins').first().isVisible()).resolves.toBe(true);
+    await expect(page.getByText('12,340 coins · $12.34').first().isVisible()).resolves.toBe(true);
     await expect(page.getByText('This is a paid account').isVisible()).resolves.toBe(true);
-    await expect(page.getByText(/12\.34 USD, 12,340 coins/).isVisible()).resolves.toBe(true);
+    await page.goto(`${on.base}/account/billing`);
+    await expect(page.getByText(/\$12\.34 for 12,340 coins · \$12\.34/).isVisible()).resolves.toBe(true);
     await page.goto(`${on.base}/account/usage`);
     // The history says what the top-up was: the card payment, in USD, with its receipt.
     const row = page.getByRole('row').filter({ hasText: 'Card payment of 12.34 USD' });
@@ -217,7 +218,9 @@ describe('Add credits, with payments on', () => {
   it('a canceled payment comes back to the overview with a notice; a bad session id is a 400 page', async () => {
     const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
     const page = await signUp(context, on.base);
+    // A return address of a session made before the account page was split still lands on Billing.
     await page.goto(`${on.base}/account?checkout=canceled`);
+    await page.waitForURL(/\/account\/billing\?checkout=canceled$/);
     await expect(page.getByRole('status').first().textContent()).resolves.toBe('The payment was canceled: nothing was charged.');
     const bad = await page.goto(`${on.base}/account/credits/success?session_id=${encodeURIComponent('<b>x</b>')}`);
     expect(bad!.status()).toBe(400);
@@ -232,6 +235,7 @@ describe('Add credits without JavaScript', () => {
   it('shows the coins for the amount it fills in, and a form sent twice makes one Checkout Session (one idempotency key per form)', async () => {
     const context = await browser.newContext({ viewport: { width: 390, height: 844 }, javaScriptEnabled: false });
     const page = await signUp(context, on.base);
+    await page.goto(`${on.base}/account/billing`);
     await expect(page.locator('#coins-preview').textContent()).resolves.toBe('20,000');
     const form = page.locator('#add-credits-form');
     const fields = {
@@ -272,13 +276,14 @@ describe('Plan, with payments on', () => {
       return route.fulfill({ status: 200, contentType: 'text/html', body: '<!doctype html><title>Stripe Checkout (not loaded in tests)</title>' });
     });
     const email = (await page.locator('.signout span').textContent())!.trim();
+    await page.goto(`${on.base}/account/billing`);
     await expect(page.getByRole('button', { name: 'Manage billing' }).count()).resolves.toBe(0);
     await page.getByRole('button', { name: 'Subscribe to Starter' }).click();
     await page.waitForURL(/^https:\/\/checkout\.stripe\.com\//);
     expect(stripePages).toHaveLength(1);
 
     // Stripe's first invoice of the subscription, signed and delivered: the plan's grant.
-    const me = await (await page.request.get(`${on.base}/account`)).text();
+    const me = await (await page.request.get(`${on.base}/account/billing`)).text();
     expect(me).toContain('Subscribe to Starter');
     const accountId = (await orm.em.fork().execute<{ id: string }[]>('select id from accounts where email = ?', [email]))[0]!.id;
     const periodEnd = Date.UTC(2031, 0, 15) / 1000;
@@ -306,11 +311,11 @@ describe('Plan, with payments on', () => {
     });
     expect(((await hook.json()) as { outcome: string }).outcome).toBe('credited');
 
-    await page.goto(`${on.base}/account`);
+    await page.goto(`${on.base}/account/billing`);
     const facts = page.locator('dl.facts');
-    await expect(facts.textContent()).resolves.toMatch(/Plan\s*Starter\s*Status\s*active\s*Next renewal\s*2031-01-15/);
+    await expect(facts.textContent()).resolves.toMatch(/Plan\s*Starter\s*Status\s*active\s*Price\s*10,000 coins each period[^]*Next renewal\s*15 Jan 2031, \d\d:\d\d UTC/);
     await expect(page.getByRole('button', { name: /Subscribe/ }).count()).resolves.toBe(0);
-    await expect(page.getByText('10000 coins').first().isVisible()).resolves.toBe(true);
+    await expect(page.getByText('10,000 coins · $10.00').first().isVisible()).resolves.toBe(true);
     await shot(page, 'payments-plan-1280.png');
     await page.setViewportSize({ width: 390, height: 844 });
     await shot(page, 'payments-plan-390.png');
@@ -330,7 +335,7 @@ describe('payments off (no STRIPE_SECRET_KEY)', () => {
     const page = await signUp(context, off.base);
     await expect(page.getByText('Payments are not set up on this server.').isVisible()).resolves.toBe(true);
     await expect(page.locator('form[action="/account/credits"], form[action="/account/subscribe"], form[action="/account/billing/portal"]').count()).resolves.toBe(0);
-    await expect(page.getByRole('heading', { name: 'Password' }).isVisible()).resolves.toBe(true);
+    await expect(page.getByRole('link', { name: 'Settings' }).isVisible()).resolves.toBe(true);
     await shot(page, 'payments-off-1280.png');
     await page.setViewportSize({ width: 390, height: 844 });
     await shot(page, 'payments-off-390.png');
@@ -382,9 +387,9 @@ describe('by keyboard alone', () => {
     await page.waitForURL(/\/account\/keys$/);
     expect((await fetch(`${on.base}/api/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(401);
 
-    await tabTo(page, page.getByRole('link', { name: 'Overview' }));
+    await tabTo(page, page.getByRole('link', { name: 'Billing' }));
     await page.keyboard.press('Enter');
-    await page.waitForURL(/\/account$/);
+    await page.waitForURL(/\/account\/billing$/);
     await tabTo(page, page.getByLabel(/Amount in US dollars/));
     await page.keyboard.press('ControlOrMeta+A');
     await page.keyboard.type('7.50');

@@ -104,7 +104,7 @@ describe('creating a key: post/redirect/get', () => {
     expect(key).toMatchObject({ name: 'ci', spend_limit_micro: '12500000', spend_limit_period: 'monthly', allowed_models: ['test/image', 'test/ok'] });
     expect(new Date(key!.expires_at!).toISOString()).toBe('2099-12-31T23:59:59.999Z');
     const list = await (await person.browser.fetch('/account/keys')).text();
-    expect(list).toContain('0 of 12.5 this month, 12.5 left');
+    expect(list.replace(/<[^>]+>/g, '')).toContain('0 coins · $0.00 of 12.5 coins this month, 12.5 coins · $0.01 left');
 
     const refused = await postCreate(person, [['name', 'bad'], ['spend_limit_coins', '-3'], ['spend_limit_period', 'total']]);
     expect(refused.status).toBe(400);

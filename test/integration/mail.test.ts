@@ -163,7 +163,7 @@ describe('password reset through the pages', () => {
     expect(formPage).toContain('Choose a new password');
     const done = await browser.post('/password/reset', { _csrf: csrfOf(formPage)!, token, new_password: 'my brand new password' });
     expect(done.status).toBe(303);
-    expect(done.headers.get('location')).toBe('/account?password=reset');
+    expect(done.headers.get('location')).toBe('/account/settings?password=reset');
     expect((await browser.fetch('/account')).status).toBe(200);
     // The owner's other browser was signed out.
     expect((await owner.fetch('/account')).status).toBe(303);
@@ -222,17 +222,17 @@ describe('the low-balance form', () => {
     const link = local(linkOf((await mailpit.waitFor(email, 'Confirm your e-mail address')).Text));
     const page = await (await browser.fetch(link)).text();
     await browser.post('/signup/verify', { _csrf: csrfOf(page)!, token: new URL(link, base).searchParams.get('token')! });
-    const overview = await (await browser.fetch('/account')).text();
+    const overview = await (await browser.fetch('/account/settings')).text();
     expect(overview).toContain('E-mail me when my balance falls below');
     const saved = await browser.post('/account/low-balance', { _csrf: csrfOf(overview)!, threshold_coins: '250' });
-    expect([saved.status, saved.headers.get('location')]).toEqual([303, '/account?notice=saved#low-balance']);
-    expect(await (await browser.fetch('/account?notice=saved')).text()).toContain('we e-mail you when the balance falls below 250 coins');
+    expect([saved.status, saved.headers.get('location')]).toEqual([303, '/account/settings?notice=saved#low-balance']);
+    expect(await (await browser.fetch('/account/settings?notice=saved')).text()).toContain('we e-mail you when the balance falls below 250 coins');
     const bad = await browser.post('/account/low-balance', { _csrf: csrfOf(overview)!, threshold_coins: 'lots' });
     expect(bad.status).toBe(400);
     expect(await bad.text()).toMatch(/whole number of coins/);
     const off = await browser.post('/account/low-balance', { _csrf: csrfOf(overview)!, threshold_coins: '' });
     expect(off.status).toBe(303);
-    expect(await (await browser.fetch('/account?notice=saved')).text()).toContain('Saved: no low-balance e-mail.');
+    expect(await (await browser.fetch('/account/settings?notice=saved')).text()).toContain('Saved: no low-balance e-mail.');
   });
 });
 

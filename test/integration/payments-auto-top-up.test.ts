@@ -181,7 +181,7 @@ async function nextOutcome(accountId: string, action: () => Promise<unknown>): P
 /** Signs a person up on the pages and turns auto top-up on there: the form goes to Stripe's Checkout, whose signed completion saves the card. */
 async function withCardSaved(tag: string, thresholdCoins = '1000000', amountUsd = '25') {
   const person = await signUpPerson(api.base, orm, tag);
-  const overview = await (await person.browser.fetch('/account')).text();
+  const overview = await (await person.browser.fetch('/account/billing')).text();
   expect(overview).toContain('Auto top-up');
   sent.length = 0;
   const res = await person.browser.post('/account/auto-top-up', { _csrf: csrfOf(overview)!, enabled: 'on', threshold_coins: thresholdCoins, amount_usd: amountUsd, idempotency_key: unique('k') });
@@ -366,7 +366,7 @@ describe('auto top-up', () => {
     expect(await charges(person.accountId)).toMatchObject([{ status: 'declined', reason: 'The card was declined (insufficient_funds).' }]);
     const view = await as(person).payments.autoTopUp();
     expect(view).toMatchObject({ enabled: false, card_saved: true, disabled_reason: 'The card was declined (insufficient_funds).' });
-    const page = await (await person.browser.fetch('/account')).text();
+    const page = await (await person.browser.fetch('/account/billing')).text();
     expect(page).toContain('Auto top-up was turned off on');
     expect(page).toContain('The card was declined (insufficient_funds).');
     // No more charges while off.
@@ -378,7 +378,7 @@ describe('auto top-up', () => {
     // On again from the page: the card is saved, so no Checkout.
     const res = await person.browser.post('/account/auto-top-up', { _csrf: csrfOf(page)!, enabled: 'on', threshold_coins: '1000000', amount_usd: '25' });
     expect(res.status).toBe(303);
-    expect(res.headers.get('location')).toBe('/account?auto_top_up=on#auto-top-up');
+    expect(res.headers.get('location')).toBe('/account/billing?auto_top_up=on#auto-top-up');
     expect(sent.filter((r) => r.path === '/v1/checkout/sessions')).toHaveLength(0);
     expect(await as(person).payments.autoTopUp()).toMatchObject({ enabled: true, disabled_reason: null });
   });

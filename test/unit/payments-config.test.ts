@@ -66,6 +66,14 @@ describe('plans', () => {
     expect(validatePlans({ plans: [{ name: 'Starter', stripe_price_id: 'price_123', coins_per_period: 10000 }] })).toEqual([{ name: 'Starter', priceId: 'price_123', coinsPerPeriod: 10_000_000_000n }]);
   });
 
+  it('may state the price and the period, for the pages', () => {
+    expect(validatePlans({ plans: [{ name: 'Pro', stripe_price_id: 'price_9', coins_per_period: 50000, price_usd: '45', period: 'month' }] })).toEqual([
+      { name: 'Pro', priceId: 'price_9', coinsPerPeriod: 50_000_000_000n, priceCents: 4500, period: 'month' },
+    ]);
+    expect(() => validatePlans({ plans: [{ name: 'Pro', stripe_price_id: 'price_9', coins_per_period: 1, price_usd: '4.999' }] })).toThrow(/price_usd: must be an amount in US dollars/);
+    expect(() => validatePlans({ plans: [{ name: 'Pro', stripe_price_id: 'price_9', coins_per_period: 1, period: 'fortnight' }] })).toThrow(/period/);
+  });
+
   it('refuse a bad file in one line naming the place', () => {
     const plan = { name: 'Starter', stripe_price_id: 'price_123', coins_per_period: '10' };
     expect(() => validatePlans({ plans: [{ ...plan, stripe_price_id: 'prod_1' }] })).toThrow(/^plans: plans\.0\.stripe_price_id: must be a Stripe price id/);

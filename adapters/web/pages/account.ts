@@ -1,5 +1,4 @@
 import type { AppConnectionView } from '../../../core/apps/connections.ts';
-import type { AutoTopUpView } from '../../../core/payments/auto-top-up.ts';
 import { coinsFig, emptyState, fieldError, html, invalidAttrs, money, notice, page, when, type Html } from '../html.ts';
 
 type Nav = { email: string; csrf: string };
