@@ -69,6 +69,12 @@ export function money(coins: number, opts: { signed?: boolean } = {}): Html {
   return html`<span class="fig" title="exactly ${opts.signed && coins > 0 ? '+' : ''}${exactCoinsText(coins)}">${text}</span>`;
 }
 
+/** An amount for a summary card: the coins on one line, the US dollars under them; the exact amount in the title. */
+export function moneyCard(coins: number): Html {
+  const exact = coinsText(Math.abs(coins)) === groupedCoins(Math.abs(coins), 6) ? '' : `exactly ${exactCoinsText(coins)}`;
+  return html`<span class="fig"${exact ? html` title="${exact}"` : ''}>${coinsText(coins)} coins</span> <span class="usd fig">${usdText(coins)}</span>`;
+}
+
 /** Coins alone (where the USD would be noise, e.g. a limit the person typed in coins), grouped, never wrapped. */
 export const coinsFig = (coins: number) => html`<span class="fig">${groupedCoins(coins, 6)} coins</span>`;
 

@@ -196,7 +196,7 @@ describe('Add credits, with payments on', () => {
     await shot(page, 'payments-success-credited-1280.png');
 
     await page.goto(`${on.base}/account`);
-    await expect(page.getByText('12,340 coins · $12.34').first().isVisible()).resolves.toBe(true);
+    await expect(page.locator('.card', { hasText: 'Spendable' }).textContent()).resolves.toMatch(/12,340 coins\s*\$12\.34/);
     await expect(page.getByText('This is a paid account').isVisible()).resolves.toBe(true);
     await page.goto(`${on.base}/account/billing`);
     await expect(page.getByText(/\$12\.34 for 12,340 coins · \$12\.34/).isVisible()).resolves.toBe(true);
@@ -315,7 +315,7 @@ describe('Plan, with payments on', () => {
     const facts = page.locator('dl.facts');
     await expect(facts.textContent()).resolves.toMatch(/Plan\s*Starter\s*Status\s*active\s*Price\s*10,000 coins each period[^]*Next renewal\s*15 Jan 2031, \d\d:\d\d UTC/);
     await expect(page.getByRole('button', { name: /Subscribe/ }).count()).resolves.toBe(0);
-    await expect(page.getByText('10,000 coins · $10.00').first().isVisible()).resolves.toBe(true);
+    await expect(page.locator('.card', { hasText: 'Spendable' }).textContent()).resolves.toMatch(/10,000 coins\s*\$10\.00/);
     await shot(page, 'payments-plan-1280.png');
     await page.setViewportSize({ width: 390, height: 844 });
     await shot(page, 'payments-plan-390.png');

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { moneyText } from '../../adapters/web/html.ts';
+import { escape, moneyText } from '../../adapters/web/html.ts';
 import http, { type Server } from 'node:http';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -659,7 +659,7 @@ describe('reconnecting an app', () => {
 
     // The consent page says what allowing again does, with the spend so far; a new app's does not.
     const { page: consent } = await consentPage(person, { clientId, redirectUri: CALLBACK, challenge: pkce().challenge, state: 's' });
-    expect(consent.replace(/<[^>]+>/g, '')).toContain(`Allowing again replaces that connection: its earlier sign-in stops, and the spend cap you choose here also counts the ${moneyText(spent)} it has spent so far.`);
+    expect(consent.replace(/<[^>]+>/g, '')).toContain(`Allowing again replaces that connection: its earlier sign-in stops, and the spend cap you choose here also counts the ${escape(moneyText(spent))} it has spent so far.`);
     const { page: fresh } = await consentPage(person, { clientId: await registerClient([CALLBACK], 'Never connected'), redirectUri: CALLBACK, challenge: pkce().challenge, state: 's' });
     expect(fresh).not.toContain('replaces that connection');
 

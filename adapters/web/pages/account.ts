@@ -1,5 +1,5 @@
 import type { AppConnectionView } from '../../../core/apps/connections.ts';
-import { coinsFig, emptyState, fieldError, html, invalidAttrs, money, notice, page, when, type Html } from '../html.ts';
+import { coinsFig, emptyState, fieldError, html, invalidAttrs, money, moneyCard, notice, page, when, type Html } from '../html.ts';
 
 type Nav = { email: string; csrf: string };
 type Balance = { coins: number; subscription_coins: number; purchased_coins: number; held_coins: number; paid_account: boolean };
@@ -29,7 +29,7 @@ const errorOf = (e: FormError | undefined, field: string) => (e && e.param === f
 
 /** The balance as four cards: spendable, and the pockets it is made of (coins and their USD). */
 export function balanceCards(b: Balance): Html {
-  const card = (label: string, coins: number) => html`<div class="card">${label} <strong>${money(coins)}</strong></div>`;
+  const card = (label: string, coins: number) => html`<div class="card">${label} <strong>${moneyCard(coins)}</strong></div>`;
   return html`<div class="cards">
   ${card('Spendable', b.coins)}
   ${card('Subscription', b.subscription_coins)}

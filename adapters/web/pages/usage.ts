@@ -1,7 +1,7 @@
 import type { UsageView } from '../../../core/accounts/usage.ts';
 import type { GenerationView } from '../../../core/generations/views.ts';
 import type { WalletEntryWithReceipt } from '../../../core/payments/receipts.ts';
-import { coinsText, emptyState, exactCoinsText, fieldError, html, invalidAttrs, money, notice, onDay, page, when, type Html } from '../html.ts';
+import { coinsText, moneyCard, emptyState, exactCoinsText, fieldError, html, invalidAttrs, money, notice, onDay, page, when, type Html } from '../html.ts';
 import { modelHref } from './public.ts';
 
 /**
@@ -82,7 +82,7 @@ export function usagePage(nav: Nav, v: UsagePageData) {
 ${notice('error', v.error)}
 ${u
   ? html`<div class="cards">
-  <div class="card">Spent <strong>${money(u.totals.spent_coins)}</strong></div>
+  <div class="card">Spent <strong>${moneyCard(u.totals.spent_coins)}</strong></div>
   <div class="card">Requests <strong>${num(u.totals.requests)}</strong></div>
   <div class="card">Input tokens <strong>${num(u.totals.input_tokens)}</strong></div>
   <div class="card">Output tokens <strong>${num(u.totals.output_tokens)}</strong></div>
