@@ -368,7 +368,13 @@ describe('by keyboard alone', () => {
     await page.keyboard.press('Enter');
     await page.waitForURL(/\/account\?verified=1$/);
 
-    await tabTo(page, page.getByRole('link', { name: 'API keys' }));
+    // On a phone the account's links are in the header's menu (a <details>): Tab to it, open it with Enter, Tab on.
+    const menuTo = async (name: string) => {
+      await tabTo(page, page.locator('summary', { hasText: 'Menu' }));
+      await page.keyboard.press('Enter');
+      await tabTo(page, page.getByRole('link', { name, exact: true }));
+    };
+    await menuTo('API keys');
     await page.keyboard.press('Enter');
     await page.waitForURL(/\/account\/keys$/);
     await tabTo(page, page.getByLabel('Name', { exact: true }));
@@ -387,7 +393,7 @@ describe('by keyboard alone', () => {
     await page.waitForURL(/\/account\/keys$/);
     expect((await fetch(`${on.base}/api/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(401);
 
-    await tabTo(page, page.getByRole('link', { name: 'Billing' }));
+    await menuTo('Billing');
     await page.keyboard.press('Enter');
     await page.waitForURL(/\/account\/billing$/);
     await tabTo(page, page.getByLabel(/Amount in US dollars/));

@@ -33,7 +33,7 @@ interface PaymentRow {
 /** Revenue per day, newest first, only the days with something (docs/payments.md, "Operators"). */
 function revenueTable(days: RevenueDay[]): Html {
   const active = days.filter((d) => d.usdIn !== '0.00' || d.coinsCredited !== 0 || d.coinsSpent !== 0 || d.coinsTakenBack !== 0).reverse();
-  if (active.length === 0) return emptyState('No payments and no spend in these 30 days.', html`Payments show here once customers pay through Stripe (<a href="/admin/accounts">accounts</a> can also be topped up by hand).`);
+  if (active.length === 0) return emptyState('No payments and no spend in these 30 days.', html`Payments show here once customers pay through Stripe; an account can also be topped up by hand on its page.`);
   return html`<table><thead><tr><th>Day (UTC)</th><th class="num">USD in</th><th class="num">Credited</th><th class="num">Spent</th><th class="num">Taken back</th></tr></thead><tbody>
 ${active.map((d) => html`<tr><td>${onDay(d.day)}</td><td class="num">${usdText(Number(d.usdIn) * COINS_PER_USD)}</td><td class="num">${money(d.coinsCredited)}</td><td class="num">${money(d.coinsSpent)}</td><td class="num">${money(d.coinsTakenBack)}</td></tr>`)}
 </tbody></table>`;
@@ -80,11 +80,11 @@ export const mountDashboard: Mount = (router, tools) => {
 <p>${money(Number(data.usage.totals.spentCoins))} spent, ${Number(data.usage.totals.requests).toLocaleString('en-US')} requests. Days in UTC.</p>
 ${spendChart(days, spent)}</section>
 <section><h2>Top models</h2>
-${(data.topModels.data as unknown[]).length === 0 ? emptyState('Nothing spent in these 30 days.', html`Models customers use show here. <a href="/admin/models">The models</a>`) : html`<table><thead><tr><th>Model</th><th class="num">Spent</th><th class="num">Requests</th></tr></thead><tbody>
+${(data.topModels.data as unknown[]).length === 0 ? emptyState('Nothing spent in these 30 days.', html`The models customers use show here once they spend.`) : html`<table><thead><tr><th>Model</th><th class="num">Spent</th><th class="num">Requests</th></tr></thead><tbody>
 ${(data.topModels.data as { modelId: string; measures: { spentCoins: string; requests: number } }[]).map((m) => html`<tr><td>${truncate(m.modelId, 40)}</td><td class="num">${money(Number(m.measures.spentCoins))}</td><td class="num">${m.measures.requests}</td></tr>`)}
 </tbody></table>`}</section>
 <section><h2>Top accounts</h2>
-${(data.topAccounts.data as unknown[]).length === 0 ? emptyState('Nothing spent in these 30 days.', html`Accounts that spend show here. <a href="/admin/accounts">All accounts</a>`) : html`<table><thead><tr><th>Account</th><th class="num">Spent</th><th class="num">Requests</th></tr></thead><tbody>
+${(data.topAccounts.data as unknown[]).length === 0 ? emptyState('Nothing spent in these 30 days.', html`The accounts that spend most show here.`) : html`<table><thead><tr><th>Account</th><th class="num">Spent</th><th class="num">Requests</th></tr></thead><tbody>
 ${(data.topAccounts.data as { accountId: string; email: string | null; measures: { spentCoins: string; requests: number } }[]).map((a) => html`<tr><td><a href="/admin/accounts/${encodeURIComponent(a.accountId)}">${truncate(a.email ?? a.accountId, 40)}</a></td><td class="num">${money(Number(a.measures.spentCoins))}</td><td class="num">${a.measures.requests}</td></tr>`)}
 </tbody></table>`}</section>
 <section><h2>Revenue per day, last 30 days</h2>${revenueTable(data.revenuePerDay as RevenueDay[])}</section>

@@ -123,7 +123,7 @@ export const mountJobs: Mount = (router, tools) => {
   <button type="submit">Search</button>
 </form>
 ${unknownAccount ? notice('error', `No account has the e-mail ${s.account}.`) : ''}
-${invalid ? '' : jobsTable(jobs, s.after ? 'No more jobs.' : 'No jobs match these filters. Widen the dates, or clear a field and search again.')}
+${invalid ? '' : jobsTable(jobs, s.after ? 'No more jobs.' : 'No jobs match. Widen the dates, or clear a field and search again.')}
 <nav class="pager" aria-label="Pages of jobs">${s.after ? html`<a href="${keep()}">First page</a>` : ''}${next ? html` <a href="${keep(next)}" rel="next">Next page</a>` : ''}</nav>`), invalid ? 400 : 200);
   }));
 
