@@ -117,14 +117,15 @@ export function renderDoc(name: DocName, markdown: string): RenderedDoc {
   const para = rest
     .split(/\n\s*\n/)
     .map((p) => p.trim())
-    .find((p) => p && !/^[#|`>-]/.test(p));
+    .find((p) => p && !/^([#|>-]|```)/.test(p));
+  // The whole first paragraph, as text: shortened only once its placeholders are filled in (`docsIndexPage`).
   const summary = (para ?? '')
     .replace(/\s+/g, ' ')
     .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
     .replace(/[`*]/g, '');
   const toc: TocEntry[] = [];
   const body = new Html(scrollBoxes(renderer(toc).parse(rest, { async: false })));
-  return { name, title, summary: summary.length > 220 ? `${summary.slice(0, 219).trimEnd()}…` : summary, toc, body };
+  return { name, title, summary, toc, body };
 }
 
 /**
@@ -160,19 +161,31 @@ export function duration(seconds: number): string {
  * is left as it is, which the docs' tests catch.
  */
 export function fillIn(rendered: string, ctx: DocContext): string {
-  const site = ctx.publicBaseUrl.replace(/\/+$/, '');
-  const { chat, media } = exampleModels(ctx.models);
-  const values: Record<string, string> = {
-    BASE_URL: escape(apiBase(site)),
-    SITE_URL: escape(site),
-    CHAT_MODEL: escape(chat?.id ?? 'MODEL_ID'),
-    MEDIA_MODEL: escape(media?.id ?? 'MODEL_ID'),
-    RESULT_RETENTION: escape(duration(ctx.resultRetentionSeconds)),
-  };
+  const values = placeholderValues(ctx);
   return rendered
     .replace(/<p>\{\{MODEL_PRICES\}\}<\/p>/g, () => priceTable(ctx.models).value)
-    .replace(/\{\{([A-Z_]+)\}\}/g, (token, name: string) => values[name] ?? token);
+    .replace(/\{\{([A-Z_]+)\}\}/g, (token, name: string) => (values[name] === undefined ? token : escape(values[name])));
 }
+
+/** The same for plain text (a doc's summary), to be escaped by the page that shows it. */
+export const fillInText = (text: string, ctx: DocContext) => {
+  const values = placeholderValues(ctx);
+  return text.replace(/\{\{([A-Z_]+)\}\}/g, (token, name: string) => values[name] ?? token);
+};
+
+function placeholderValues(ctx: DocContext): Record<string, string> {
+  const site = ctx.publicBaseUrl.replace(/\/+$/, '');
+  const { chat, media } = exampleModels(ctx.models);
+  return {
+    BASE_URL: apiBase(site),
+    SITE_URL: site,
+    CHAT_MODEL: chat?.id ?? 'MODEL_ID',
+    MEDIA_MODEL: media?.id ?? 'MODEL_ID',
+    RESULT_RETENTION: duration(ctx.resultRetentionSeconds),
+  };
+}
+
+const shorten = (text: string, max = 220) => (text.length > max ? `${text.slice(0, max - 1).trimEnd()}…` : text);
 
 let loaded: Map<DocName, RenderedDoc> | undefined;
 
@@ -202,7 +215,7 @@ export function docsIndexPage(visitor: Visitor, ctx: DocContext) {
     { title: 'Docs', publicNav: { current: '/docs', signedIn: visitor.signedIn } },
     html`<p class="lead">How to use this service from your code, your scripts and your agents. The API's base URL is <code>${apiBase(ctx.publicBaseUrl)}</code>.</p>
 ${first ? html`<p><a class="button" href="/docs/${first.name}">Start with the ${first.title.toLowerCase()}</a></p>` : ''}
-<ul class="doc-list">${docs.map((d) => html`<li><a href="/docs/${d.name}">${d.title}</a><p class="hint">${new Html(fillIn(escape(d.summary), ctx))}</p></li>`)}</ul>
+<ul class="doc-list">${docs.map((d) => html`<li><a href="/docs/${d.name}">${d.title}</a><p class="hint">${shorten(fillInText(d.summary, ctx))}</p></li>`)}</ul>
 <p>Every endpoint and field is also in <a href="/api/v1/docs">the API reference</a>; the models and their prices are on <a href="/models">Models</a>.</p>`,
   );
 }
