@@ -66,8 +66,12 @@ export function exampleModels(models: ModelView[]): { chat?: ModelView | undefin
 
 const kindName = (m: ModelView) => KINDS.find((k) => k.type === m.type)?.heading.replace(/ models$/, '') ?? m.type;
 
-/** The models on sale with their API prices, as a table: the landing page's and the pricing doc's. */
-export function priceTable(models: ModelView[]): Html {
+/** The models in the catalog pages' order: chat, image, video, audio, 3D, each kind in the catalog's order. */
+export const byKind = (models: ModelView[]) => KINDS.flatMap((k) => models.filter((m) => m.type === k.type));
+
+/** The models on sale with their API prices, as a table, kind by kind: the landing page's and the pricing doc's. */
+export function priceTable(unordered: ModelView[]): Html {
+  const models = byKind(unordered);
   if (models.length === 0) return html`<p>No models are offered right now.</p>`;
   return html`<div class="table-wrap" role="region" tabindex="0" aria-label="Models and prices"><table class="prices">
   <thead><tr><th scope="col">Model</th><th scope="col">Kind</th><th scope="col">Price (coins)</th></tr></thead>
@@ -86,7 +90,7 @@ export function landingPage(visitor: Visitor, publicBaseUrl: string, models: Mod
   const base = apiBase(publicBaseUrl);
   const { chat } = exampleModels(models);
   const snippets = chat ? modelSnippets(chat, publicBaseUrl).filter((s) => s.id !== 'mcp') : [];
-  const shown = [...KINDS.flatMap((k) => models.filter((m) => m.type === k.type))].slice(0, LANDING_MODELS);
+  const shown = byKind(models).slice(0, LANDING_MODELS);
   return page(
     { title: 'Model Access Service', publicNav: { current: '/', signedIn: visitor.signedIn } },
     html`<p class="lead">One API key for chat and media models, paid for with coins: 1,000 coins = 1 US dollar, and you pay only for what you use.</p>
