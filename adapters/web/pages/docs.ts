@@ -118,11 +118,12 @@ export function renderDoc(name: DocName, markdown: string): RenderedDoc {
     .split(/\n\s*\n/)
     .map((p) => p.trim())
     .find((p) => p && !/^([#|>-]|```)/.test(p));
-  // The whole first paragraph, as text: shortened only once its placeholders are filled in (`docsIndexPage`).
-  const summary = (para ?? '')
+  // The first sentence of the first paragraph, as text: shortened, if need be, only once its placeholders are filled in (`docsIndexPage`).
+  const first = (para ?? '')
     .replace(/\s+/g, ' ')
     .replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
     .replace(/[`*]/g, '');
+  const summary = /^.+?[.!?](?=\s|$)/.exec(first)?.[0] ?? first;
   const toc: TocEntry[] = [];
   const body = new Html(scrollBoxes(renderer(toc).parse(rest, { async: false })));
   return { name, title, summary, toc, body };
