@@ -230,7 +230,7 @@ describe('the Usage page', () => {
     await page.close();
   });
 
-  const PAGES = ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/models/mas/none', '/docs', '/docs/quickstart', '/docs/api', '/docs/generations', '/docs/pricing', '/account/usage', '/account/generations/<job>'];
+  const PAGES = ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/models/mas/none', '/docs', '/docs/quickstart', '/docs/generations', '/docs/pricing', '/account/usage', '/account/generations/<job>'];
   // Independent page visits, each in a page of its own: several at once (vitest's maxConcurrency).
   it.concurrent.each([390, 1280].flatMap((width) => PAGES.map((path) => ({ width, height: width === 390 ? 844 : 800, path }))))('$path fits a $width px wide window, headings in order, with no serious axe-core violation', async ({ width, height, path: at }) => {
     const page = await context.newPage();
