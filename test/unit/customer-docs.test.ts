@@ -103,6 +103,21 @@ describe('the customer docs', () => {
     expect(text(pages.get('generations')!)).toContain('kept for 2 hours after the job ends');
   });
 
+  it('their JSON examples and the bodies of their curl requests are valid JSON', () => {
+    let checked = 0;
+    for (const [name, page] of pages) {
+      for (const [, lang, raw] of page.matchAll(/<code class="language-(\w+)">([\s\S]*?)<\/code>/g)) {
+        const code = text(raw!).replace(/&lt;/g, '<').replace(/&gt;/g, '>');
+        const bodies = [...(lang === 'json' ? [code] : []), ...[...code.matchAll(/-d '([^']*)'/g)].map((m) => m[1]!)];
+        for (const body of bodies) {
+          expect(() => JSON.parse(body), `${name}: ${body}`).not.toThrow();
+          checked++;
+        }
+      }
+    }
+    expect(checked).toBeGreaterThanOrEqual(15);
+  });
+
   it('the pricing page lists the catalog\'s models with their prices', () => {
     const pricing = pages.get('pricing')!;
     expect(pricing).toContain('<a href="/models/acme/chat-1">Acme Chat</a>');
