@@ -11,8 +11,10 @@ import { bundleWorkflowCode } from '@temporalio/worker';
  * it with plain node; no transpiler is loaded at run time (tests and scripts still run the
  * TypeScript sources through tsx). Three steps:
  *  1. tsc emits dist/ from the sources (tsconfig.build.json: relative `.ts` imports become `.js`);
- *  2. the files the code reads beside itself (page assets, the MCP Apps views, the common-password list, and docs/,
- *     which the public /docs pages render: dist/docs, as docs/ is beside the sources) are copied;
+ *  2. the files the code reads beside itself (page assets, the MCP Apps views, the common-password list, and
+ *     docs/customer/, which the public /docs pages render: dist/docs/customer, as docs/ is beside the sources)
+ *     are copied. The operator documents (docs/*.md) are not: nothing in dist/ reads them, and they are not
+ *     on the public site;
  *  3. the workflows are bundled once, here, into dist/workflows/bundle.js: a worker started from
  *     dist/ loads that file instead of running webpack at every start (seconds of CPU and about
  *     100 MB of memory the process never gives back).
@@ -22,7 +24,7 @@ const dist = path.join(root, 'dist');
 const require = createRequire(import.meta.url);
 
 /** The sources the build reads: a build is stale when one of them is newer than dist/.built. */
-export const SOURCES = ['main.ts', 'api.ts', 'worker.ts', 'migrate.ts', 'mas.ts', 'adapters', 'core', 'config', 'workflows', 'docs', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
+export const SOURCES = ['main.ts', 'api.ts', 'worker.ts', 'migrate.ts', 'mas.ts', 'adapters', 'core', 'config', 'workflows', 'docs/customer', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
 const STAMP = path.join(dist, '.built');
 
 /** True when dist/ is missing or older than a source file (the tests build it only then). */
@@ -55,7 +57,7 @@ export async function build(): Promise<void> {
   const status = await new Promise<number | null>((resolve, reject) => tsc.once('error', reject).once('exit', resolve));
   if (status !== 0) throw new Error(`tsc failed (exit ${status})`);
 
-  for (const asset of ['adapters/web/assets', 'adapters/mcp/apps/views', 'core/accounts/common-passwords.txt', 'docs']) {
+  for (const asset of ['adapters/web/assets', 'adapters/mcp/apps/views', 'core/accounts/common-passwords.txt', 'docs/customer']) {
     await fs.cp(path.join(root, asset), path.join(next, asset), { recursive: true });
   }
 

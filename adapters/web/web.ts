@@ -540,10 +540,14 @@ function mountPublicPages(router: Router, deps: CoreDeps, publicBaseUrl: string)
     }
   };
 
-  router.get('/', label('/'), (req, res) => send(res, landingPage(visitor(req, res), publicBaseUrl)));
+  const catalog = async (req: Request) => (await core(req).models.catalog({})).data as ModelView[];
+  router.get('/', label('/'), safely(async (req, res) => {
+    const who = visitor(req, res);
+    send(res, landingPage(who, publicBaseUrl, await catalog(req)));
+  }));
   router.get('/models', label('/models'), safely(async (req, res) => {
     const who = visitor(req, res);
-    send(res, catalogPage(who, (await core(req).models.catalog({})).data as ModelView[]));
+    send(res, catalogPage(who, await catalog(req)));
   }));
   router.get('/models/*id', label('/models/*id'), safely(async (req, res) => {
     const who = visitor(req, res);
@@ -558,19 +562,25 @@ function mountPublicPages(router: Router, deps: CoreDeps, publicBaseUrl: string)
       send(res, modelNotFoundPage(who, id), 404);
     }
   }));
-  // The docs pages (marked and the rendered docs) are imported on the first request for one.
+  // The docs pages (marked and the rendered docs) are imported on the first request for one. They
+  // show this deployment's base URL and the catalog's models and prices (docs/customer/README.md).
   const docs = () => import('./pages/docs.ts');
-  router.get('/docs', label('/docs'), async (req, res) => {
+  const docContext = async (req: Request) => ({ publicBaseUrl, models: await catalog(req), resultRetentionSeconds: deps.config.resultRetentionSeconds });
+  router.get('/docs', label('/docs'), safely(async (req, res) => {
     const who = visitor(req, res);
-    send(res, (await docs()).docsIndexPage(who));
-  });
-  router.get('/docs/:name', label('/docs/:name'), async (req, res) => {
+    send(res, (await docs()).docsIndexPage(who, await docContext(req)));
+  }));
+  router.get('/docs/:name', label('/docs/:name'), safely(async (req, res) => {
+    const { docNotFoundPage, docPage, lookupDoc, movedDoc } = await docs();
+    const name = String(req.params.name);
+    // An old name of a page that moved when the customer docs were split from the operator documents.
+    const moved = movedDoc(name);
+    if (moved) return res.redirect(301, `/docs/${moved}`);
     const who = visitor(req, res);
-    const { docNotFoundPage, docPage, lookupDoc } = await docs();
-    const doc = lookupDoc(String(req.params.name));
-    if (!doc) return send(res, docNotFoundPage(who, String(req.params.name)), 404);
-    send(res, docPage(who, doc));
-  });
+    const doc = lookupDoc(name);
+    if (!doc) return send(res, docNotFoundPage(who, name), 404);
+    send(res, docPage(who, doc, await docContext(req)));
+  }));
 }
 
 const isApiPath = (path: string) => /^\/(api|v1|webhooks)(\/|$)/.test(path);
