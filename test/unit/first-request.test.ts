@@ -91,9 +91,9 @@ describe('the first request after a key is created', () => {
     expect(code('curl')).toMatch(/^curl https:\/\/mas\.example\.com\/api\/v1\/chat\/completions \\\n {2}-H "Authorization: Bearer mas_[\w]+" \\/);
     const body = JSON.parse(/-d '([\s\S]*)'$/.exec(code('curl'))![1]!) as unknown;
     expect(body).toEqual({ model: 'mas/echo', messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 50 });
-    expect(code('python')).toContain(`client = OpenAI(base_url="${base}", api_key="${key}")`);
+    expect(code('python')).toContain(`client = OpenAI(\n    base_url="${base}",\n    api_key="${key}",\n)`);
     expect(code('python')).toContain('    model="mas/echo",');
-    expect(code('node')).toContain(`new OpenAI({ baseURL: "${base}", apiKey: "${key}" })`);
+    expect(code('node')).toContain(`new OpenAI({\n  baseURL: "${base}",\n  apiKey: "${key}",\n});`);
     expect(code('node')).toContain('"model": "mas/echo"');
   });
 

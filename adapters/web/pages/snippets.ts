@@ -161,7 +161,10 @@ export function firstRequestSnippets(baseUrl: string, key: string, model: string
   const python = [
     'from openai import OpenAI',
     '',
-    `client = OpenAI(base_url=${JSON.stringify(baseUrl)}, api_key=${JSON.stringify(key)})`,
+    'client = OpenAI(',
+    `    base_url=${JSON.stringify(baseUrl)},`,
+    `    api_key=${JSON.stringify(key)},`,
+    ')',
     'completion = client.chat.completions.create(',
     ...Object.entries(body).map(([k, v]) => `    ${k}=${pythonLiteral(v, 4)},`),
     ')',
@@ -170,7 +173,10 @@ export function firstRequestSnippets(baseUrl: string, key: string, model: string
   const node = [
     "import OpenAI from 'openai';",
     '',
-    `const client = new OpenAI({ baseURL: ${JSON.stringify(baseUrl)}, apiKey: ${JSON.stringify(key)} });`,
+    'const client = new OpenAI({',
+    `  baseURL: ${JSON.stringify(baseUrl)},`,
+    `  apiKey: ${JSON.stringify(key)},`,
+    '});',
     `const completion = await client.chat.completions.create(${json});`,
     'console.log(completion.choices[0].message.content);',
   ].join('\n');
