@@ -2,14 +2,12 @@ import { describe, expect, it } from 'vitest';
 import { mailFromDefault, loadEnv } from '../../config/env.ts';
 import { addTopUpHint, topUpHint } from '../../core/accounts/top-up-hint.ts';
 import { CoreError } from '../../core/errors.ts';
-import { describeRows, WELCOME_CREDIT_REFERENCE } from '../../core/money/history-details.ts';
 import { firstRequestModel, firstRequestSnippets } from '../../adapters/web/pages/snippets.ts';
-import type { EntityManager } from '@mikro-orm/postgresql';
 
 /**
  * Issue 48's "a first request that works", the rules that need no database: the welcome credit's
- * setting and its default, the MAIL_FROM default, the 402 hint's words, the history's words for
- * the credit, and the request the keys page shows after a key is created.
+ * setting and its default, the MAIL_FROM default, the 402 hint's words, and the request the keys
+ * page shows after a key is created (the history's words for the credit: history-details.test.ts).
  */
 describe('STARTER_CREDIT_COINS', () => {
   it('is 1000 coins with the embedded database (no DATABASE_URL), 0 beside a DATABASE_URL, and what the operator sets', () => {
@@ -61,17 +59,6 @@ describe('the 402 hint', () => {
     const other = new CoreError('spend_cap_reached', "This API key's spend limit is reached.", { reason: 'key_spend_limit_reached' });
     addTopUpHint(other, links, true);
     expect(other.message).toBe("This API key's spend limit is reached.");
-  });
-});
-
-describe('the welcome credit in the history', () => {
-  const noRecords = { execute: () => Promise.resolve([]) } as unknown as EntityManager;
-  const row = (anchor: bigint, reference: string, description: string) => ({ anchor, type: 'adjustment' as const, entryKind: 'adjustment', holdKind: null, description, amount: 1000_000_000n, reference });
-
-  it('reads "Welcome credit"; an operator\'s correction still reads as one', async () => {
-    const details = await describeRows(noRecords, 'acct_1', [row(1n, WELCOME_CREDIT_REFERENCE, 'Welcome credit'), row(2n, 'adj_k1', 'Balance adjustment')]);
-    expect(details.get(1n)?.details).toBe('Welcome credit');
-    expect(details.get(2n)?.details).toBe('Balance correction by the operator (up)');
   });
 });
 
