@@ -94,7 +94,7 @@ export type FirstRequest = { model: string; snippets: Snippet[] };
 function firstRequestSection(r: FirstRequest) {
   return html`<section aria-labelledby="first-request">
 <h2 id="first-request">Try the key</h2>
-<p>A chat with <code>${r.model}</code>, ready to run with this key; any OpenAI-compatible client works with the same base URL.</p>
+<p>A chat with <code>${r.model}</code>, ready to run with this key; any OpenAI-compatible client works with the same base URL. Requests are paid from this account's coins: when they run out, the answer is 402, with the link to <a href="/account#add-credits">add credits</a>.</p>
 ${r.snippets.map(
   (s) => html`<h3>${s.label}</h3>
 <div class="snippet"><pre tabindex="0" aria-label="${s.label} request"><code id="first-request-${s.id}">${s.code}</code></pre><button type="button" data-copy="first-request-${s.id}" aria-label="Copy the ${s.label} request" hidden>Copy</button></div>`,
