@@ -12,6 +12,7 @@ import { requireVerifiedEmail } from './auth/verified-email.ts';
 import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
 import { annotate, errorType, inSpan, recordingHere } from './telemetry.ts';
 import { SpanStatusCode } from '@opentelemetry/api';
+import { addTopUpHint } from './accounts/top-up-hint.ts';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
 
@@ -34,7 +35,23 @@ export const createCallerFactory = t.createCallerFactory;
  * middleware passes straight through. The base procedures below add the caller's account and
  * key to it once the credential is checked (`annotatePrincipal`).
  */
-const tracedProcedure = t.procedure.use(({ path, type, next }) => {
+/**
+ * Every procedure: a refusal for want of coins (402 `insufficient_balance`) says where to add
+ * credits, whichever use case and transport met it (core/accounts/top-up-hint.ts).
+ */
+const hintedProcedure = t.procedure.use(async ({ ctx, next }) => {
+  const result = await next();
+  if (!result.ok) {
+    const failure = toCoreError(result.error);
+    if (failure?.code === 'insufficient_balance') {
+      addTopUpHint(failure, ctx.deps.config.links, ctx.deps.payments !== undefined);
+      result.error.message = failure.message;
+    }
+  }
+  return result;
+});
+
+const tracedProcedure = hintedProcedure.use(({ path, type, next }) => {
   if (!recordingHere()) return next();
   return inSpan(`core ${path}`, () => ({ 'mas.procedure': path, 'mas.procedure.type': type }), async (span) => {
     const result = await next();

@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage } from './pages/account.ts';
 import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
 import { generationPage, usagePage } from './pages/usage.ts';
+import { apiBase, firstRequestModel, firstRequestSnippets } from './pages/snippets.ts';
 import { PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
 import { forgotPasswordPage, forgotPasswordSentPage, loginLinkPage, resetPasswordPage, safeNext, signInPage, signUpPage, signUpSentPage, verifyEmailPage } from './pages/auth.ts';
 import { lowBalanceSection, verificationSection } from './pages/notices.ts';
@@ -39,7 +40,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   // here by mistake.
   router.use((req, _res, next) => next(isApiPath(req.path) ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
-  mountPublicPages(router, deps, opts.publicBaseUrl ?? deps.config.oauth.issuer);
+  const publicBaseUrl = opts.publicBaseUrl ?? deps.config.oauth.issuer;
+  mountPublicPages(router, deps, publicBaseUrl);
   router.use(kit.middleware);
   // The keys forms send one `allowed_models` field per model ticked (at most 100); every other form has few fields.
   router.use('/account/keys', express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 120 }));
@@ -320,8 +322,11 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   };
   const modelChoices = async (req: Request) => (await core(req).account.models({})).data.map((m) => ({ id: m.id, name: m.name }));
   const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number } = {}) => {
-    const [keys, models] = await Promise.all([core(req).account.keys.list(), modelChoices(req)]);
-    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models, created: extra.created, error: extra.error }), extra.status);
+    const [keys, models] = await Promise.all([core(req).account.keys.list(), core(req).account.models({})]);
+    const created = extra.created;
+    const firstModel = created && firstRequestModel(models.data, keys.data.find((k) => k.id === created.id)?.allowed_models ?? null);
+    const firstRequest = created && firstModel ? { model: firstModel, snippets: firstRequestSnippets(apiBase(publicBaseUrl), created.key, firstModel) } : undefined;
+    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models: models.data.map((m) => ({ id: m.id, name: m.name })), created, firstRequest, error: extra.error }), extra.status);
   };
   // A new key's secret reaches the page once: POST creates the key and redirects here with the
   // secret in an encrypted flash cookie (kit.setFlash); this GET shows it and clears the cookie.

@@ -2,6 +2,7 @@ import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import type { AutoTopUpView } from '../../../core/payments/auto-top-up.ts';
 import { html, notice, page, type Html } from '../html.ts';
 import { billingSections, type Billing, type BillingFormState } from './billing.ts';
+import type { Snippet } from './snippets.ts';
 
 type Nav = { email: string; csrf: string };
 type Balance = { coins: number; subscription_coins: number; purchased_coins: number; held_coins: number; paid_account: boolean };
@@ -48,7 +49,7 @@ ${notice('error', v.passwordError)}${v.passwordChanged ? notice('info', 'Your pa
   );
 }
 
-export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; models: ModelChoice[]; created?: { id: string; name: string; key: string } | undefined; error?: string | undefined }) {
+export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; models: ModelChoice[]; created?: { id: string; name: string; key: string } | undefined; firstRequest?: FirstRequest | undefined; error?: string | undefined }) {
   const active = v.keys.filter((k) => !k.revoked_at);
   return page(
     { title: 'API keys', nav: { ...nav, current: '/account/keys' } },
@@ -58,7 +59,8 @@ ${v.created
   <p><strong>Your new key "${v.created.name}".</strong> Copy it now: it is shown only this once, and only its hash is kept.</p>
   <div class="secret"><code id="new-key">${v.created.key}</code> <button type="button" data-copy="new-key" hidden>Copy</button></div>
   <p>Keep it on a server, never in a browser or an app. Anyone with it spends this account's coins.</p>
-</section>`
+</section>
+${v.firstRequest ? firstRequestSection(v.firstRequest) : ''}`
   : ''}
 <p>${active.length} of ${v.limit} keys in use.</p>
 <div class="table-wrap">
@@ -84,6 +86,20 @@ ${active.length >= v.limit
   <button type="submit">Create key</button>
 </form>`}`,
   );
+}
+
+/** The request to try a new key with (snippets.ts, `firstRequestSnippets`): its own section, right after the secret. */
+export type FirstRequest = { model: string; snippets: Snippet[] };
+
+function firstRequestSection(r: FirstRequest) {
+  return html`<section aria-labelledby="first-request">
+<h2 id="first-request">Try the key</h2>
+<p>A chat with <code>${r.model}</code>, ready to run with this key; any OpenAI-compatible client works with the same base URL. Requests are paid from this account's coins: when they run out, the answer is 402, with the link to <a href="/account#add-credits">add credits</a>.</p>
+${r.snippets.map(
+  (s) => html`<h3>${s.label}</h3>
+<div class="snippet"><pre tabindex="0" aria-label="${s.label} request"><code id="first-request-${s.id}">${s.code}</code></pre><button type="button" data-copy="first-request-${s.id}" aria-label="Copy the ${s.label} request" hidden>Copy</button></div>`,
+)}
+</section>`;
 }
 
 /** A key's edit page: its name and limits. */
