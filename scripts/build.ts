@@ -86,11 +86,11 @@ export async function build(): Promise<void> {
  * reads the sources from disk.
  */
 export function withoutSourcesContent(code: string): string {
-  const at = code.lastIndexOf('//# sourceMappingURL=data:application/json;base64,');
+  const at = code.lastIndexOf('//# sourceMappingURL=data:');
   if (at < 0) throw new Error('the workflow bundle has no inline source map');
   const map = JSON.parse(Buffer.from(code.slice(code.indexOf('base64,', at) + 'base64,'.length).trimEnd(), 'base64').toString()) as { sourcesContent?: unknown };
   delete map.sourcesContent;
-  return `${code.slice(0, at)}//# sourceMappingURL=data:application/json;base64,${Buffer.from(JSON.stringify(map)).toString('base64')}\n`;
+  return `${code.slice(0, at)}//# sourceMappingURL=data:application/json;charset=utf-8;base64,${Buffer.from(JSON.stringify(map)).toString('base64')}\n`;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) await build();
