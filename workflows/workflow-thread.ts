@@ -3,6 +3,8 @@ import workerThreads, { type WorkerOptions } from 'node:worker_threads';
 import type { Logger } from 'pino';
 
 const INSTALLED = Symbol.for('mas.workflowThreadEntry');
+/** The script the SDK (1.24) starts its workflow thread with (`threaded-vm.js`); test/unit/workflow-thread.test.ts checks it still does. */
+export const SDK_WORKFLOW_THREAD = /[\\/]@temporalio[\\/]worker[\\/]lib[\\/]workflow[\\/]workflow-worker-thread\.js$/;
 
 /**
  * Starts the Temporal SDK's workflow thread through workflows/workflow-thread-entry.ts, which
@@ -26,7 +28,7 @@ export function installWorkflowThreadEntry(logger: Logger, opts: { limitMs?: num
     static [INSTALLED] = true;
     constructor(filename: string | URL, options?: WorkerOptions) {
       const file = filename instanceof URL ? filename.href : filename;
-      if (!/[\\/]@temporalio[\\/]worker[\\/]lib[\\/]workflow[\\/]workflow-worker-thread\.js$/.test(file) || options?.workerData !== undefined) {
+      if (!SDK_WORKFLOW_THREAD.test(file) || options?.workerData !== undefined) {
         super(filename, options);
         return;
       }

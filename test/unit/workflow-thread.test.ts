@@ -1,8 +1,11 @@
 import { EventEmitter } from 'node:events';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { watchThread } from '../../workflows/workflow-thread.ts';
+import { SDK_WORKFLOW_THREAD, watchThread } from '../../workflows/workflow-thread.ts';
 
 /**
  * The watch that stands in for the SDK's per-call deadlock watchdog (workflows/workflow-thread.ts):
@@ -57,5 +60,17 @@ describe('the workflow thread watch', () => {
     call();
     vi.advanceTimersByTime(60_000);
     expect(thread.terminate).not.toHaveBeenCalled();
+  });
+});
+
+describe('the SDK workflow thread that workflows/workflow-thread.ts starts in its own way', () => {
+  it('is still the script the SDK starts its workflow thread with (else the redirect would silently not apply)', () => {
+    const lib = path.dirname(createRequire(import.meta.url).resolve('@temporalio/worker'));
+    const thread = path.join(lib, 'workflow', 'workflow-worker-thread.js');
+    expect(thread).toMatch(SDK_WORKFLOW_THREAD);
+    expect(readFileSync(path.join(lib, 'workflow', 'threaded-vm.js'), 'utf8')).toContain("new node_worker_threads_1.Worker(require.resolve('./workflow-worker-thread'))");
+    // The two costs the entry takes out: the per-call timeout and the promise hook.
+    expect(readFileSync(path.join(lib, 'workflow', 'reusable-vm.js'), 'utf8')).toContain('timeout: isolateExecutionTimeoutMs');
+    expect(readFileSync(path.join(lib, 'workflow', 'vm-shared.js'), 'utf8')).toContain('promiseHooks.createHook');
   });
 });
