@@ -130,6 +130,7 @@ export function wireCore(env: Env, parts: WireParts): WiredCore {
       resultRetentionSeconds: env.RESULT_RETENTION_SECONDS,
       jobStepRetryInitialMs: parts.jobStepRetryInitialMs,
       demoCoins: env.DEMO_COINS,
+      starterCreditCoins: env.STARTER_CREDIT_COINS,
       apiPricePercent: BigInt(env.API_PRICE_PERCENT),
       signupOpen: env.SIGNUP === 'open',
       // The issuer is the service; its tokens are for the MCP server, where the MCP adapter is mounted.

@@ -1,4 +1,5 @@
 import { loadEnvOrExit, type Env } from './env.ts';
+import { collectWhenIdle } from './idle-gc.ts';
 import { createLogger } from './logger.ts';
 import { manageProcessLifecycle } from './process-lifecycle.ts';
 import { startService, type ServiceRole } from './service.ts';
@@ -32,7 +33,10 @@ export async function runServer(role: ServiceRole): Promise<void> {
       onTemporalUi: (url) => process.stdout.write(`Temporal Web UI (embedded dev server): ${url}\n`),
     });
     process.stdout.write(`Model Access Service listening on ${baseUrl}${role === 'api' ? ` (API instance, port ${service.port})` : ''}\n`);
+    // Idle, V8 gets to give back what the start and busy times grew (config/idle-gc.ts).
+    const idleGc = collectWhenIdle();
     lifecycle.setStop(async () => {
+      idleGc.stop();
       await service.stop();
       // The spans still buffered leave before the process does.
       await telemetry?.shutdown();

@@ -54,6 +54,20 @@ const envSchema = z
           return z.NEVER;
         }
       }),
+    /**
+     * Coins granted once to each account whose e-mail address is confirmed (docs/accounts.md,
+     * "Welcome credit"). Unset: 1000 with the embedded database (a machine trying the service),
+     * 0 with DATABASE_URL (a deployment gives credit only when its operator says so).
+     */
+    STARTER_CREDIT_COINS: optional.transform((v, ctx) => {
+      if (v === undefined) return undefined;
+      try {
+        return parseCoins(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: (err as Error).message });
+        return z.NEVER;
+      }
+    }),
     HOLD_TTL_SECONDS: positiveInt.default(900),
     HOLD_SWEEP_INTERVAL_SECONDS: positiveInt.default(30),
     /** The longest an ended chat's charge waits to be written with others (docs/chat.md, "Charges are written behind the answer"): what a killed process can lose. */
@@ -113,7 +127,8 @@ const envSchema = z
       .transform((v) => (v === 'closed' ? 'closed' : 'open')),
     /** Mail (docs/accounts.md): unset, each message is written to DATA_DIR/mail/*.eml and its link logged (dev only). */
     SMTP_URL: optional.pipe(z.string().regex(/^smtps?:\/\/\S+$/, 'must be an smtp:// or smtps:// URL, such as smtp://user:pass@host:587').optional()),
-    MAIL_FROM: z.string().trim().min(3).max(300).default('Model Access Service <no-reply@localhost>'),
+    /** Unset: `Model Access Service <no-reply@HOST>`, HOST being PUBLIC_BASE_URL's (mailFromDefault). */
+    MAIL_FROM: optional.pipe(z.string().min(3).max(300).optional()),
     MCP_ALLOWED_HOSTS: z
       .string()
       .default('')
@@ -148,6 +163,8 @@ const envSchema = z
     CATALOG_FILE: path.resolve(env.CATALOG_FILE),
     PLANS_FILE: path.resolve(env.PLANS_FILE),
     PUBLIC_BASE_URL: publicBaseUrl(env),
+    STARTER_CREDIT_COINS: env.STARTER_CREDIT_COINS ?? (env.DATABASE_URL ? 0n : EMBEDDED_STARTER_CREDIT),
+    MAIL_FROM: env.MAIL_FROM ?? mailFromDefault(publicBaseUrl(env)),
     /** PUBLIC_BASE_URL was not set: the default http://localhost:$PORT (OAuth then takes any loopback host as this one). */
     PUBLIC_BASE_URL_IS_DEFAULT: env.PUBLIC_BASE_URL === undefined,
   }));
@@ -162,6 +179,20 @@ export type Env = z.output<typeof envSchema>;
  */
 export function publicBaseUrl(env: { PUBLIC_BASE_URL?: string | undefined; PORT: number }): string {
   return (env.PUBLIC_BASE_URL ?? `http://localhost:${env.PORT}`).replace(/\/+$/, '');
+}
+
+/** The welcome credit of the embedded set-up (no DATABASE_URL): a new sign-up can try the models at once. */
+export const EMBEDDED_STARTER_CREDIT = parseCoins('1000');
+
+/**
+ * The `From` of the service's mail when MAIL_FROM is unset: an address on the host people reach
+ * the service at, so that mail does not come from `localhost` once PUBLIC_BASE_URL is set. An IP
+ * address becomes an address literal (`no-reply@[192.0.2.1]`, RFC 5321).
+ */
+export function mailFromDefault(publicBaseUrl: string): string {
+  const host = new URL(publicBaseUrl).hostname;
+  const domain = /^\d{1,3}(\.\d{1,3}){3}$/.test(host) ? `[${host}]` : host.startsWith('[') ? `[IPv6:${host.slice(1, -1)}]` : host;
+  return `Model Access Service <no-reply@${domain}>`;
 }
 
 export class ConfigError extends Error {}

@@ -31,7 +31,10 @@ export function workerCommand(): string[] {
 
 export function startWorkerProcess(opts: { env: Record<string, string>; logger: Logger; restartDelayMs?: number }): WorkerProcess {
   const firstDelayMs = opts.restartDelayMs ?? 1000;
-  const env: NodeJS.ProcessEnv = { ...process.env, ...opts.env };
+  // Two glibc malloc arenas rather than up to 8 per core: the worker's threads (the workflow
+  // thread, the Temporal core's) each grew an arena of their own; 11 MiB less idle RSS
+  // (bench/RESULTS.md, round 4). A value set in the environment wins.
+  const env: NodeJS.ProcessEnv = { MALLOC_ARENA_MAX: '2', ...process.env, ...opts.env };
   // The child is ours, not npm's: it watches the IPC channel, not npm's chain of processes.
   delete env.npm_lifecycle_event;
   let child: ChildProcess | undefined;

@@ -42,6 +42,8 @@ export interface CoreConfig {
   resultRetentionSeconds: number;
   /** Coins given to the demo account created on the first start. */
   demoCoins: Micro;
+  /** STARTER_CREDIT_COINS: the welcome credit each account gets once, when its e-mail address is confirmed (core/accounts/welcome-credit.ts); 0: none. */
+  starterCreditCoins: Micro;
   /** The API price as a percentage of the catalog's in-app price (SPEC: 50). */
   apiPricePercent: bigint;
   /** SIGNUP=open|closed: whether anyone may create an account on the account pages (`accounts.signUp`). */

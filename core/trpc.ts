@@ -12,6 +12,7 @@ import { requireVerifiedEmail } from './auth/verified-email.ts';
 import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
 import { annotate, errorType, inSpan, recordingHere } from './telemetry.ts';
 import { SpanStatusCode } from '@opentelemetry/api';
+import { addTopUpHint } from './accounts/top-up-hint.ts';
 
 const t = initTRPC.context<CoreContext>().create({ isServer: true });
 
@@ -29,19 +30,34 @@ export const createCallerFactory = t.createCallerFactory;
  */
 
 /**
- * Tracing on (core/telemetry.ts): every procedure call is a span `core <path>` (`core
- * chat.complete`), under the request's; a failure is marked with its error code. Off: the
- * middleware passes straight through. The base procedures below add the caller's account and
- * key to it once the credential is checked (`annotatePrincipal`).
+ * The one middleware under every procedure (one layer: each layer of tRPC's costs every call,
+ * the chat's included):
+ * - Tracing on (core/telemetry.ts): every procedure call is a span `core <path>` (`core
+ *   chat.complete`), under the request's; a failure is marked with its error code. Off: no span.
+ *   The base procedures below add the caller's account and key to it once the credential is
+ *   checked (`annotatePrincipal`).
+ * - A refusal for want of coins (402 `insufficient_balance`) says where to add credits,
+ *   whichever use case and transport met it (core/accounts/top-up-hint.ts).
  */
-const tracedProcedure = t.procedure.use(({ path, type, next }) => {
-  if (!recordingHere()) return next();
-  return inSpan(`core ${path}`, () => ({ 'mas.procedure': path, 'mas.procedure.type': type }), async (span) => {
-    const result = await next();
-    if (!result.ok && span) {
-      const code = toCoreError(result.error)?.code ?? errorType(result.error);
-      span.setAttribute('error.type', code);
-      span.setStatus({ code: SpanStatusCode.ERROR, message: code });
+const tracedProcedure = t.procedure.use(({ ctx, path, type, next }) => {
+  const done = recordingHere()
+    ? inSpan(`core ${path}`, () => ({ 'mas.procedure': path, 'mas.procedure.type': type }), async (span) => {
+        const result = await next();
+        if (!result.ok && span) {
+          const code = toCoreError(result.error)?.code ?? errorType(result.error);
+          span.setAttribute('error.type', code);
+          span.setStatus({ code: SpanStatusCode.ERROR, message: code });
+        }
+        return result;
+      })
+    : next();
+  return done.then((result) => {
+    if (!result.ok) {
+      const failure = toCoreError(result.error);
+      if (failure?.code === 'insufficient_balance') {
+        addTopUpHint(failure, ctx.deps.config.links, ctx.deps.payments !== undefined);
+        result.error.message = failure.message;
+      }
     }
     return result;
   });

@@ -1,7 +1,7 @@
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { Resource } from '@opentelemetry/resources';
+import type { Resource } from '@opentelemetry/resources';
 import type { SpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { makeWorkflowExporter, OpenTelemetryActivityInboundInterceptor, OpenTelemetryActivityOutboundInterceptor } from '@temporalio/interceptors-opentelemetry';
 import type { InjectedSinks, WorkerInterceptors } from '@temporalio/worker';
 
 /**
@@ -19,23 +19,30 @@ import type { InjectedSinks, WorkerInterceptors } from '@temporalio/worker';
  */
 export const WORKFLOW_INTERCEPTOR_MODULE = fileURLToPath(new URL(import.meta.url.endsWith('.ts') ? './trace-interceptors.ts' : './trace-interceptors.js', import.meta.url));
 
-const dropAll: SpanProcessor = {
-  onStart: () => undefined,
-  onEnd: () => undefined,
-  forceFlush: () => Promise.resolve(),
-  shutdown: () => Promise.resolve(),
-};
+/**
+ * Temporal's OpenTelemetry interceptors (CommonJS, with the OpenTelemetry SDK's trace and
+ * resource packages under them), required only with tracing on: a worker with tracing off never
+ * holds them (bench/RESULTS.md, round 4: about 100 modules of the idle worker).
+ */
+const interceptors = () => createRequire(import.meta.url)('@temporalio/interceptors-opentelemetry') as typeof import('@temporalio/interceptors-opentelemetry');
 
 export interface WorkerTracing {
   spanProcessor: SpanProcessor;
   resource: Resource;
 }
 
+/**
+ * The sink the workflow interceptors hand their spans to: the exporter with tracing on; with it
+ * off, a sink that drops them (a run started with a trace context, by an API with tracing on,
+ * still makes its workflow spans on this worker).
+ */
 export function workerSinks(tracing: WorkerTracing | undefined): InjectedSinks<Record<string, never>> {
-  return { exporter: makeWorkflowExporter(tracing?.spanProcessor ?? dropAll, tracing?.resource ?? Resource.empty()) } as unknown as InjectedSinks<Record<string, never>>;
+  const exporter = tracing ? interceptors().makeWorkflowExporter(tracing.spanProcessor, tracing.resource) : { export: { fn: () => undefined } };
+  return { exporter } as unknown as InjectedSinks<Record<string, never>>;
 }
 
 export function activityInterceptors(tracing: WorkerTracing | undefined): WorkerInterceptors['activity'] {
   if (!tracing) return [];
+  const { OpenTelemetryActivityInboundInterceptor, OpenTelemetryActivityOutboundInterceptor } = interceptors();
   return [(ctx) => ({ inbound: new OpenTelemetryActivityInboundInterceptor(ctx), outbound: new OpenTelemetryActivityOutboundInterceptor(ctx) })];
 }

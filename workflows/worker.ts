@@ -7,6 +7,7 @@ import type { CoreDeps } from '../core/context.ts';
 import { createActivities } from './activities.ts';
 import { TASK_QUEUE } from './shared.ts';
 import { activityInterceptors, workerSinks, WORKFLOW_INTERCEPTOR_MODULE, type WorkerTracing } from './tracing.ts';
+import { installWorkflowThreadEntry } from './workflow-thread.ts';
 
 /**
  * The workflow code: the bundle `npm run build` made (dist/workflows/bundle.js, beside this
@@ -135,6 +136,8 @@ export async function startWorker(opts: {
   connection?: NativeConnection;
 }): Promise<RunningWorker> {
   installTemporalRuntime(opts.logger);
+  // The workflow thread without the SDK's per-call watchdog thread and stack-trace hook, watched from here instead (workflows/workflow-thread.ts).
+  installWorkflowThreadEntry(opts.logger);
   const own = opts.connection === undefined;
   const connection = opts.connection ?? (await NativeConnection.connect({ address: opts.address }));
   const worker = await Worker.create({

@@ -11,7 +11,7 @@ import { drained } from '../http/drained.ts';
  * any output is still an ordinary error response (502, 504…). A failure after that ends the
  * stream with an error event in the error shape.
  */
-export function sendEventStream(res: Response, chunks: AsyncIterable<unknown>, logger: Logger): Promise<void> {
+export function sendEventStream(res: Response, chunks: AsyncIterable<unknown>, logger: () => Logger): Promise<void> {
   return streamEvents(res, chunks, logger, {
     encode: (chunk) => `data: ${JSON.stringify(chunk)}\n\n`,
     end: 'data: [DONE]\n\n',
@@ -25,7 +25,7 @@ export function sendEventStream(res: Response, chunks: AsyncIterable<unknown>, l
  * `response.incomplete`). A failure after the first event is an `error` event with the error's
  * code, message and param.
  */
-export function sendResponseEventStream(res: Response, events: AsyncIterable<Record<string, unknown>>, logger: Logger): Promise<void> {
+export function sendResponseEventStream(res: Response, events: AsyncIterable<Record<string, unknown>>, logger: () => Logger): Promise<void> {
   let seq = 0;
   return streamEvents(res, events, logger, {
     encode: (event) => {
@@ -47,7 +47,8 @@ interface Encoding {
   failure: (body: { error: Record<string, unknown> }) => string;
 }
 
-async function streamEvents(res: Response, chunks: AsyncIterable<unknown>, logger: Logger, encoding: Encoding): Promise<void> {
+/** `logger` is called only to log a failure: the request's child logger is made on first use (adapters/http/logging.ts). */
+async function streamEvents(res: Response, chunks: AsyncIterable<unknown>, logger: () => Logger, encoding: Encoding): Promise<void> {
   const it = chunks[Symbol.asyncIterator]();
   let next = await it.next();
   res.status(200);
@@ -67,7 +68,7 @@ async function streamEvents(res: Response, chunks: AsyncIterable<unknown>, logge
     if (encoding.end) res.write(encoding.end);
   } catch (err) {
     const core = toCoreError(err);
-    if (!core) logger.error({ err }, 'stream failed');
+    if (!core) logger().error({ err }, 'stream failed');
     const body = core
       ? coreErrorBody(core).body
       : { error: { message: 'Internal server error.', type: 'server_error', param: null, code: 'internal_error' } };

@@ -24,5 +24,7 @@ export function accountLinks(publicBaseUrl: string): AccountLinks {
     signIn: `${publicBaseUrl}/login`,
     forgotPassword: `${publicBaseUrl}/password/forgot`,
     account: `${publicBaseUrl}/account`,
+    // The "Add credits" section of the account pages (adapters/web/pages/billing.ts).
+    addCredits: `${publicBaseUrl}/account#add-credits`,
   };
 }

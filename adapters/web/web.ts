@@ -13,6 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage, settingsPage, type FormError, type KeyValues } from './pages/account.ts';
 import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
 import { generationPage, usagePage } from './pages/usage.ts';
+import { apiBase, firstRequestModel, firstRequestSnippets } from './pages/snippets.ts';
 import { billingPage, PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
 import { forgotPasswordPage, forgotPasswordSentPage, loginLinkPage, resetPasswordPage, safeNext, signInPage, signUpPage, signUpSentPage, verifyEmailPage } from './pages/auth.ts';
 import { lowBalanceSection, verificationSection } from './pages/notices.ts';
@@ -39,7 +40,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   // here by mistake.
   router.use((req, _res, next) => next(isApiPath(req.path) ? 'router' : undefined));
   router.use('/assets', express.static(path.join(import.meta.dirname, 'assets'), { index: false, maxAge: '1h' }));
-  mountPublicPages(router, deps, opts.publicBaseUrl ?? deps.config.oauth.issuer);
+  const publicBaseUrl = opts.publicBaseUrl ?? deps.config.oauth.issuer;
+  mountPublicPages(router, deps, publicBaseUrl);
   router.use(kit.middleware);
   // The keys forms send one `allowed_models` field per model ticked (at most 100); every other form has few fields.
   router.use('/account/keys', express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 120 }));
@@ -338,8 +340,11 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   };
   const modelChoices = async (req: Request) => (await core(req).account.models({})).data.map((m) => ({ id: m.id, name: m.name }));
   const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number; values?: KeyValues } = {}) => {
-    const [keys, models] = await Promise.all([core(req).account.keys.list(), modelChoices(req)]);
-    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models, created: extra.created, error: extra.error, param: extra.param, values: extra.values }), extra.status);
+    const [keys, models] = await Promise.all([core(req).account.keys.list(), core(req).account.models({})]);
+    const created = extra.created;
+    const firstModel = created && firstRequestModel(models.data, keys.data.find((k) => k.id === created.id)?.allowed_models ?? null);
+    const firstRequest = created && firstModel ? { model: firstModel, snippets: firstRequestSnippets(apiBase(publicBaseUrl), created.key, firstModel) } : undefined;
+    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models: models.data.map((m) => ({ id: m.id, name: m.name })), created, firstRequest, error: extra.error, param: extra.param, values: extra.values }), extra.status);
   };
   // A new key's secret reaches the page once: POST creates the key and redirects here with the
   // secret in an encrypted flash cookie (kit.setFlash); this GET shows it and clears the cookie.
@@ -560,10 +565,14 @@ function mountPublicPages(router: Router, deps: CoreDeps, publicBaseUrl: string)
     }
   };
 
-  router.get('/', label('/'), (req, res) => send(res, landingPage(visitor(req, res), publicBaseUrl)));
+  const catalog = async (req: Request) => (await core(req).models.catalog({})).data as ModelView[];
+  router.get('/', label('/'), safely(async (req, res) => {
+    const who = visitor(req, res);
+    send(res, landingPage(who, publicBaseUrl, await catalog(req)));
+  }));
   router.get('/models', label('/models'), safely(async (req, res) => {
     const who = visitor(req, res);
-    send(res, catalogPage(who, (await core(req).models.catalog({})).data as ModelView[]));
+    send(res, catalogPage(who, await catalog(req)));
   }));
   router.get('/models/*id', label('/models/*id'), safely(async (req, res) => {
     const who = visitor(req, res);
@@ -578,19 +587,25 @@ function mountPublicPages(router: Router, deps: CoreDeps, publicBaseUrl: string)
       send(res, modelNotFoundPage(who, id), 404);
     }
   }));
-  // The docs pages (marked and the rendered docs) are imported on the first request for one.
+  // The docs pages (marked and the rendered docs) are imported on the first request for one. They
+  // show this deployment's base URL and the catalog's models and prices (docs/customer/README.md).
   const docs = () => import('./pages/docs.ts');
-  router.get('/docs', label('/docs'), async (req, res) => {
+  const docContext = async (req: Request) => ({ publicBaseUrl, models: await catalog(req), resultRetentionSeconds: deps.config.resultRetentionSeconds });
+  router.get('/docs', label('/docs'), safely(async (req, res) => {
     const who = visitor(req, res);
-    send(res, (await docs()).docsIndexPage(who));
-  });
-  router.get('/docs/:name', label('/docs/:name'), async (req, res) => {
+    send(res, (await docs()).docsIndexPage(who, await docContext(req)));
+  }));
+  router.get('/docs/:name', label('/docs/:name'), safely(async (req, res) => {
+    const { docNotFoundPage, docPage, lookupDoc, movedDoc } = await docs();
+    const name = String(req.params.name);
+    // An old name of a page that moved when the customer docs were split from the operator documents.
+    const moved = movedDoc(name);
+    if (moved) return res.redirect(301, `/docs/${moved}`);
     const who = visitor(req, res);
-    const { docNotFoundPage, docPage, lookupDoc } = await docs();
-    const doc = lookupDoc(String(req.params.name));
-    if (!doc) return send(res, docNotFoundPage(who, String(req.params.name)), 404);
-    send(res, docPage(who, doc));
-  });
+    const doc = lookupDoc(name);
+    if (!doc) return send(res, docNotFoundPage(who, name), 404);
+    send(res, docPage(who, doc, await docContext(req)));
+  }));
 }
 
 const isApiPath = (path: string) => /^\/(api|v1|webhooks)(\/|$)/.test(path);

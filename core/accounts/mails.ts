@@ -11,6 +11,8 @@ export interface AccountLinks {
   signIn: string;
   forgotPassword: string;
   account: string;
+  /** Where a person adds credits (the billing part of the account pages): the 402 answers name it. */
+  addCredits: string;
 }
 
 const SIGNATURE = '\n\n-- \nModel Access Service\n';

@@ -15,6 +15,8 @@ import { isoTimeSchema } from '../views.ts';
 import { Account } from './account.entity.ts';
 import { accountView, createAccount, createAccountInput } from './accounts.ts';
 import { checkNewPassword, hashPassword, needsRehash, passwordInput, verifyPassword } from './passwords.ts';
+import { confirmEmail } from './welcome-credit.ts';
+import type { Micro } from '../money/coins.ts';
 
 /**
  * The account pages' ways in and out: sign-up (then the e-mail's confirmation link), sign-in
@@ -81,6 +83,11 @@ interface MailDeps {
   mailer: Mailer;
   logger: Logger;
   config: { links: AccountLinks };
+}
+
+/** What confirming an address needs: the welcome credit it grants the first time (STARTER_CREDIT_COINS). */
+interface ConfirmDeps {
+  config: { starterCreditCoins: Micro };
 }
 
 /** What the transport knows of the caller: the cookie it sent (if any), its address and its device cookie. */
@@ -158,14 +165,17 @@ export async function signUp(
   return { object: 'signup', email: input.email, mail_sent: true };
 }
 
-/** The confirmation link of a sign-up: confirms the address and signs in; a used, expired or unknown link is refused alike. */
-export async function verifyEmail(deps: Deps, em: EntityManager, token: string, caller: Caller): Promise<SignedIn> {
+/**
+ * The confirmation link of a sign-up: confirms the address and signs in; a used, expired or
+ * unknown link is refused alike. The first confirmation grants the welcome credit (welcome-credit.ts).
+ */
+export async function verifyEmail(deps: Deps & ConfirmDeps, em: EntityManager, token: string, caller: Caller): Promise<SignedIn> {
   await countAttempt(deps, 'verify', { ip: caller.ip });
   const now = deps.clock();
   const accountId = await peekAccountToken(em, token, 'verify_email', now);
   return signInAs(deps, em, accountId, now, caller.previousToken, async (tx) => {
     await consumeAccountToken(tx, token, 'verify_email', now);
-    await tx.execute('update accounts set email_verified_at = coalesce(email_verified_at, ?) where id = ?', [now, accountId]);
+    await confirmEmail(tx, accountId, now, deps.config.starterCreditCoins);
   });
 }
 
@@ -204,9 +214,10 @@ export async function checkResetLink(deps: Deps, em: EntityManager, token: strin
 /**
  * A reset link and a new password (the rules of any new password): the password is set, the
  * link used up, every session of the account ended, the address counted as confirmed (the mail
- * reached it), and this caller signed in. A used, expired or unknown link is refused alike.
+ * reached it; the welcome credit if it was not confirmed before), and this caller signed in.
+ * A used, expired or unknown link is refused alike.
  */
-export async function resetPassword(deps: Deps, em: EntityManager, input: z.output<typeof resetPasswordInput>, caller: Caller): Promise<SignedIn> {
+export async function resetPassword(deps: Deps & ConfirmDeps, em: EntityManager, input: z.output<typeof resetPasswordInput>, caller: Caller): Promise<SignedIn> {
   await countAttempt(deps, 'reset', { ip: caller.ip });
   const now = deps.clock();
   const accountId = await peekAccountToken(em, input.token, 'reset_password', now);
@@ -216,7 +227,8 @@ export async function resetPassword(deps: Deps, em: EntityManager, input: z.outp
   const passwordHash = await hashPassword(input.new_password);
   return signInAs(deps, em, accountId, now, caller.previousToken, async (tx) => {
     await consumeAccountToken(tx, input.token, 'reset_password', now);
-    await tx.execute('update accounts set password_hash = ?, email_verified_at = coalesce(email_verified_at, ?) where id = ?', [passwordHash, now, accountId]);
+    await tx.execute('update accounts set password_hash = ? where id = ?', [passwordHash, accountId]);
+    await confirmEmail(tx, accountId, now, deps.config.starterCreditCoins);
     await endAllSessions(tx, accountId);
   });
 }

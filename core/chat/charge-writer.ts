@@ -125,14 +125,13 @@ export class ChargeWriter {
   async settledFor(accountId: string, opts: { send?: boolean } = {}): Promise<void> {
     const open = this.perAccount.get(accountId);
     if (!open) return;
-    if (opts.send !== false) this.sendNow();
+    if (opts.send !== false) this.send();
     await Promise.all([...open]);
   }
 
   /** Waits until every charge queued so far is written (sending them at once). */
   async settledAll(): Promise<void> {
-    if (this.all.size === 0) return;
-    this.sendNow();
+    this.send();
     await Promise.all([...this.all]);
   }
 
@@ -168,41 +167,41 @@ export class ChargeWriter {
     return written;
   }
 
-  /** Sends the queue when its oldest item has waited `flushMs`, when it is full, or when asked. */
+  /**
+   * After a charge is queued: sends the queue when its oldest item has waited `flushMs`, or at
+   * once when it is full. While a statement runs, nothing is armed: its end sends the queue.
+   */
   private schedule(): void {
-    if (this.running || this.queue.length === 0) return;
-    if (this.queue.length >= this.maxBatch) return this.sendNow();
-    const waited = this.now() - this.queue[0]!.queuedAt;
-    const wait = this.flushMs - waited;
-    if (wait <= 0) {
-      this.immediate ??= setImmediate(() => {
-        this.immediate = undefined;
-        this.send();
-      });
-    } else {
+    if (this.running) return;
+    if (this.queue.length >= this.maxBatch) return this.send();
+    const wait = this.flushMs - (this.now() - this.queue[0]!.queuedAt);
+    if (wait > 0) {
       this.timer ??= setTimeout(() => {
         this.timer = undefined;
         this.send();
       }, wait);
+    } else {
+      // USAGE_FLUSH_MS=0, or a wait already spent: at the end of this turn of the event loop,
+      // with every chat that ended in it.
+      this.immediate ??= setImmediate(() => {
+        this.immediate = undefined;
+        this.send();
+      });
     }
   }
 
-  private sendNow(): void {
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    // A statement running now takes the queue as soon as it returns (see send).
-    if (!this.running) this.send();
-  }
-
+  /**
+   * Sends the queue now (a timer's end, a read, a full batch), unless a statement runs: what
+   * ended meanwhile goes as soon as that statement returns (group commit).
+   */
   private send(): void {
-    if (this.running || this.queue.length === 0) return;
-    if (this.timer) clearTimeout(this.timer);
+    clearTimeout(this.timer);
     this.timer = undefined;
+    if (this.running || this.queue.length === 0) return;
     const batch = this.queue.splice(0, this.maxBatch);
     this.running = this.write(batch).finally(() => {
       this.running = undefined;
-      // What ended meanwhile has waited for this statement: it goes at once (group commit).
-      if (this.queue.length > 0) this.send();
+      this.send();
     });
   }
 

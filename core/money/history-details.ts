@@ -4,6 +4,10 @@ import { formatCoins, type Micro } from './coins.ts';
 /** An adjustment's ledger description when the operator wrote a note to the customer (adjustBalance's customer_note): the note follows this prefix. */
 export const ADJUSTMENT_NOTE_PREFIX = 'Balance adjustment: ';
 
+/** The welcome credit's ledger entry (core/accounts/welcome-credit.ts): an `adjustment` with this reference and description. */
+export const WELCOME_CREDIT_REFERENCE = 'welcome_credit';
+export const WELCOME_CREDIT_DESCRIPTION = 'Welcome credit';
+
 /**
  * What a history row is about, in words (`details`) and as fields (model, tokens, job, key),
  * read for one page of rows in one statement from the records each kind of event leaves:
@@ -140,6 +144,7 @@ function describe(r: RowToDescribe, chat: Found | undefined, job: Found | undefi
   if (r.type === 'subscription_grant') return { ...none, details: 'Coins of your subscription' };
   if (r.entryKind === 'payment_reversal') return { ...none, details: payment ? `${r.description} of the card payment of ${money(BigInt(payment.amount_cents!), payment.currency!)}` : r.description };
   if (r.entryKind === 'refund') return { ...none, details: 'Refund by the operator' };
+  if (r.type === 'adjustment' && r.reference === WELCOME_CREDIT_REFERENCE) return { ...none, details: WELCOME_CREDIT_DESCRIPTION };
   if (r.type === 'adjustment') {
     // The operator's note to the customer, when they wrote one (adjustBalance's customer_note); the audit reason stays theirs.
     const note = r.description.startsWith(ADJUSTMENT_NOTE_PREFIX) ? `: ${r.description.slice(ADJUSTMENT_NOTE_PREFIX.length)}` : '';

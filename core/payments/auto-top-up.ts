@@ -183,8 +183,12 @@ export async function cardSavedAtCheckout(tx: EntityManager, accountId: string, 
  * Accounts known to have no auto top-up on, for 30 s: the check after every settle costs one
  * query only for accounts that use it. A change on this instance drops the entry at once; on
  * another instance it shows within 30 s.
+ *
+ * At most 100,000 accounts, bounded by `maxSize` (each entry counts 1) rather than `max`:
+ * with `max`, lru-cache allocates its seven arrays for every entry at once, 4.2 MiB held from
+ * the process's start even on an instance without payments; so they grow with use.
  */
-const noAutoTopUp = new LRUCache<string, true>({ max: 100_000, ttl: 30_000 });
+const noAutoTopUp = new LRUCache<string, true>({ maxSize: 100_000, sizeCalculation: () => 1, ttl: 30_000 });
 const forget = (accountId: string) => noAutoTopUp.delete(accountId);
 
 /**

@@ -62,7 +62,7 @@ describe('the account pages', () => {
     await page.goto(`${h.base}/account/keys`);
     await page.getByLabel('Name', { exact: true }).fill('laptop');
     await page.getByRole('button', { name: 'Create key' }).click();
-    await page.getByRole('button', { name: 'Copy' }).click();
+    await page.getByRole('button', { name: 'Copy', exact: true }).click();
     key = (await page.evaluate('navigator.clipboard.readText()')) as string;
     expect(key).toMatch(/^mas_[0-9A-Za-z]{38}$/);
     expect(await page.locator('#new-key').textContent()).toBe(key);

@@ -62,7 +62,11 @@ describe('public pages over HTTP', () => {
     expect(res.headers.get('cache-control')).toBe('public, max-age=300');
     expect(res.headers.get('set-cookie')).toBeNull();
     const body = await res.text();
-    for (const href of ['/models', '/docs', '/api/v1/docs', '/signup', '/login']) expect(body).toContain(`href="${href}"`);
+    for (const href of ['/models', '/docs', '/docs/quickstart', '/api/v1/docs', '/signup', '/login']) expect(body).toContain(`href="${href}"`);
+    // The models on sale with their prices, and a first request against this service.
+    expect(body).toContain('<a href="/models/mas/echo">Echo (demo)</a>');
+    expect(body).toContain('50 coins per million input tokens<br>200 coins per million output tokens');
+    expect(body).toContain('curl http://localhost/api/v1/chat/completions');
     expect(body).toMatch(/OpenAI-compatible chat/);
     expect(body).toMatch(/MCP connector/);
     expect(body).not.toContain('Your account');
@@ -115,31 +119,35 @@ describe('public pages over HTTP', () => {
     }
   });
 
-  it('/docs lists the docs; each renders with links between docs rewritten; no path reaches other files', async () => {
+  it('/docs lists the customer docs; each renders with links between docs rewritten; no path reaches other files', async () => {
     const index = await (await get('/docs')).text();
-    expect(index).toContain('<a href="/docs/api">API conventions</a>');
-    expect(index).toContain('<a href="/docs/mcp">MCP server</a>');
+    expect(index).toContain('<a href="/docs/quickstart">Quickstart</a>');
+    expect(index).toContain('<a href="/docs/mcp">MCP connector</a>');
     const api = await get('/docs/api');
     expect(api.status).toBe(200);
     const body = await api.text();
-    expect(body).toContain('<h1>API conventions</h1>');
+    expect(body).toContain('<h1>API basics</h1>');
+    expect(body).toContain('<nav class="toc" aria-labelledby="on-this-page">');
     expect(body).toMatch(/<h2 id="[a-z0-9-]+">/);
     expect(body).toMatch(/href="\/docs\/[a-z]+(#[\w-]+)?"/);
     expect(body).not.toMatch(/href="[^"]*\.md/);
     const generations = await (await get('/docs/generations')).text();
     expect(generations).toContain('<pre tabindex="0"><code');
     expect(generations).toContain('<div class="table-wrap" role="region" tabindex="0"');
-    for (const p of ['/docs/nothere', '/docs/..%2fpackage.json', '/docs/%2e%2e%2fpackage.json', '/docs/api.md', '/docs/README']) {
+    for (const p of ['/docs/nothere', '/docs/..%2fpackage.json', '/docs/%2e%2e%2fpackage.json', '/docs/api.md', '/docs/README', '/docs/deploy', '/docs/operations']) {
       const res = await get(p);
       expect(res.status, p).toBe(404);
       expect(await res.text()).not.toContain('"name": "');
     }
   });
 
-  it('the build ships docs/ in dist/, where the built code reads it', async () => {
-    expect(existsSync(path.join(ROOT, 'dist', 'docs', 'api.md'))).toBe(true);
-    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', "const m = await import('./dist/adapters/web/pages/docs.js'); console.log(m.DOCS_DIR, m.loadDocs().size)"], { cwd: ROOT });
-    expect(stdout.trim()).toBe(`${path.join(ROOT, 'dist', 'docs')} 15`);
+  it('the build ships the customer docs in dist/, where the built code reads them, and not the operator documents', async () => {
+    expect(existsSync(path.join(ROOT, 'dist', 'docs', 'customer', 'quickstart.md'))).toBe(true);
+    expect(existsSync(path.join(ROOT, 'dist', 'docs', 'deploy.md'))).toBe(false);
+    const { stdout } = await promisify(execFile)(process.execPath, ['--input-type=module', '-e', "const m = await import('./dist/adapters/web/pages/docs.js'); console.log(m.DOCS_DIR, m.loadDocs().size, m.DOCS.length)"], { cwd: ROOT });
+    const [dir, size, count] = stdout.trim().split(' ');
+    expect(dir).toBe(path.join(ROOT, 'dist', 'docs', 'customer'));
+    expect(Number(size)).toBe(Number(count));
   });
 });
 
@@ -223,7 +231,7 @@ describe('the Usage page', () => {
     await page.close();
   });
 
-  const PAGES = ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/models/mas/none', '/docs', '/docs/api', '/docs/catalog', '/docs/generations', '/account/usage', '/account/generations/<job>'];
+  const PAGES = ['/', '/models', '/models/mas/image-demo', '/models/mas/echo', '/models/mas/none', '/docs', '/docs/quickstart', '/docs/generations', '/docs/pricing', '/account/usage', '/account/generations/<job>'];
   // Independent page visits, each in a page of its own: several at once (vitest's maxConcurrency).
   it.concurrent.each([390, 1280].flatMap((width) => PAGES.map((path) => ({ width, height: width === 390 ? 844 : 800, path }))))('$path fits a $width px wide window, headings in order, with no serious axe-core violation', async ({ width, height, path: at }) => {
     const page = await context.newPage();

@@ -77,6 +77,25 @@ describe('process roles', () => {
     expect(second.output().trim()).toBe('Database up to date.');
   });
 
+  it('a migration that fails stops npm run migrate with its error, and applies nothing', async () => {
+    // Migrations run in a process of their own (config/database.ts, migrateApart): its error comes back to the one that started it.
+    const broken = await createFreshDatabase();
+    const sql = new pg.Client({ connectionString: broken.url });
+    try {
+      await sql.connect();
+      await sql.query('create table accounts (id int)');
+      const proc = run('migrate', env({ DATABASE_URL: broken.url }));
+      expect(await proc.exited).toBe(1);
+      const fatal = proc.output().split('\n').find((line) => line.includes('"could not start"'));
+      expect(JSON.parse(fatal!)).toMatchObject({ err: { message: expect.stringMatching(/^Migration Migration20261122000000_foundation \(up\) failed: [^]*relation "accounts" already exists/) } });
+      const { rows } = await sql.query<{ t: string | null }>(`select to_regclass('public.wallets')::text as t`);
+      expect(rows[0]!.t).toBeNull();
+    } finally {
+      await sql.end();
+      await broken.drop();
+    }
+  });
+
   it('then an API instance serves; on SIGTERM /readyz fails first while requests are still served, then it drains and exits 0', async () => {
     const port = await freePort();
     const base = `http://127.0.0.1:${port}`;

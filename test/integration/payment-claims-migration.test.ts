@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount } from '../../core/accounts/accounts.ts';
-import { openOrm } from '../../core/orm.ts';
+import { migrator, openOrm } from '../../core/orm.ts';
 import { handlePaymentEvent } from '../../core/payments/receive-webhook.ts';
 import type { PaymentEvent } from '../../core/ports.ts';
 import { createFreshDatabase, testDeps, uniqueEmail } from '../support/db.ts';
@@ -29,7 +29,7 @@ const unique = (prefix: string) => `${prefix}_test_${randomBytes(8).toString('he
 
 describe('migration payment_claims', () => {
   it("reads the earlier refunds and disputes back as the payment's claims: a later event settles from them", async () => {
-    await orm.getMigrator().up({ to: 'Migration20261207000000_key_room_limited_only' });
+    await (await migrator(orm)).up({ to: 'Migration20261207000000_key_room_limited_only' });
     const em = orm.em.fork();
     const account = await createAccount(em, { email: uniqueEmail('claims-migration') });
     const pi = unique('pi');
@@ -58,7 +58,7 @@ describe('migration payment_claims', () => {
     await step('dispute', won, 300, `stripe:dispute:${won}`, 'Dispute');
     await step('dispute_won', won, 300, `stripe:dispute:${won}:won`, 'Dispute won');
 
-    await orm.getMigrator().up();
+    await (await migrator(orm)).up();
     expect(await em.execute('select charge_id, payment_intent_id, refunded_cents::int from charge_refunds where payment_intent_id = ?', [pi])).toEqual([
       { charge_id: charge, payment_intent_id: pi, refunded_cents: 500 },
     ]);

@@ -193,9 +193,9 @@ export const ACCEPTED_SURVIVORS: AcceptedSurvivor[] = [
   {
     file: "core/chat/chat.ts",
     mutator: "BlockStatement",
-    code: "{\n        await charge(delivered, false);\n      }",
+    code: "{\n          charge(delivered, deliveredCalls, false);\n        }",
     replacement: "{}",
-    reason: "Equivalent: when the upstream fails, everything produced has been delivered (a delta is counted as delivered as soon as the reader takes it, and the failure comes from the upstream between deltas), so the `finally` charge of what was produced charges the same amount before the error reaches the caller.",
+    reason: "Equivalent: when the upstream fails, everything produced has been delivered (a delta or a tool call's arguments count as delivered as soon as the reader takes them, and the failure comes from the upstream between events), so the `finally` charge of what was produced charges the same amount before the error reaches the caller.",
   },
   {
     file: "core/generations/create-generation.ts",

@@ -92,6 +92,8 @@ export function testDeps(
     HOLD_TTL_SECONDS: String(opts.holdTtlSeconds ?? 900),
     RESULT_RETENTION_SECONDS: String(opts.retentionSeconds ?? 3600),
     DEMO_COINS: '0',
+    // No DATABASE_URL here (the ORM is given): say 0, not the embedded set-up's welcome credit.
+    STARTER_CREDIT_COINS: '0',
     API_PRICE_PERCENT: '50',
     ...opts.env,
   });

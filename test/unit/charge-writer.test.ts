@@ -1,9 +1,13 @@
+import { context, trace } from '@opentelemetry/api';
+import { AlwaysOnSampler, InMemorySpanExporter, ParentBasedSampler, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import pino from 'pino';
 import { Writable } from 'node:stream';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { ChargeWriter } from '../../core/chat/charge-writer.ts';
 import type { CompletionRecord } from '../../core/chat/recorder.ts';
 import type { Execute } from '../../core/db/batch.ts';
+import { setTracing } from '../../core/telemetry.ts';
 
 /**
  * The charge writer (core/chat/charge-writer.ts) on a fake database: when a statement is sent,
@@ -114,6 +118,45 @@ describe('ChargeWriter', () => {
     db.open();
     await vi.advanceTimersByTimeAsync(0);
     expect(db.statements.map((s) => s.holds)).toEqual([['h1'], ['h2', 'h3']]);
+  });
+
+  it('arms one timer for a batch, none while a statement runs, and none left once a read has sent the queue', async () => {
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 20 });
+    void settle(w, 'h1');
+    void settle(w, 'h2');
+    expect(vi.getTimerCount()).toBe(1);
+    // A read sends at once and disarms the batch's timer.
+    db.hold();
+    const read = w.settledFor('acct_1');
+    expect(vi.getTimerCount()).toBe(0);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2']]);
+    // While that statement runs, what ends arms nothing: the statement's end sends it.
+    void settle(w, 'h3');
+    void w.release({ holdId: 'h4', accountId: 'acct_2' });
+    expect(vi.getTimerCount()).toBe(0);
+    db.open();
+    await read;
+    await vi.advanceTimersByTimeAsync(0);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2'], ['h3', 'h4']]);
+    expect(vi.getTimerCount()).toBe(0);
+    await w.settledAll();
+    expect(w.pending).toBe(0);
+  });
+
+  it('a charge queued with its wait already spent goes at the end of the turn, and the batch timer is disarmed', async () => {
+    let now = 0;
+    const db = fakeDb();
+    const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 20 }, () => now);
+    void settle(w, 'h1');
+    expect(vi.getTimerCount()).toBe(1);
+    // The process was busy: the clock reads 20 ms later when h2 is queued, before h1's timer ran.
+    now = 20;
+    void settle(w, 'h2');
+    expect(vi.getTimerCount()).toBe(2);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(db.statements.map((s) => s.holds)).toEqual([['h1', 'h2']]);
+    expect(vi.getTimerCount()).toBe(0);
   });
 
   it('a batch that reaches maxBatch goes at once, without waiting USAGE_FLUSH_MS', async () => {
@@ -290,5 +333,34 @@ describe('ChargeWriter', () => {
     const rows = JSON.parse(String(params[0]![1])) as Record<string, unknown>[];
     expect(rows[0]).toMatchObject({ i: 0, id: 'chatcmpl-1', duration_ms: 0, provider: 'fake', route_model: 'upstream-model', upstream_cost_micro: '7', created_at: '1970-01-01T00:00:00.000Z' });
     expect(rows[1]).toMatchObject({ i: 1, upstream_cost_micro: null });
+  });
+
+  it('traced: each charge is a client span of the chat that lasts until it is written, named for the statement, with its hold, outcome and cost', async () => {
+    const exporter = new InMemorySpanExporter();
+    const provider = new NodeTracerProvider({ sampler: new ParentBasedSampler({ root: new AlwaysOnSampler() }), spanProcessors: [new SimpleSpanProcessor(exporter)] });
+    provider.register();
+    setTracing({ on: true });
+    try {
+      const db = fakeDb();
+      const w = new ChargeWriter(db.execute, logs().logger, { flushMs: 20 });
+      const root = trace.getTracer('test').startSpan('core chat.complete');
+      const written = context.with(trace.setSpan(context.active(), root), () => [settle(w, 'h1'), w.release({ holdId: 'h2', accountId: 'acct_1' })]);
+      expect(exporter.getFinishedSpans()).toHaveLength(0);
+      await vi.advanceTimersByTimeAsync(20);
+      await Promise.all(written);
+      root.end();
+      const ends = exporter.getFinishedSpans().filter((s) => s.name === 'mas_end_hold_many');
+      expect(ends.map((s) => s.attributes)).toEqual([
+        expect.objectContaining({ 'db.operation.name': 'mas_end_hold_many', 'mas.hold_id': 'h1', 'mas.hold.outcome': 'settled', 'mas.cost_coins': 0.00004 }),
+        expect.objectContaining({ 'db.operation.name': 'mas_end_hold_many', 'mas.hold_id': 'h2', 'mas.hold.outcome': 'released', 'mas.cost_coins': 0 }),
+      ]);
+      // This SDK names the parent by its id (`parentSpanId`).
+      expect(ends.map((s) => (s as unknown as { parentSpanId?: string }).parentSpanId)).toEqual([root.spanContext().spanId, root.spanContext().spanId]);
+    } finally {
+      setTracing({ on: false });
+      await provider.shutdown();
+      trace.disable();
+      context.disable();
+    }
   });
 });

@@ -1,6 +1,6 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { describe, expect, it } from 'vitest';
-import { describeRows } from '../../core/money/history-details.ts';
+import { describeRows, WELCOME_CREDIT_REFERENCE } from '../../core/money/history-details.ts';
 
 /**
  * The history in words (core/money/history-details.ts) where no database is needed; the words
@@ -38,5 +38,16 @@ describe('a Responses API charge in the history', () => {
     expect(details.get(7n)?.details).toMatch(/^Response on demo\/chat/);
     expect(details.get(8n)?.model).toBeNull();
     expect(details.get(8n)?.details).not.toMatch(/^Response/);
+  });
+});
+
+describe('the welcome credit in the history', () => {
+  const noRecords = { execute: () => Promise.resolve([]) } as unknown as EntityManager;
+  const row = (anchor: bigint, reference: string, description: string) => ({ anchor, type: 'adjustment' as const, entryKind: 'adjustment', holdKind: null, description, amount: 1000_000_000n, reference });
+
+  it('reads "Welcome credit"; an operator\'s correction still reads as one', async () => {
+    const details = await describeRows(noRecords, 'acct_1', [row(1n, WELCOME_CREDIT_REFERENCE, 'Welcome credit'), row(2n, 'adj_k1', 'Balance adjustment')]);
+    expect(details.get(1n)?.details).toBe('Welcome credit');
+    expect(details.get(2n)?.details).toBe('Balance correction by the operator (up)');
   });
 });

@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { DOCS, docHref, loadDocs, renderDoc, slug } from '../../adapters/web/pages/docs.ts';
 import { modelSnippets, pythonLiteral } from '../../adapters/web/pages/snippets.ts';
 
 /** The ready requests of the model pages (adapters/web/pages/snippets.ts): every body parses back and names the model. */
@@ -92,36 +91,5 @@ describe('model snippets', () => {
     const s = modelSnippets({ id: 'x/y', type: 'video' }, BASE);
     expect(curlBody(byId(s, 'curl'))).toMatchObject({ model: 'x/y' });
     expect(pythonLiteral({ a: [true, null, 'true'] })).toBe('{\n  "a": [\n    True,\n    None,\n    "true"\n  ]\n}');
-  });
-});
-
-describe('docs pages', () => {
-  it('links between docs go to /docs/<name>; links to other files are text; outside links stay', () => {
-    expect(docHref('api.md')).toBe('/docs/api');
-    expect(docHref('./mcp.md#tools')).toBe('/docs/mcp#tools');
-    expect(docHref('../README.md#first-requests')).toBeNull();
-    expect(docHref('../../etc/passwd.md')).toBeNull();
-    expect(docHref('nothere.md')).toBeNull();
-    expect(docHref('https://example.com/x')).toBe('https://example.com/x');
-    expect(docHref('#errors')).toBe('#errors');
-    const doc = renderDoc('api', '# API\n\nSee [chat](chat.md#tools) and [the code](../core/x.ts).\n\n## Wallet history\n\n<script>alert(1)</script>\n');
-    expect(doc.title).toBe('API');
-    expect(doc.body.value).toContain('<a href="/docs/chat#tools">chat</a>');
-    expect(doc.body.value).toContain('the code');
-    expect(doc.body.value).not.toContain('../core/x.ts');
-    expect(doc.body.value).toContain('<h2 id="wallet-history">');
-    expect(doc.body.value).not.toContain('<script>');
-    expect(slug('`GET /models`: the list')).toBe('get-models-the-list');
-    // Tables and code blocks scroll in focusable boxes of their own; a table's is named after its section.
-    const tables = renderDoc('api', '# API\n\n## Limits & sizes\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```sh\ncurl x\n```\n').body.value;
-    expect(tables).toContain('<div class="table-wrap" role="region" tabindex="0" aria-label="Limits &amp; sizes"><table>');
-    expect(tables).toContain('</table></div>');
-    expect(tables).toContain('<pre tabindex="0"><code class="language-sh">curl x');
-  });
-
-  it('every doc of the fixed list is in docs/ and renders', () => {
-    const docs = loadDocs();
-    expect([...docs.keys()]).toEqual([...DOCS]);
-    for (const d of docs.values()) expect(d.body.value.length).toBeGreaterThan(100);
   });
 });

@@ -81,4 +81,25 @@ describe('request log', () => {
       await new Promise((resolve) => local.close(resolve));
     }
   });
+
+  it('makes the request\'s child logger only when a line is written: an answer not logged costs no child', async () => {
+    const logger = createLogger('warn', { write: () => undefined });
+    const child = vi.spyOn(logger, 'child');
+    const app = express();
+    app.use(requestLogger(logger));
+    app.get('/quiet', (req, res) => void res.json({ id: req.id }));
+    app.get('/down', (_req, res) => void res.status(503).json({}));
+    const local = app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => local.once('listening', resolve));
+    try {
+      const base = `http://127.0.0.1:${(local.address() as AddressInfo).port}`;
+      for (let i = 0; i < 3; i++) expect((await fetch(`${base}/quiet`)).status).toBe(200);
+      expect(child).not.toHaveBeenCalled();
+      await fetch(`${base}/down`, { headers: { 'x-request-id': 'trace-child' } });
+      await vi.waitFor(() => expect(child).toHaveBeenCalledTimes(1));
+      expect(child).toHaveBeenCalledWith({ request_id: 'trace-child' });
+    } finally {
+      await new Promise((resolve) => local.close(resolve));
+    }
+  });
 });

@@ -10,7 +10,7 @@ export function chatRoutes(deps: CoreDeps, logger: Logger): Router {
   route(router, '/chat/completions', {
     post: async (req, res) => {
       const result = await callApi(deps, req, res, (core) => core.chat.complete(req.body));
-      if (result.stream) await sendEventStream(res, result.chunks, req.log ?? logger);
+      if (result.stream) await sendEventStream(res, result.chunks, () => req.log ?? logger);
       else res.json(result.completion);
     },
   });
@@ -22,7 +22,7 @@ export function chatRoutes(deps: CoreDeps, logger: Logger): Router {
   route(router, '/responses', {
     post: async (req, res) => {
       const result = await callApi(deps, req, res, (core) => core.chat.respond(req.body));
-      if (result.stream) await sendResponseEventStream(res, result.events, req.log ?? logger);
+      if (result.stream) await sendResponseEventStream(res, result.events, () => req.log ?? logger);
       else res.json(result.response);
     },
   });

@@ -1,5 +1,6 @@
 import type { AppConnectionView } from '../../../core/apps/connections.ts';
 import { coinsFig, emptyState, fieldError, html, invalidAttrs, money, moneyCard, notice, page, when, type Html } from '../html.ts';
+import type { Snippet } from './snippets.ts';
 
 type Nav = { email: string; csrf: string };
 type Balance = { coins: number; subscription_coins: number; purchased_coins: number; held_coins: number; paid_account: boolean };
@@ -85,7 +86,7 @@ ${v.lowBalance}`,
   );
 }
 
-export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; models: ModelChoice[]; created?: { id: string; name: string; key: string } | undefined; error?: string | undefined; param?: string | undefined; values?: KeyValues | undefined }) {
+export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; models: ModelChoice[]; created?: { id: string; name: string; key: string } | undefined; firstRequest?: FirstRequest | undefined; error?: string | undefined; param?: string | undefined; values?: KeyValues | undefined }) {
   const active = v.keys.filter((k) => !k.revoked_at);
   const fe: FormError | undefined = v.error ? { message: v.error, param: v.param } : undefined;
   return page(
@@ -96,7 +97,8 @@ ${v.created
   <p><strong>Your new key "${v.created.name}".</strong> Copy it now: it is shown only this once, and only its hash is kept.</p>
   <div class="secret"><code id="new-key">${v.created.key}</code> <button type="button" data-copy="new-key" hidden>Copy</button></div>
   <p>Keep it on a server, never in a browser or an app. Anyone with it spends this account's coins.</p>
-</section>`
+</section>
+${v.firstRequest ? firstRequestSection(v.firstRequest) : ''}`
   : ''}
 <p>${active.length} of ${v.limit} keys in use.</p>
 ${v.keys.length === 0
@@ -129,6 +131,20 @@ export interface KeyValues {
   spend_limit_period?: string;
   expires_at?: string;
   allowed_models?: string[];
+}
+
+/** The request to try a new key with (snippets.ts, `firstRequestSnippets`): its own section, right after the secret. */
+export type FirstRequest = { model: string; snippets: Snippet[] };
+
+function firstRequestSection(r: FirstRequest) {
+  return html`<section aria-labelledby="first-request">
+<h2 id="first-request">Try the key</h2>
+<p>A chat with <code>${r.model}</code>, ready to run with this key; any OpenAI-compatible client works with the same base URL. Requests are paid from this account's coins: when they run out, the answer is 402, with the link to <a href="/account/billing#add-credits">add credits</a>.</p>
+${r.snippets.map(
+  (s) => html`<h3>${s.label}</h3>
+<div class="snippet"><pre tabindex="0" aria-label="${s.label} request"><code id="first-request-${s.id}">${s.code}</code></pre><button type="button" data-copy="first-request-${s.id}" aria-label="Copy the ${s.label} request" hidden>Copy</button></div>`,
+)}
+</section>`;
 }
 
 /** A key's edit page: its name and limits. */

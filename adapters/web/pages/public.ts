@@ -50,11 +50,67 @@ const unitHint = (m: ModelView, setting: string) => {
 const priceSummary = (m: ModelView) => priceLines(m).slice(0, m.type === 'text' ? 2 : 1).join(' · ');
 export const modelHref = (id: string) => `/models/${id.split('/').map(encodeURIComponent).join('/')}`;
 
-export function landingPage(visitor: Visitor, publicBaseUrl: string) {
+/**
+ * The models a page's examples use: a chat model and a media model a new account can run (not
+ * paid-only, and for media no required input file), else the first of their kind.
+ */
+export function exampleModels(models: ModelView[]): { chat?: ModelView | undefined; media?: ModelView | undefined } {
+  const chats = models.filter((m) => m.type === 'text');
+  const medias = models.filter((m) => m.type !== 'text');
+  const noInputNeeded = (m: ModelView) => !Object.values(m.inputs).some((i) => record(i).required === true);
+  return {
+    chat: chats.find((m) => !m.paid_only) ?? chats[0],
+    media: medias.find((m) => m.type === 'image' && !m.paid_only && noInputNeeded(m)) ?? medias.find((m) => !m.paid_only && noInputNeeded(m)) ?? medias[0],
+  };
+}
+
+const kindName = (m: ModelView) => KINDS.find((k) => k.type === m.type)?.heading.replace(/ models$/, '') ?? m.type;
+
+/** The models in the catalog pages' order: chat, image, video, audio, 3D, each kind in the catalog's order. */
+export const byKind = (models: ModelView[]) => KINDS.flatMap((k) => models.filter((m) => m.type === k.type));
+
+/** The models on sale with their API prices, as a table, kind by kind: the landing page's and the pricing doc's. */
+export function priceTable(unordered: ModelView[]): Html {
+  const models = byKind(unordered);
+  if (models.length === 0) return html`<p>No models are offered right now.</p>`;
+  return html`<div class="table-wrap" role="region" tabindex="0" aria-label="Models and prices"><table class="prices">
+  <thead><tr><th scope="col">Model</th><th scope="col">Kind</th><th scope="col">Price (coins)</th></tr></thead>
+  <tbody>${models.map(
+    (m) => html`<tr><td><a href="${modelHref(m.id)}">${m.name}</a><br><code>${m.id}</code>${m.paid_only ? html` <span class="tag">paid accounts only</span>` : ''}</td><td>${kindName(m)}</td><td>${priceLines(m)
+      .slice(0, m.type === 'text' ? 2 : 1)
+      .map((l, i) => html`${i > 0 ? html`<br>` : ''}${l}`)}</td></tr>`,
+  )}</tbody>
+</table></div>`;
+}
+
+/** How many models the landing page lists before "See all": the rest are on /models. */
+const LANDING_MODELS = 8;
+
+export function landingPage(visitor: Visitor, publicBaseUrl: string, models: ModelView[]) {
   const base = apiBase(publicBaseUrl);
+  const { chat } = exampleModels(models);
+  const snippets = chat ? modelSnippets(chat, publicBaseUrl).filter((s) => s.id !== 'mcp') : [];
+  const shown = byKind(models).slice(0, LANDING_MODELS);
   return page(
     { title: 'Model Access Service', publicNav: { current: '/', signedIn: visitor.signedIn } },
-    html`<p class="lead">One API key for chat and media models, paid for with coins.</p>
+    html`<p class="lead">One API key for chat and media models, paid for with coins: 1,000 coins = 1 US dollar, and you pay only for what you use.</p>
+<p class="actions">${visitor.signedIn
+  ? html`<a class="button" href="/account">Your account</a> <a href="/account/keys">Create an API key</a> <a href="/docs/quickstart">Quickstart</a>`
+  : html`<a class="button" href="/signup">Sign up</a> <a href="/login">Sign in</a> <a href="/docs/quickstart">Quickstart</a> <a href="/docs">Docs</a>`}</p>
+<h2 id="models">Models and prices</h2>
+<p>API prices in coins. Chat models are priced per million tokens; a media job has one price, known before it starts, and is refunded if it fails.</p>
+${priceTable(shown)}
+${models.length > shown.length ? html`<p><a href="/models">See all ${models.length} models and their prices</a></p>` : html`<p><a href="/models">Every model, its settings and a ready request</a></p>`}
+<h2 id="first-request">Your first request</h2>
+<p>Sign up, create a key on <a href="/account/keys">API keys</a>, put it in <code>MAS_API_KEY</code>, and run one of these against <code>${base}</code>. The official <code>openai</code> libraries work unchanged.</p>
+${snippets.length === 0
+  ? html`<div class="snippet"><pre tabindex="0" aria-label="curl request"><code id="snippet-curl">curl ${base}/models -H "Authorization: Bearer $MAS_API_KEY"</code></pre></div>`
+  : snippets.map(
+      (s) => html`<h3 id="request-${s.id}">${s.label.replace(/^Node\b/, 'JavaScript')}</h3>
+<div class="snippet"><pre tabindex="0" aria-label="${s.label} request"><code id="snippet-${s.id}">${s.code}</code></pre><button type="button" data-copy="snippet-${s.id}" aria-label="Copy the ${s.label} request" hidden>Copy</button></div>`,
+    )}
+<p>More in <a href="/docs/quickstart">the quickstart</a>: media jobs, streaming and the MCP connector.</p>
+<h2 id="what">What you get</h2>
 <ul class="features">
   <li><strong>OpenAI-compatible chat.</strong> Point the openai SDK (or any client of the chat completions API) at <code>${base}</code> and use any chat model of <a href="/models">the catalog</a>, streaming and tools included.</li>
   <li><strong>Media jobs.</strong> Images, video, audio and 3D: submit a job, wait for it or get a webhook, download the result. A job that fails is refunded.</li>
@@ -62,13 +118,11 @@ export function landingPage(visitor: Visitor, publicBaseUrl: string) {
   <li><strong>Coins.</strong> One balance for everything, topped up by card or by a subscription; every charge and refund is in your history.</li>
   <li><strong>An MCP connector for agents.</strong> Claude, Cursor or ChatGPT connect to <code>${base}/mcp</code> and chat or make media with your coins, within a cap you set.</li>
 </ul>
-<p class="actions">${visitor.signedIn
-  ? html`<a class="button" href="/account">Your account</a>`
-  : html`<a class="button" href="/signup">Sign up</a> <a href="/login">Sign in</a>`}</p>
-<h2>Start here</h2>
+<h2 id="start">Start here</h2>
 <ul>
+  <li><a href="/docs/quickstart">Quickstart</a>: an account, a key and a first request in five minutes.</li>
   <li><a href="/models">Models and prices</a>: every model, its settings and a ready request.</li>
-  <li><a href="/docs">Docs</a>: how the API, media jobs, the MCP connector and billing work.</li>
+  <li><a href="/docs">Docs</a>: chat, media jobs, files, the MCP connector, errors, limits and pricing.</li>
   <li><a href="/api/v1/docs">API reference</a>: every endpoint, from the OpenAPI document.</li>
 </ul>`,
   );

@@ -123,3 +123,66 @@ export function modelSnippets(model: SnippetModel, publicBaseUrl: string): Snipp
     { id: 'mcp', label: 'MCP connector', language: 'json', code: mcp },
   ];
 }
+
+/** A model as the first-request snippets choose among them: the catalog's view. */
+export interface FirstRequestModel {
+  id: string;
+  type: string;
+  paid_only: boolean;
+  pricing: Record<string, unknown>;
+}
+
+/**
+ * The model a new key's first request uses: a chat model open to every account (not
+ * `paid_only`, so it works on the welcome credit), among those the key may use, the cheapest
+ * per million tokens; undefined when there is none.
+ */
+export function firstRequestModel(models: FirstRequestModel[], allowed: string[] | null): string | undefined {
+  const price = (m: FirstRequestModel) => Number(m.pricing.input_per_million ?? 0) + Number(m.pricing.output_per_million ?? 0);
+  const open = models.filter((m) => m.type === 'text' && !m.paid_only && (allowed === null || allowed.includes(m.id)));
+  return open.sort((a, b) => price(a) - price(b) || a.id.localeCompare(b.id))[0]?.id;
+}
+
+/**
+ * The request shown right after a key is created (the keys page): a chat completion with that
+ * key itself and the API's real base URL (`PUBLIC_BASE_URL` + `/api/v1`), in curl and with the
+ * openai SDK for Python and JavaScript, ready to paste and run. The key is in the text: the
+ * page that shows it is the one that shows the secret once (`Cache-Control: no-store`).
+ */
+export function firstRequestSnippets(baseUrl: string, key: string, model: string): Snippet[] {
+  const body = { model, messages: [{ role: 'user', content: 'Say hello in one short sentence.' }], max_tokens: 50 };
+  const json = JSON.stringify(body, null, 2);
+  const curl = [
+    `curl ${baseUrl}/chat/completions \\`,
+    `  -H "Authorization: Bearer ${key}" \\`,
+    `  -H "Content-Type: application/json" \\`,
+    `  -d ${shellQuote(json)}`,
+  ].join('\n');
+  const python = [
+    'from openai import OpenAI',
+    '',
+    'client = OpenAI(',
+    `    base_url=${JSON.stringify(baseUrl)},`,
+    `    api_key=${JSON.stringify(key)},`,
+    ')',
+    'completion = client.chat.completions.create(',
+    ...Object.entries(body).map(([k, v]) => `    ${k}=${pythonLiteral(v, 4)},`),
+    ')',
+    'print(completion.choices[0].message.content)',
+  ].join('\n');
+  const node = [
+    "import OpenAI from 'openai';",
+    '',
+    'const client = new OpenAI({',
+    `  baseURL: ${JSON.stringify(baseUrl)},`,
+    `  apiKey: ${JSON.stringify(key)},`,
+    '});',
+    `const completion = await client.chat.completions.create(${json});`,
+    'console.log(completion.choices[0].message.content);',
+  ].join('\n');
+  return [
+    { id: 'curl', label: 'curl', language: 'sh', code: curl },
+    { id: 'python', label: 'Python (openai SDK)', language: 'python', code: python },
+    { id: 'node', label: 'JavaScript (openai SDK)', language: 'javascript', code: node },
+  ];
+}
