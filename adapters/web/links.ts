@@ -25,6 +25,6 @@ export function accountLinks(publicBaseUrl: string): AccountLinks {
     forgotPassword: `${publicBaseUrl}/password/forgot`,
     account: `${publicBaseUrl}/account`,
     // The "Add credits" section of the account pages (adapters/web/pages/billing.ts).
-    addCredits: `${publicBaseUrl}/account#add-credits`,
+    addCredits: `${publicBaseUrl}/account/billing#add-credits`,
   };
 }

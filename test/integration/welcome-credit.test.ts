@@ -152,7 +152,7 @@ describe('the 402 answer for want of coins', () => {
   });
   afterAll(() => api?.close());
 
-  const link = 'https://mas.example.com/account#add-credits';
+  const link = 'https://mas.example.com/account/billing#add-credits';
   const offHint = `Payments are not set up on this server: ask its operator for coins. Your balance: ${link}`;
 
   it('REST (chat and a media job) and MCP say where to add credits, with the same words; the code and type are unchanged', async () => {

@@ -43,18 +43,18 @@ describe('MAIL_FROM', () => {
 });
 
 describe('the 402 hint', () => {
-  const links = { addCredits: 'https://mas.example.com/account#add-credits' };
+  const links = { addCredits: 'https://mas.example.com/account/billing#add-credits' };
 
   it('names the Add credits link, and tells an account on a server without payments to ask the operator', () => {
-    expect(topUpHint(links, true)).toBe('Add credits at https://mas.example.com/account#add-credits');
-    expect(topUpHint(links, false)).toBe('Payments are not set up on this server: ask its operator for coins. Your balance: https://mas.example.com/account#add-credits');
+    expect(topUpHint(links, true)).toBe('Add credits at https://mas.example.com/account/billing#add-credits');
+    expect(topUpHint(links, false)).toBe('Payments are not set up on this server: ask its operator for coins. Your balance: https://mas.example.com/account/billing#add-credits');
   });
 
   it('is added once, to insufficient_balance only; the code and reason stay', () => {
     const err = new CoreError('insufficient_balance', 'Insufficient balance: this request needs 3 coins and 1.5 are available.');
     addTopUpHint(err, links, true);
     addTopUpHint(err, links, true);
-    expect(err.message).toBe('Insufficient balance: this request needs 3 coins and 1.5 are available. Add credits at https://mas.example.com/account#add-credits');
+    expect(err.message).toBe('Insufficient balance: this request needs 3 coins and 1.5 are available. Add credits at https://mas.example.com/account/billing#add-credits');
     expect(err.code).toBe('insufficient_balance');
     const other = new CoreError('spend_cap_reached', "This API key's spend limit is reached.", { reason: 'key_spend_limit_reached' });
     addTopUpHint(other, links, true);
