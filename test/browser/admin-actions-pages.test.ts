@@ -316,8 +316,28 @@ describe('the models pages', () => {
     const prices = page.locator('#set-prices');
     await prices.getByLabel(/^Prices/).fill('{"base": ');
     await confirm(prices, reasonOf('typo'), 'Schedule prices');
-    expect(await page.getByRole('alert').textContent()).toMatch(/^Prices: not valid JSON/);
-    expect(await page.getByLabel(/^Prices/).inputValue()).toBe('{"base": ');
+    expect(await page.getByRole('alert').first().textContent()).toMatch(/^Prices: not valid JSON/);
+    const field = page.getByRole('textbox', { name: /^Prices \(in-app/ });
+    expect(await field.inputValue()).toBe('{"base": ');
+    // The error is beside the field too, and the field says so to a screen reader.
+    expect(await field.getAttribute('aria-invalid')).toBe('true');
+    expect(await page.locator(`#${await field.getAttribute('aria-describedby')}`).textContent()).toMatch(/^Prices: not valid JSON/);
+    // A missing reason: beside the reason's field.
+    // The page is now the action's own confirmation page, with its one form.
+    const again = page.locator('form.admin-action');
+    await field.fill('{}');
+    await again.getByRole('textbox', { name: /^Reason/ }).fill('');
+    await again.getByRole('checkbox').check();
+    // The browser would stop an empty required field itself: this is what a form sent anyway gets.
+    await again.evaluate((form) => {
+      const f = form as unknown as { noValidate: boolean; requestSubmit(): void };
+      f.noValidate = true;
+      f.requestSubmit();
+    });
+    await page.waitForLoadState();
+    const reason = page.getByRole('textbox', { name: /^Reason/ });
+    expect(await reason.getAttribute('aria-invalid')).toBe('true');
+    expect(await page.locator('#reason-error').textContent()).toBe('Reason: say why, for the audit log.');
   });
 });
 

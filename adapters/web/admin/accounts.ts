@@ -36,7 +36,7 @@ const coinsField = (label: string, values: Record<string, string>, signed: boole
 
 /** A top-up's or grant's input; the amount is core's to check. */
 const creditVariables = (req: Request, reason: string, value: (f: string) => string) =>
-  value('coins') ? { input: { account: String(req.params.id), coins: value('coins'), reason, idempotencyKey: value('idempotency_key') || randomUUID() } } : 'Coins: enter an amount, such as 10 or 2.5.';
+  value('coins') ? { input: { account: String(req.params.id), coins: value('coins'), reason, idempotencyKey: value('idempotency_key') || randomUUID() } } : { field: 'coins', message: 'Coins: enter an amount, such as 10 or 2.5.' };
 
 const ACTIONS: ActionSpec[] = [
   {
@@ -52,7 +52,7 @@ const ACTIONS: ActionSpec[] = [
     variables: (req, reason, value) => {
       const credit = creditVariables(req, reason, value);
       const note = value('customer_note').trim();
-      return typeof credit === 'string' || !note ? credit : { input: { ...credit.input, customerNote: note } };
+      return 'field' in credit || !note ? credit : { input: { ...credit.input, customerNote: note } };
     },
     back: accountUrl,
     done: 'The balance was adjusted.',

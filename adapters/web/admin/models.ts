@@ -130,10 +130,10 @@ const ACTIONS: ActionSpec[] = [
       try {
         prices = JSON.parse(value('prices'));
       } catch (err) {
-        return `Prices: not valid JSON (${(err as Error).message}).`;
+        return { field: 'prices', message: `Prices: not valid JSON (${(err as Error).message}).` };
       }
       const from = value('effective_from');
-      if (from && !MINUTE.test(from)) return 'Starts at: a time such as 2026-12-01T09:00 (UTC).';
+      if (from && !MINUTE.test(from)) return { field: 'effective_from', message: 'Starts at: a time such as 2026-12-01T09:00 (UTC).' };
       return { input: { id: String(req.params.id), prices, reason, ...(from ? { effectiveFrom: `${from.length === 16 ? `${from}:00` : from}Z` } : {}) } };
     },
     back: (req) => modelUrl(String(req.params.id)),

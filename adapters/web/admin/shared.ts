@@ -1,6 +1,6 @@
 import type { Request, RequestHandler, Response, Router } from 'express';
 import type { GraphQLError } from '../../graphql/graphql-js.ts';
-import { html, notice, page, type Html } from '../html.ts';
+import { fieldError, html, Html, invalidAttrs, notice, page } from '../html.ts';
 
 /**
  * What every admin page module shares: the layout, the in-process GraphQL runner, the signed-in
@@ -80,12 +80,28 @@ export const viewerNote = (nav: Nav) => (nav.role === 'viewer' ? html`<p class="
  * An action's form: its own fields, a reason, and an "I understand" box to tick (the
  * confirmation: the pages work without JavaScript, so no confirm()). Posts to `action`.
  */
-export function actionForm(v: { action: string; csrf: string; fields?: Html; understand: string; button: string; danger?: boolean; reason?: string; id?: string }): Html {
+export function actionForm(v: { action: string; csrf: string; fields?: Html; understand: string; button: string; danger?: boolean; reason?: string; id?: string; errors?: { reason?: string; confirm?: string } }): Html {
+  const reasonError = v.errors?.reason;
+  const confirmError = v.errors?.confirm;
   return html`<form method="post" action="${v.action}" class="stack admin-action"${v.id ? html` id="${v.id}"` : ''}>
   <input type="hidden" name="_csrf" value="${v.csrf}">
   ${v.fields ?? ''}
-  <label>Reason (for the audit log) <input type="text" name="reason" required minlength="3" maxlength="500" value="${v.reason ?? ''}"></label>
-  <label class="confirm"><input type="checkbox" name="confirm" value="yes" required> ${v.understand}</label>
+  <label>Reason (for the audit log) ${fieldError('reason', reasonError)}<input type="text" name="reason" required minlength="3" maxlength="500" value="${v.reason ?? ''}"${invalidAttrs('reason', reasonError)}></label>
+  ${fieldError('confirm', confirmError)}<label class="confirm"><input type="checkbox" name="confirm" value="yes" required${invalidAttrs('confirm', confirmError)}> ${v.understand}</label>
   <button type="submit"${v.danger ? html` class="danger"` : ''}>${v.button}</button>
 </form>`;
+}
+
+/**
+ * An action's own fields (ActionSpec.fields) with `message` beside the one named `name`: after
+ * its label's text, before the input, which is marked invalid and described by it (GOV.UK's
+ * error message pattern; the page's summary at the top says it too). No such field: unchanged.
+ */
+export function markField(fields: Html, name: string, message: string): Html {
+  const input = new RegExp(`<(?:input|select|textarea)\\b[^>]*\\bname="${name.replace(/[^\w-]/g, '')}"`);
+  const found = input.exec(fields.value);
+  if (!found) return fields;
+  const before = fields.value.slice(0, found.index);
+  const after = fields.value.slice(found.index + found[0].length);
+  return new Html(`${before}${String(fieldError(name, message))}${found[0]}${String(invalidAttrs(name, message))}${after}`);
 }
