@@ -65,7 +65,7 @@ describe('public pages over HTTP', () => {
     for (const href of ['/models', '/docs', '/docs/quickstart', '/api/v1/docs', '/signup', '/login']) expect(body).toContain(`href="${href}"`);
     // The models on sale with their prices, and a first request against this service.
     expect(body).toContain('<a href="/models/mas/echo">Echo (demo)</a>');
-    expect(body).toContain('50 coins per million input tokens<br>200 coins per million output tokens');
+    expect(body).toContain('50 coins ($0.05) per million input tokens<br>200 coins ($0.20) per million output tokens');
     expect(body).toContain('curl http://localhost/api/v1/chat/completions');
     expect(body).toMatch(/OpenAI-compatible chat/);
     expect(body).toMatch(/MCP connector/);
@@ -87,9 +87,9 @@ describe('public pages over HTTP', () => {
     expect(body.indexOf('Chat models')).toBeLessThan(body.indexOf('Image models'));
     expect(body).toContain('<a href="/models/mas/image-demo">Image (demo)</a>');
     // mas/echo: 100 and 400 in-app coins per million tokens, at 50 %.
-    expect(body).toContain('50 coins per million input tokens · 200 coins per million output tokens');
+    expect(body).toContain('50 coins ($0.05) per million input tokens · 200 coins ($0.20) per million output tokens');
     // mas/image-demo: base 20 × 0.5 for 128 px, at 50 %: from 5 coins.
-    expect(body).toContain('from 5 coins per image');
+    expect(body).toContain('from 5 coins ($0.01) per image');
     expect(body).not.toContain(disabledId);
   });
 

@@ -137,12 +137,12 @@ describe('the public pages of a deployment with PUBLIC_BASE_URL set', () => {
     const landing = await (await get('/')).text();
     for (const [name, page] of [['pricing', pricing], ['landing', landing]] as const) {
       expect(page, name).toContain(`<a href="/models/${pricedId}">Priced Chat</a>`);
-      expect(page, name).toContain('1,234 coins per million input tokens<br>4,321 coins per million output tokens');
+      expect(page, name).toContain('1,234 coins ($1.23) per million input tokens<br>4,321 coins ($4.32) per million output tokens');
       expect(page, name).toContain('<a href="/models/mas/echo">Echo (demo)</a>');
-      expect(page, name).toContain('50 coins per million input tokens<br>200 coins per million output tokens');
+      expect(page, name).toContain('50 coins ($0.05) per million input tokens<br>200 coins ($0.20) per million output tokens');
       expect(page, name).not.toContain(disabledId);
     }
-    expect(pricing).toContain('from 5 coins per image');
+    expect(pricing).toContain('from 5 coins ($0.01) per image');
   });
 
   it('the landing page shows a request that runs against this deployment, and the way in', async () => {

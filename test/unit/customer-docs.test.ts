@@ -121,8 +121,8 @@ describe('the customer docs', () => {
   it('the pricing page lists the catalog\'s models with their prices', () => {
     const pricing = pages.get('pricing')!;
     expect(pricing).toContain('<a href="/models/acme/chat-1">Acme Chat</a>');
-    expect(pricing).toContain('123.5 coins per million input tokens<br>456 coins per million output tokens');
-    expect(pricing).toContain('from 7 coins per image');
+    expect(pricing).toContain('123.5 coins ($0.12) per million input tokens<br>456 coins ($0.46) per million output tokens');
+    expect(pricing).toContain('from 7 coins ($0.01) per image');
     expect(pricing).toContain('paid accounts only');
     expect(fillIn('<p>{{MODEL_PRICES}}</p>', { ...CTX, models: [] })).toContain('No models are offered right now.');
   });

@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import type { modelViewSchema } from '../../../core/catalog/views.ts';
-import { html, page, type Html } from '../html.ts';
+import { html, page, usdText, type Html } from '../html.ts';
 import { apiBase, modelSnippets } from './snippets.ts';
 
 /**
@@ -21,7 +21,8 @@ const KINDS: { type: ModelView['type']; heading: string; unit: string }[] = [
   { type: '3d', heading: '3D models', unit: '3D model' },
 ];
 
-const coins = (n: unknown) => `${typeof n === 'number' ? n.toLocaleString('en-US', { maximumFractionDigits: 6 }) : String(n)} ${n === 1 ? 'coin' : 'coins'}`;
+/** A price in coins, grouped by thousands, with what it is in US dollars (`1,234 coins ($1.23)`; issue 48: money a person can read). */
+const coins = (n: unknown) => `${typeof n === 'number' ? n.toLocaleString('en-US', { maximumFractionDigits: 6 }) : String(n)} ${n === 1 ? 'coin' : 'coins'}${typeof n === 'number' ? ` (${usdText(n)})` : ''}`;
 const record = (v: unknown) => (v && typeof v === 'object' ? (v as Record<string, unknown>) : {});
 
 /** The price in the model's own shape: per million input and output tokens, or per job with what changes it. */
