@@ -1,4 +1,4 @@
-import { COINS_PER_USD, fieldError, html, invalidAttrs, type Html } from '../html.ts';
+import { COINS_PER_USD, emptyState, fieldError, html, invalidAttrs, type Html } from '../html.ts';
 import { onDay, readableDay, when } from './shared.ts';
 
 /**
@@ -53,11 +53,11 @@ export function marginSections(range: { from: string; to: string }, data: Margin
 they were charged ${t.costedRevenueCoins} coins and cost ${t.upstreamCostCoins} upstream, a margin of ${t.marginCoins} coins (${t.marginPercent === null ? '—' : `${t.marginPercent}%`}).</p>
 <p>Amounts in coins, exact (1 USD = ${COINS_PER_USD.toLocaleString('en-US')} coins); days in UTC. The margin counts only the requests whose upstream cost is known; the rollups are as of ${when(data.perDay.asOf, 'never (no refresh yet)')}.</p></section>
 <section><h2>Per day</h2>
-${data.perDay.data.length === 0 ? html`<p>Nothing served in this range.</p>` : html`<table id="margin-days"><thead><tr><th>Day</th>${HEAD}</tr></thead><tbody>
+${data.perDay.data.length === 0 ? emptyState('Nothing served in this range.', html`Choose a wider range above; today's requests count once the rollups are next refreshed.`) : html`<table id="margin-days"><thead><tr><th>Day</th>${HEAD}</tr></thead><tbody>
 ${data.perDay.data.map((d) => html`<tr><td>${onDay(d.day)}</td>${cells(d.measures)}</tr>`)}
 </tbody></table>`}</section>
 <section><h2>Per model and route</h2>
-${data.perRoute.data.length === 0 ? html`<p>Nothing served in this range.</p>` : html`<table id="margin-routes"><thead><tr><th>Model</th><th>Route</th>${HEAD}</tr></thead><tbody>
+${data.perRoute.data.length === 0 ? emptyState('Nothing served in this range.', html`Requests appear here per model and route once customers call them.`) : html`<table id="margin-routes"><thead><tr><th>Model</th><th>Route</th>${HEAD}</tr></thead><tbody>
 ${data.perRoute.data.map((r) => html`<tr><td>${r.modelId}</td><td>${route(r.provider, r.routeModel)}</td>${cells(r.measures)}</tr>`)}
 </tbody></table>`}</section>`;
 }

@@ -1,5 +1,5 @@
 import type { Request } from 'express';
-import { html, type Html } from '../html.ts';
+import { emptyState, html, type Html } from '../html.ts';
 import { doneMessages, mountActions, type ActionSpec } from './actions.ts';
 import { actionForm, adminPage, doneNotice, idCode, truncate, viewerNote, when, type AdminTools, type Data, type Mount, type Nav } from './shared.ts';
 
@@ -193,7 +193,7 @@ export const mountModels: Mount = (router, tools) => {
     const models = (data.models.edges as { node: Data }[]).map((e) => e.node);
     const next = data.models.pageInfo.hasNextPage ? (data.models.pageInfo.endCursor as string) : null;
     tools.send(res, adminPage('Models', nav, html`${viewerNote(nav)}
-${models.length === 0 ? html`<p>No models.</p>` : html`<table id="models"><thead><tr><th>Model</th><th>Type</th><th>State</th><th>Prices (in-app)</th><th>Scheduled</th></tr></thead><tbody>
+${models.length === 0 ? emptyState('No models yet.', html`Models come from the catalog file (CATALOG_FILE): add them there and run <code>mas catalog sync</code>.`) : html`<table id="models"><thead><tr><th>Model</th><th>Type</th><th>State</th><th>Prices (in-app)</th><th>Scheduled</th></tr></thead><tbody>
 ${models.map((m) => {
   const coming = future(m.priceSchedule as ScheduleRow[]);
   return html`<tr><td><a href="${modelUrl(m.id)}">${truncate(m.name, 40)}</a><br>${idCode(m.id)}</td><td>${m.type}</td><td>${m.enabled ? 'enabled' : 'disabled'}</td><td>${priceLine((m.definition as Record<string, unknown>).pricing)}</td><td>${coming.length === 0 ? '—' : html`${coming.length} from ${when(coming[0]!.effectiveFrom)}`}</td></tr>`;
