@@ -1,5 +1,5 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import { recordAudit } from '../admin/audit.ts';
+import { recordAudit } from '../audit/record.ts';
 import { coinsToJson, type Micro } from '../money/coins.ts';
 import { WELCOME_CREDIT_DESCRIPTION, WELCOME_CREDIT_REFERENCE } from '../money/history-details.ts';
 
