@@ -54,6 +54,13 @@ const INSERT_RECORD = `insert into completion_records (id, kind, account_id, key
     from jsonb_to_recordset($1::jsonb) as r(i integer, ${RECORD_COLUMNS})
   on conflict (id) do nothing`;
 
+/** A promise and its resolve (Promise.withResolvers, which this project's ES2023 library lacks). */
+function resolvable(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
 export interface ChargeWriterOptions {
   /**
    * USAGE_FLUSH_MS: the longest an ended chat waits for others to share its statement. 0: the
@@ -63,6 +70,12 @@ export interface ChargeWriterOptions {
   flushMs: number;
   /** The most items one statement carries. */
   maxBatch?: number;
+  /**
+   * How long a charge the database refused (down, failing over) is tried again, with a backoff of
+   * 1 s doubling to 10 s, before it is given up: by then the hold sweep has released its hold
+   * (HOLD_TTL_SECONDS, 900 s by default), so a later write would charge nothing anyway.
+   */
+  retryForMs?: number;
 }
 
 /**
@@ -80,8 +93,9 @@ export interface ChargeWriterOptions {
  * the same instance.
  *
  * A write never fails the chat: the answer is already on its way. A hold the database no longer
- * has (a crash lost its asynchronously committed reservation) charges nothing and is logged, as
- * is a statement that fails for good (its holds are released by the sweep at their expiry).
+ * has (a crash lost its asynchronously committed reservation) charges nothing and is logged. A
+ * statement the database refuses (down, restarting) is tried again until it is back, within
+ * `retryForMs`: an outage loses no charge while the process lives (`refused`).
  */
 export class ChargeWriter {
   private queue: Pending[] = [];
@@ -97,12 +111,20 @@ export class ChargeWriter {
   private readonly logger: Logger;
   /** The clock of `queuedAt` (the oldest item's wait); tests inject theirs. */
   private readonly now: () => number;
+  private readonly retryForMs: number;
+  /** Armed after a statement failed for want of the database: nothing is sent until it fires. */
+  private retryTimer: NodeJS.Timeout | undefined;
+  private failuresInARow = 0;
+  /** Resolved (and replaced) each time a statement fails: reads stop waiting for a database that is not there. */
+  private failed = resolvable();
+  private closing = false;
 
   constructor(execute: Execute, logger: Logger, opts: ChargeWriterOptions, now: () => number = () => performance.now()) {
     this.execute = execute;
     this.logger = logger;
     this.flushMs = opts.flushMs;
     this.maxBatch = opts.maxBatch ?? 256;
+    this.retryForMs = opts.retryForMs ?? 900_000;
     this.now = now;
   }
 
@@ -125,19 +147,36 @@ export class ChargeWriter {
   async settledFor(accountId: string, opts: { send?: boolean } = {}): Promise<void> {
     const open = this.perAccount.get(accountId);
     if (!open) return;
-    if (opts.send !== false) this.send();
-    await Promise.all([...open]);
+    await this.waitFor(open, opts.send !== false);
   }
 
   /** Waits until every charge queued so far is written (sending them at once). */
   async settledAll(): Promise<void> {
-    this.send();
-    await Promise.all([...this.all]);
+    await this.waitFor(this.all, true);
   }
 
-  /** Writes everything queued: a graceful stop calls it before closing the database. */
-  close(): Promise<void> {
-    return this.settledAll();
+  /**
+   * While the database refuses the charges (they wait to be tried again), a read does not wait
+   * for them: it meets the same database, and answers as it does (503). Else it waits for the
+   * charges, or for the statement carrying them to fail.
+   */
+  private async waitFor(pending: Set<Promise<unknown>>, send: boolean): Promise<void> {
+    if (this.retryTimer) return;
+    const failed = this.failed.promise;
+    if (send) this.send();
+    await Promise.race([Promise.all([...pending]), failed]);
+  }
+
+  /**
+   * Writes everything queued: a graceful stop calls it before closing the database. A statement
+   * that fails now is not tried again: its charges are logged as lost (the sweep releases their holds).
+   */
+  async close(): Promise<void> {
+    this.closing = true;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    this.send();
+    await Promise.all([...this.all]);
   }
 
   /** Whether charges of this account wait to be written. */
@@ -172,7 +211,7 @@ export class ChargeWriter {
    * once when it is full. While a statement runs, nothing is armed: its end sends the queue.
    */
   private schedule(): void {
-    if (this.running) return;
+    if (this.running || this.retryTimer) return;
     if (this.queue.length >= this.maxBatch) return this.send();
     const wait = this.flushMs - (this.now() - this.queue[0]!.queuedAt);
     if (wait > 0) {
@@ -197,12 +236,40 @@ export class ChargeWriter {
   private send(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
-    if (this.running || this.queue.length === 0) return;
+    if (this.running || this.retryTimer || this.queue.length === 0) return;
     const batch = this.queue.splice(0, this.maxBatch);
     this.running = this.write(batch).finally(() => {
       this.running = undefined;
       this.send();
     });
+  }
+
+  /**
+   * The database refused the batch (down, restarting, failing over): nothing of it was written.
+   * Its charges go back to the head of the queue and are tried again after a backoff, so that an
+   * outage loses no charge while the process lives; those past `retryForMs`, or refused during a
+   * graceful stop, are logged as lost (their holds are released by the sweep).
+   */
+  private refused(batch: Pending[], err: unknown): void {
+    const now = this.now();
+    const lost = this.closing ? batch : batch.filter((p) => now - p.queuedAt >= this.retryForMs);
+    const kept = batch.filter((p) => !lost.includes(p));
+    if (lost.length > 0) {
+      this.logger.error({ err, holds: lost.length }, 'could not write chat charges; their holds stay open until the hold sweep releases them');
+      for (const p of lost) p.resolve(undefined);
+    }
+    if (kept.length > 0) {
+      this.queue.unshift(...kept);
+      this.failuresInARow += 1;
+      const wait = Math.min(1_000 * 2 ** (this.failuresInARow - 1), 10_000);
+      this.logger.warn({ err, holds: kept.length, retryInMs: wait }, 'could not write chat charges; trying again');
+      this.retryTimer = setTimeout(() => {
+        this.retryTimer = undefined;
+        this.send();
+      }, wait);
+    }
+    this.failed.resolve();
+    this.failed = resolvable();
   }
 
   private async write(batch: Pending[]): Promise<void> {
@@ -217,8 +284,7 @@ export class ChargeWriter {
       try {
         rows = await withRetry(() => this.execute<EndRow>(END_ONLY, [JSON.stringify(ends)]));
       } catch (again) {
-        this.logger.error({ err: again, holds: batch.length }, 'could not write chat charges; their holds stay open until the hold sweep releases them');
-        for (const p of batch) p.resolve(undefined);
+        this.refused(batch, again);
         return;
       }
       if (records.length > 0) this.logger.warn({ err }, 'the charges and records could not be written together; the charges were written alone');
@@ -232,6 +298,7 @@ export class ChargeWriter {
         }),
       );
     }
+    this.failuresInARow = 0;
     const byIndex = new Map(rows.map((r) => [Number(r.i), r]));
     for (const [i, p] of batch.entries()) {
       const row = byIndex.get(i);

@@ -293,15 +293,60 @@ describe('ChargeWriter', () => {
     expect(lines).toEqual([]);
   });
 
-  it('a database that is down: the charges are logged as not written (the sweep releases their holds), the calls still resolve', async () => {
-    const db = fakeDb({ refuse: () => true });
+  it('a database that is down: the charges wait and are tried again (1 s, doubling) until it is back; reads do not wait for it; nothing is lost', async () => {
+    let down = true;
+    const db = fakeDb({ refuse: () => down });
     const { lines, logger } = logs();
     const w = new ChargeWriter(db.execute, logger, { flushMs: 0 });
     const outcome = settle(w, 'h1');
     await vi.advanceTimersByTimeAsync(0);
-    await expect(outcome).resolves.toBeUndefined();
-    expect(lines.at(-1)).toMatchObject({ level: 50, holds: 1, msg: 'could not write chat charges; their holds stay open until the hold sweep releases them' });
+    // The charge and then the charge alone: both refused.
+    expect(db.statements.map((s) => s.sql)).toEqual(['both', 'end']);
+    expect(lines.at(-1)).toMatchObject({ level: 40, holds: 1, retryInMs: 1_000, msg: 'could not write chat charges; trying again' });
+    expect(w.pending).toBe(1);
+    // A read of the account goes on at once: it meets the same database.
+    let read = false;
+    void w.settledFor('acct_1').then(() => (read = true));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(read).toBe(true);
+    // What ends meanwhile waits with it; nothing is sent before the backoff.
+    void settle(w, 'h2');
+    await vi.advanceTimersByTimeAsync(999);
+    expect(db.statements).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(db.statements.slice(2).map((s) => s.holds)).toEqual([['h1', 'h2'], ['h1', 'h2']]);
+    expect(lines.at(-1)).toMatchObject({ level: 40, holds: 2, retryInMs: 2_000 });
+    down = false;
+    await vi.advanceTimersByTimeAsync(2_000);
+    await expect(outcome).resolves.toMatchObject({ holdId: 'h1', status: 'settled', captured: 40n });
+    expect(db.statements.at(-1)).toEqual({ sql: 'both', holds: ['h1', 'h2'], records: ['chatcmpl-h1', 'chatcmpl-h2'] });
     expect(w.pending).toBe(0);
+    // Back to normal: the next failure waits 1 s again.
+    down = true;
+    void settle(w, 'h3');
+    await vi.advanceTimersByTimeAsync(0);
+    expect(lines.at(-1)).toMatchObject({ retryInMs: 1_000 });
+    expect(lines.filter((l) => l.level === 50)).toEqual([]);
+  });
+
+  it('gives a charge up once it has waited retryForMs (the sweep has released its hold by then), and at a graceful stop', async () => {
+    const db = fakeDb({ refuse: () => true });
+    const { lines, logger } = logs();
+    const w = new ChargeWriter(db.execute, logger, { flushMs: 0, retryForMs: 20_000 });
+    const old = settle(w, 'h1');
+    await vi.advanceTimersByTimeAsync(15_000);
+    const young = settle(w, 'h2');
+    // 1 + 2 + 4 + 8 + 10 s of backoff: h1's attempt after 20 s gives it up; h2 is kept.
+    await vi.advanceTimersByTimeAsync(10_000);
+    await expect(old).resolves.toBeUndefined();
+    expect(lines.find((l) => l.level === 50)).toMatchObject({ holds: 1, msg: 'could not write chat charges; their holds stay open until the hold sweep releases them' });
+    expect(w.pending).toBe(1);
+    // A graceful stop tries once more and does not wait for a database that is not there.
+    await w.close();
+    await expect(young).resolves.toBeUndefined();
+    expect(w.pending).toBe(0);
+    expect(lines.filter((l) => l.level === 50)).toHaveLength(2);
+    expect(vi.getTimerCount()).toBe(0);
   });
 
   it('a hold the database no longer has (a crash lost its reservation) charges nothing, logged with its hold and account', async () => {
