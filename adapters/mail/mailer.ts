@@ -6,7 +6,13 @@ import { loadOnce } from '../load-once.ts';
 import type { Logger } from 'pino';
 import type { MailMessage, Mailer } from '../../core/ports.ts';
 
-export const DEFAULT_MAIL_FROM = 'Model Access Service <no-reply@localhost>';
+/**
+ * nodemailer (about 5 MiB of heap, 15 of RSS) is imported on the first message: most processes
+ * never send one. SMTP_URL's form is checked at start (config/env.ts).
+ */
+function onFirstUse(make: (nm: typeof import('nodemailer').default) => Transporter): () => Promise<Transporter> {
+  return loadOnce(async () => make((await import('nodemailer')).default));
+}
 
 /**
  * The service's mail (core's `Mailer` port), through nodemailer:
@@ -17,17 +23,11 @@ export const DEFAULT_MAIL_FROM = 'Model Access Service <no-reply@localhost>';
  *   nodemailer would have sent, to `DATA_DIR/mail/<time>-<id>.eml`, and its link is logged at
  *   info: nothing is lost, and a person on the machine can follow it. This dev mode is the only
  *   place a link is ever logged.
+ *
+ * `from` is MAIL_FROM, whose default config/env.ts derives from PUBLIC_BASE_URL's host.
  */
-/**
- * nodemailer (about 5 MiB of heap, 15 of RSS) is imported on the first message: most processes
- * never send one. SMTP_URL's form is checked at start (config/env.ts).
- */
-function onFirstUse(make: (nm: typeof import('nodemailer').default) => Transporter): () => Promise<Transporter> {
-  return loadOnce(async () => make((await import('nodemailer')).default));
-}
-
-export function createMailer(opts: { smtpUrl?: string | undefined; from?: string | undefined; dataDir: string; logger: Logger }): Mailer & { mode: 'smtp' | 'files' } {
-  const from = opts.from ?? DEFAULT_MAIL_FROM;
+export function createMailer(opts: { smtpUrl?: string | undefined; from: string; dataDir: string; logger: Logger }): Mailer & { mode: 'smtp' | 'files' } {
+  const { from } = opts;
   if (opts.smtpUrl) {
     const smtpUrl = opts.smtpUrl;
     const transport = onFirstUse((nm) => nm.createTransport(smtpUrl));

@@ -254,7 +254,7 @@ describe('the mail adapter', () => {
   it('without SMTP_URL writes each message to DATA_DIR/mail as an .eml file and logs its link', async () => {
     const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'mas-mail-'));
     const { lines, logger } = capture();
-    const mailer = createMailer({ dataDir, logger });
+    const mailer = createMailer({ from: 'MAS <no-reply@test.example>', dataDir, logger });
     expect(mailer.mode).toBe('files');
     const link = `${base}/signup/verify?token=mas_verify_${'x'.repeat(43)}`;
     await mailer.send({ to: 'someone@test.example', subject: 'Confirm your e-mail address', text: `Open this link:\n\n${link}\n`, link });
@@ -264,7 +264,7 @@ describe('the mail adapter', () => {
     const eml = await fs.readFile(path.join(dataDir, 'mail', files[0]!), 'utf8');
     expect(eml).toMatch(/^To: someone@test\.example$/m);
     expect(eml).toMatch(/^Subject: Confirm your e-mail address$/m);
-    expect(eml).toMatch(/^From: Model Access Service <no-reply@localhost>$/m);
+    expect(eml).toMatch(/^From: MAS <no-reply@test.example>$/m);
     expect(linkIn(textOfEml(eml))).toBe(link);
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ level: 30, mail: { to: 'someone@test.example', link, file: path.join(dataDir, 'mail', files[0]!) } });
