@@ -137,7 +137,11 @@ async function row(id: string) {
 
 /** The route steps of the job's workflow, in the order its history records them: each local activity's summary. */
 async function routeSteps(id: string): Promise<string[]> {
-  const history = await new Client({ connection: h.connection }).workflow.getHandle(id).fetchHistory();
+  const handle = new Client({ connection: h.connection }).workflow.getHandle(id);
+  // The job's row ends inside the workflow task whose local-activity markers carry these
+  // summaries; the markers reach the history when that task completes, a moment later.
+  await handle.result().catch(() => undefined);
+  const history = await handle.fetchHistory();
   const steps: string[] = [];
   for (const event of history.events ?? []) {
     const summary = event.userMetadata?.summary?.data;
