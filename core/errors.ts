@@ -13,6 +13,7 @@ export type CoreErrorCode =
   | 'paid_account_required'
   | 'forbidden' // a signed link that is expired or tampered with; a model the API key may not use (reason model_not_allowed)
   | 'not_found'
+  | 'gone' // a link that worked once and no longer does: an invitation used, expired or revoked
   | 'conflict'
   | 'idempotency_conflict' // an idempotency key reused with another request
   | 'limit_reached' // a per-account quota, such as the 10 active keys
@@ -35,6 +36,7 @@ export const ERROR_VOCABULARY: Record<CoreErrorCode, { type: string; code: strin
   paid_account_required: { type: 'permission_error', code: 'paid_account_required' },
   forbidden: { type: 'permission_error', code: 'forbidden' },
   not_found: { type: 'not_found_error', code: 'not_found' },
+  gone: { type: 'invalid_request_error', code: 'gone' },
   conflict: { type: 'invalid_request_error', code: 'conflict' },
   idempotency_conflict: { type: 'idempotency_error', code: 'idempotency_key_reused' },
   rate_limited: { type: 'rate_limit_error', code: 'rate_limit_exceeded' },
@@ -98,6 +100,10 @@ const UNAUTHORIZED = {
  */
 export const keyExpired = (at: Date) =>
   new CoreError('unauthorized', `This API key expired on ${at.toISOString()}. Its owner can set a later expiry date or create a new key.`, { reason: 'api_key_expired' });
+
+/** A key its owner switched off (it can be switched on again): only its holder learns why. */
+export const keyDisabled = () =>
+  new CoreError('unauthorized', 'This API key is disabled. Its owner can enable it again, or create a new key.', { reason: 'api_key_disabled' });
 
 /** The one answer for every failure of a credential, so a caller learns nothing about which it was. */
 export const unauthorized = (credential: keyof typeof UNAUTHORIZED = 'api_key') =>

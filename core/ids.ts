@@ -34,7 +34,7 @@ export function toBase62(value: number, width: number): string {
 }
 
 /** Stripe-style identifiers: a type prefix and 24 random base62 characters (~142 bits). */
-export type IdPrefix = 'acct' | 'key' | 'hold' | 'req' | 'gen' | 'file' | 'sess' | 'adm' | 'app' | 'adu' | 'asess' | 'pay' | 'sgr' | 'prv';
+export type IdPrefix = 'acct' | 'org' | 'inv' | 'key' | 'hold' | 'req' | 'gen' | 'file' | 'sess' | 'adm' | 'app' | 'adu' | 'asess' | 'pay' | 'sgr' | 'prv';
 export function newId(prefix: IdPrefix): string {
   return `${prefix}_${randomBase62(24)}`;
 }

@@ -46,8 +46,13 @@ import { getGeneration, readGenerationOutput, waitForGeneration, waitInput } fro
 import { createGenerationInput, generationIdInput } from './generations/schema.ts';
 import { checkReady, operationalFigures } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
-import { createKey, createKeyInput, getKey, keyIdInput, keyInfo, listKeys, revokeKey, updateKey, updateKeyInput, type LimitChecks } from './keys/keys.ts';
-import { createKeyFor, listKeysOf } from './operators/account-keys.ts';
+import { createKeyInput, keyIdInput, keyInfo, updateKeyInput, type LimitChecks } from './keys/keys.ts';
+import { createManagedKey, createManagedKeyInput, getManagedKey, listManagedKeys, listManagedKeysInput, revokeManagedKey, updateManagedKey } from './organizations/managed-keys.ts';
+import { createOrganization, createOrganizationInput, getOrganization, listOrganizations, organizationIdInput } from './organizations/organizations.ts';
+import { listMembers, memberRef, removeMember, updateMember, updateMemberInput } from './organizations/members.ts';
+import { acceptInvitation, createInvitation, createInvitationInput, invitationRef, invitationTokenInput, listInvitations, readInvitation, revokeInvitation } from './organizations/invitations.ts';
+import { authenticateSession } from './auth/sessions.ts';
+import { createKeyFor, listKeysOf, operatorKeyOptions } from './operators/account-keys.ts';
 import { balanceOfAccount } from './operators/account-balance.ts';
 import { creditCoins, creditCoinsInput } from './operators/credit-account.ts';
 import { historyInput, listHistory } from './money/history.ts';
@@ -60,7 +65,7 @@ import { receivePaymentWebhook, webhookInput } from './payments/receive-webhook.
 import { billingOverview, createPortalLink, createSubscriptionCheckout, subscriptionCheckoutInput, topUpStatus, topUpStatusInput } from './payments/billing.ts';
 import { fillReceipts, historyWithReceipts } from './payments/receipts.ts';
 import { autoTopUpInput, configureAutoTopUp, readAutoTopUp } from './payments/auto-top-up.ts';
-import { adminProcedure, chatProcedure, createCallerFactory, operatorProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure, verifiedPayerProcedure, verifiedSessionProcedure } from './trpc.ts';
+import { adminProcedure, chatProcedure, createCallerFactory, managerProcedure, operatorProcedure, verifiedManagerProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure, verifiedPayerProcedure, verifiedSessionProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 import type { CoreContext } from './context.ts';
 
@@ -170,8 +175,8 @@ export const appRouter = router({
   }),
 
   keys: router({
-    create: operatorProcedure.input(forAccount.extend(createKeyInput.shape)).mutation(({ ctx, input }) =>
-      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => createKeyFor(tx, input.account, input, limitChecks(ctx)), (k) => ({ action: 'key.create', targetType: 'api_key', targetId: k.id, after: { account: k.account, name: k.name, spend_limit_coins: k.spend_limit_coins, spend_limit_period: k.spend_limit_period, expires_at: k.expires_at, allowed_models: k.allowed_models } })),
+    create: operatorProcedure.input(forAccount.extend(createKeyInput.shape).extend(operatorKeyOptions.shape)).mutation(({ ctx, input }) =>
+      audited(ctx.em, ctx.principal, ctx.requestId, (tx) => createKeyFor(tx, input.account, input, limitChecks(ctx)), (k) => ({ action: 'key.create', targetType: 'api_key', targetId: k.id, after: { account: k.account, user_id: k.user_id, type: k.type, name: k.name, spend_limit_coins: k.spend_limit_coins, spend_limit_period: k.spend_limit_period, expires_at: k.expires_at, allowed_models: k.allowed_models } })),
     ),
     list: adminProcedure.input(forAccount).query(({ ctx, input }) => listKeysOf(ctx.em, input.account)),
     revoke: operatorProcedure.input(revokeKeyInput).mutation(({ ctx, input }) => revokeAnyKey({ em: ctx.em, operator: ctx.principal, requestId: ctx.requestId }, input)),
@@ -223,13 +228,18 @@ export const appRouter = router({
   account: router({
     /** "E-mail me when my balance falls below N coins" (empty: off). */
     setLowBalanceNotice: sessionProcedure.input(lowBalanceNoticeInput).mutation(({ ctx, input }) => setLowBalanceNotice(ctx.em, ctx.principal.accountId, input)),
+    /**
+     * The keys the person manages (core/organizations/managed-keys.ts): personal ones, or an
+     * organization's with `organization_id`. The pages (session) and REST /api/v1/keys (a
+     * management key) call the same procedures.
+     */
     keys: router({
-      list: sessionProcedure.query(({ ctx }) => listKeys(ctx.em, ctx.principal.accountId)),
-      create: verifiedSessionProcedure.input(createKeyInput).mutation(({ ctx, input }) => createKey(ctx.em, ctx.principal.accountId, input, limitChecks(ctx))),
-      get: sessionProcedure.input(keyIdInput).query(({ ctx, input }) => getKey(ctx.em, ctx.principal.accountId, input.id)),
-      /** The key's name and limits (owner only). */
-      update: sessionProcedure.input(updateKeyInput).mutation(({ ctx, input }) => updateKey(ctx.em, ctx.principal.accountId, input, limitChecks(ctx))),
-      revoke: sessionProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeKey(ctx.em, input.id, ctx.principal.accountId)),
+      list: managerProcedure.input(listManagedKeysInput).query(({ ctx, input }) => listManagedKeys(ctx.em, ctx.actor, input)),
+      create: verifiedManagerProcedure.input(createManagedKeyInput).mutation(({ ctx, input }) => createManagedKey(ctx.em, ctx.actor, input, limitChecks(ctx))),
+      get: managerProcedure.input(keyIdInput).query(({ ctx, input }) => getManagedKey(ctx.em, ctx.actor, input)),
+      /** The key's name, limits and whether it is disabled. */
+      update: managerProcedure.input(updateKeyInput).mutation(({ ctx, input }) => updateManagedKey(ctx.em, ctx.actor, input, limitChecks(ctx))),
+      revoke: managerProcedure.input(keyIdInput).mutation(({ ctx, input }) => revokeManagedKey(ctx.em, ctx.actor, input)),
     }),
     /** The models open to requests (for the keys page's list of allowed models). */
     models: sessionProcedure.input(modelTypeFilter).query(({ ctx, input }) => listModels(ctx.deps, ctx.em, input.type)),
@@ -251,6 +261,32 @@ export const appRouter = router({
     generations: router({
       list: sessionProcedure.input(listGenerationsInput).query(({ ctx, input }) => listGenerations(ctx.deps, ctx.em, ctx.principal.accountId, input)),
       get: sessionProcedure.input(generationIdInput).query(({ ctx, input }) => getGeneration(ctx.deps, ctx.em, ctx.principal.accountId, input.id)),
+    }),
+  }),
+
+  /**
+   * Organizations (docs/organizations.md): a team's shared wallet, its members and invitations.
+   * A person in the pages (session) or a management key (REST) calls the same procedures; roles
+   * are checked in core/organizations/roles.ts.
+   */
+  organizations: router({
+    list: managerProcedure.query(({ ctx }) => listOrganizations(ctx.em, ctx.actor)),
+    create: verifiedManagerProcedure.input(createOrganizationInput).mutation(({ ctx, input }) => createOrganization(ctx.em, ctx.actor, input)),
+    get: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => getOrganization(ctx.em, ctx.actor, input.id)),
+    members: router({
+      list: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => listMembers(ctx.em, ctx.actor, input.id)),
+      update: managerProcedure.input(updateMemberInput).mutation(({ ctx, input }) => updateMember(ctx.em, ctx.actor, input, ctx.deps.clock())),
+      remove: managerProcedure.input(memberRef).mutation(({ ctx, input }) => removeMember(ctx.em, ctx.actor, input)),
+    }),
+    invitations: router({
+      list: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => listInvitations(ctx.em, ctx.actor, input.id, ctx.deps.clock())),
+      create: managerProcedure.input(createInvitationInput).mutation(({ ctx, input }) => createInvitation(ctx.deps, ctx.em, ctx.actor, input)),
+      revoke: managerProcedure.input(invitationRef).mutation(({ ctx, input }) => revokeInvitation(ctx.em, ctx.actor, input, ctx.deps.clock())),
+      /** The invitation behind a link, for its page: anyone holding the link; `viewer` checks the signed-in person's address. */
+      read: publicProcedure.input(invitationTokenInput.extend({ signed_in: z.boolean().default(false) })).query(async ({ ctx, input }) =>
+        readInvitation(ctx.em, input.token, input.signed_in ? (await authenticateSession(ctx.em, ctx.credential.kind === 'session' ? ctx.credential.token : null, ctx.deps.clock())).accountId : null, ctx.deps.clock()),
+      ),
+      accept: verifiedSessionProcedure.input(invitationTokenInput).mutation(({ ctx, input }) => acceptInvitation(ctx.em, ctx.principal, input.token, ctx.deps.clock())),
     }),
   }),
 

@@ -3,10 +3,10 @@ import { initTRPC, TRPCError } from '@trpc/server';
 import { ZodError } from 'zod';
 import type { CoreContext } from './context.ts';
 import { CoreError, isCoreError, unauthorized } from './errors.ts';
-import { authenticate } from './auth/api-keys.ts';
+import { authenticate, authenticateManagement } from './auth/api-keys.ts';
 import { authenticateAdmin } from './auth/admin-tokens.ts';
 import { authenticateAdminSession, isAdminSessionToken } from './admin/users.ts';
-import type { AdminPrincipal, InternalPrincipal, SessionPrincipal, SpendingPrincipal } from './auth/principals.ts';
+import type { Actor, AdminPrincipal, InternalPrincipal, ManagementPrincipal, SessionPrincipal, SpendingPrincipal } from './auth/principals.ts';
 import { authenticateSession } from './auth/sessions.ts';
 import { requireVerifiedEmail } from './auth/verified-email.ts';
 import { ACCESS_TOKEN_PREFIX, authenticateAppToken } from './oauth/tokens.ts';
@@ -127,6 +127,34 @@ export const sessionProcedure = tracedProcedure.use(async ({ ctx, next }) => {
 });
 
 /**
+ * Keys and organizations, managed by a person (docs/organizations.md): signed in to the account
+ * pages, or through a management key (`Authorization: Bearer`, checked and counted like an API
+ * key; an API key for models is refused, 403). `ctx.actor` is the person and, for a key made for
+ * one organization, that organization; roles are checked by each use case.
+ */
+export const managerProcedure = tracedProcedure.use(async ({ ctx, next }) => {
+  if (ctx.credential.kind === 'session') {
+    const principal: SessionPrincipal = await authenticateSession(ctx.em, ctx.credential.token, ctx.deps.clock());
+    annotatePrincipal(principal);
+    await ctx.deps.charges.settledFor(principal.accountId);
+    const actor: Actor = { personId: principal.accountId, organizationId: null };
+    return next({ ctx: { ...ctx, principal, actor } });
+  }
+  const principal = await authenticateManagement(ctx.deps.keys, bearerOf(ctx), ctx.deps.lastUsed, ctx.deps.clock());
+  annotatePrincipal(principal);
+  await consumeRateLimit(ctx, principal);
+  await ctx.deps.charges.settledFor(principal.accountId);
+  const actor: Actor = { personId: principal.personId, organizationId: principal.organizationId, keyId: principal.keyId };
+  return next({ ctx: { ...ctx, principal, actor } });
+});
+
+/** `managerProcedure` for making keys and organizations: a signed-in person's e-mail must be confirmed (a management key's maker's was). */
+export const verifiedManagerProcedure = managerProcedure.use(async ({ ctx, next }) => {
+  if (ctx.principal.kind === 'session') await requireVerifiedEmail(ctx.em, ctx.principal.accountId);
+  return next();
+});
+
+/**
  * The account's own payments (docs/payments.md): an API key, checked and counted as by
  * `spendingProcedure` (a customer's back office), or a person signed in to the account pages.
  * One use case, whichever of the two calls it.
@@ -221,7 +249,7 @@ function bearerOf(ctx: CoreContext): string | null {
   return ctx.credential.token;
 }
 
-async function consumeRateLimit(ctx: CoreContext, principal: SpendingPrincipal): Promise<void> {
+async function consumeRateLimit(ctx: CoreContext, principal: SpendingPrincipal | ManagementPrincipal): Promise<void> {
   // A transport that calls core twice for one request shares `meta`: the request counts once.
   const limit = ctx.meta.rateLimit ?? (await ctx.deps.rateLimiter.consume(principal.keyId));
   ctx.meta.rateLimit = limit;

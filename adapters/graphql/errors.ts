@@ -20,6 +20,7 @@ const GRAPHQL_CODE: Record<CoreErrorCode, string> = {
   paid_account_required: 'FORBIDDEN',
   forbidden: 'FORBIDDEN',
   not_found: 'NOT_FOUND',
+  gone: 'GONE',
   conflict: 'CONFLICT',
   idempotency_conflict: 'CONFLICT',
   rate_limited: 'RATE_LIMITED',

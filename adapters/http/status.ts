@@ -11,6 +11,7 @@ export const HTTP_STATUS: Record<CoreErrorCode, number> = {
   paid_account_required: 403,
   forbidden: 403,
   not_found: 404,
+  gone: 410,
   conflict: 409,
   idempotency_conflict: 422,
   rate_limited: 429,

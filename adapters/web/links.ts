@@ -21,6 +21,7 @@ export function accountLinks(publicBaseUrl: string): AccountLinks {
   return {
     verifyEmail: (token) => `${publicBaseUrl}/signup/verify?${new URLSearchParams({ token }).toString()}`,
     resetPassword: (token) => `${publicBaseUrl}/password/reset?${new URLSearchParams({ token }).toString()}`,
+    invitation: (token) => `${publicBaseUrl}/invitations/${encodeURIComponent(token)}`,
     signIn: `${publicBaseUrl}/login`,
     forgotPassword: `${publicBaseUrl}/password/forgot`,
     account: `${publicBaseUrl}/account`,

@@ -35,7 +35,7 @@ export async function createAccount(em: EntityManager, input: z.output<typeof cr
 
 export async function resolveAccount(em: EntityManager, ref: string): Promise<Account> {
   const rows = await em.execute<{ id: string }[]>(
-    'select id from accounts where id = ? or lower(email) = lower(?) limit 1',
+    `select id from accounts where id = ? or (lower(email) = lower(?) and kind = 'person') limit 1`,
     [ref, ref],
   );
   const id = rows[0]?.id;

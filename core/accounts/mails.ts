@@ -8,6 +8,8 @@ import type { MailMessage, Mailer } from '../ports.ts';
 export interface AccountLinks {
   verifyEmail(token: string): string;
   resetPassword(token: string): string;
+  /** An invitation to an organization (core/organizations/invitations.ts). */
+  invitation(token: string): string;
   signIn: string;
   forgotPassword: string;
   account: string;

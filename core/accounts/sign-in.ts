@@ -196,7 +196,7 @@ export async function resendVerification(deps: Deps & MailDeps, em: EntityManage
  */
 export async function requestPasswordReset(deps: Deps & MailDeps, em: EntityManager, input: z.output<typeof resetRequestInput>, caller: Caller): Promise<z.infer<typeof resetRequestAnswerSchema>> {
   await countAttempt(deps, 'reset_request', { email: input.email, ip: caller.ip });
-  const [row] = await em.execute<{ id: string; email: string }[]>('select id, email from accounts where lower(email) = lower(?) and disabled_at is null', [input.email]);
+  const [row] = await em.execute<{ id: string; email: string }[]>(`select id, email from accounts where lower(email) = lower(?) and kind = 'person' and disabled_at is null`, [input.email]);
   if (row) {
     const { token } = await createAccountToken(em, row.id, 'reset_password', deps.clock());
     sendLater(deps, passwordResetMail(row.email, deps.config.links.resetPassword(token)));
@@ -241,7 +241,7 @@ export async function resetPassword(deps: Deps & ConfirmDeps, em: EntityManager,
  */
 export async function signIn(deps: Deps & { signInLimits: SignInLimits }, em: EntityManager, input: z.output<typeof signInInput>, caller: Caller): Promise<SignedIn> {
   const [row] = await em.execute<{ id: string; password_hash: string | null }[]>(
-    'select id, password_hash from accounts where lower(email) = lower(?)',
+    `select id, password_hash from accounts where lower(email) = lower(?) and kind = 'person'`,
     [input.email],
   );
   const now = deps.clock();

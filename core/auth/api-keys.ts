@@ -2,17 +2,30 @@ import type DataLoader from 'dataloader';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { statementBatcher, type Execute } from '../db/batch.ts';
-import { keyExpired, unauthorized } from '../errors.ts';
+import { CoreError, keyDisabled, keyExpired, unauthorized } from '../errors.ts';
 import { hashKey, isWellFormedKey } from '../keys/key-secret.ts';
-import type { KeyPrincipal } from './principals.ts';
+import type { KeyPrincipal, ManagementPrincipal } from './principals.ts';
 
 /** Active keys of accounts that are not disabled, by secret hash, for a batch of hashes given as a text[] literal. */
-export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid, k.expires_at, k.allowed_models
+export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid, k.expires_at, k.allowed_models, k.kind, k.member_id, k.disabled_at
   from api_keys k join accounts a on a.id = k.account_id
   where k.key_hash = any($1::text[]) and k.revoked_at is null and a.disabled_at is null`;
 
 /** An active key; `expires_at` is checked at each use (a key found before its expiry may be cached past it), `allowed_models` null: all. */
-export type KeyRow = { key_hash: string; key_id: string; account_id: string; paid: boolean; expires_at?: Date | string | null; allowed_models?: string[] | null };
+export type KeyRow = {
+  key_hash: string;
+  key_id: string;
+  account_id: string;
+  paid: boolean;
+  expires_at?: Date | string | null;
+  allowed_models?: string[] | null;
+  /** `management`: a management key, refused where models are called (and the only kind taken where keys are managed). */
+  kind?: string;
+  /** The person owning a key of an organization's wallet; null on a personal key. */
+  member_id?: string | null;
+  /** A disabled key is found (its holder is told it is disabled), never cached. */
+  disabled_at?: Date | string | null;
+};
 
 /**
  * Finds active keys by the hash of their secret. Concurrent look-ups share one indexed query
@@ -46,7 +59,7 @@ export class KeyLookup {
   /** The active key with this hash, from the database; the cache learns the answer. */
   async find(keyHash: string): Promise<KeyRow | null> {
     const row = await this.loader.load(keyHash);
-    if (row?.paid) this.recent.set(keyHash, row);
+    if (row?.paid && !row.disabled_at && row.kind !== 'management') this.recent.set(keyHash, row);
     else this.recent.delete(keyHash);
     return row;
   }
@@ -77,12 +90,9 @@ export async function authenticate(
 ): Promise<KeyPrincipal> {
   if (!bearer || !isWellFormedKey(bearer)) throw unauthorized();
   const hash = hashKey(bearer);
-  const { row, fromCache } = opts.recent ? await keys.findRecent(hash) : { row: await keys.find(hash), fromCache: false };
-  if (!row) throw unauthorized();
-  if (row.expires_at) {
-    const expiresAt = new Date(row.expires_at);
-    if (expiresAt.getTime() <= (opts.now ?? new Date()).getTime()) throw keyExpired(expiresAt);
-  }
+  const { row: found, fromCache } = opts.recent ? await keys.findRecent(hash) : { row: await keys.find(hash), fromCache: false };
+  const row = checkedRow(found, opts.now);
+  if (row.kind === 'management') throw managementKeyRefused();
   lastUsed.touch(row.key_id);
   return {
     kind: 'api_key',
@@ -92,6 +102,37 @@ export async function authenticate(
     fromCache,
     ...(row.allowed_models && row.allowed_models.length > 0 ? { allowedModels: row.allowed_models } : {}),
   };
+}
+
+/**
+ * Resolves a management key (docs/organizations.md) for the routes that manage keys and
+ * organizations. An inference key there is refused (403), as a management key is where models
+ * are called; every other failure is the one `unauthorized`. Always asked of the database.
+ */
+export async function authenticateManagement(keys: KeyLookup, bearer: string | null, lastUsed: LastUsedRecorder, now?: Date): Promise<ManagementPrincipal> {
+  if (!bearer || !isWellFormedKey(bearer)) throw unauthorized();
+  const row = checkedRow(await keys.find(hashKey(bearer)), now);
+  if (row.kind !== 'management') {
+    throw new CoreError('forbidden', 'This route needs a management key; an API key for models cannot manage keys or organizations. Create a management key on the API keys page.', { reason: 'management_key_required' });
+  }
+  lastUsed.touch(row.key_id);
+  const member = row.member_id ?? null;
+  return { kind: 'management', accountId: row.account_id, keyId: row.key_id, personId: member ?? row.account_id, organizationId: member ? row.account_id : null };
+}
+
+/** Refused where models are called: a management key only manages. */
+const managementKeyRefused = () =>
+  new CoreError('forbidden', 'A management key cannot call models: it only manages keys and organizations. Use an API key made for requests.', { reason: 'management_key_not_allowed' });
+
+/** The key row, or the refusal its state calls for: unknown (401), disabled (401, saying so), expired (401, saying so). */
+function checkedRow(row: KeyRow | null, now = new Date()): KeyRow {
+  if (!row) throw unauthorized();
+  if (row.disabled_at) throw keyDisabled();
+  if (row.expires_at) {
+    const expiresAt = new Date(row.expires_at);
+    if (expiresAt.getTime() <= now.getTime()) throw keyExpired(expiresAt);
+  }
+  return row;
 }
 
 /**

@@ -37,6 +37,33 @@ export interface AppConnectionPrincipal {
   expiresAt: Date | null;
 }
 
+/**
+ * A management key (docs/organizations.md): manages keys and organizations, never calls models.
+ * `personId` is the person it acts as (with their role); `organizationId`, when set, is the one
+ * organization it may act on (a key made with `organization_id`); null: the person's own keys
+ * and every organization they belong to.
+ */
+export interface ManagementPrincipal {
+  kind: 'management';
+  /** The wallet the key belongs to: the person's account, or the organization's. */
+  accountId: string;
+  keyId: string;
+  personId: string;
+  organizationId: string | null;
+}
+
+/**
+ * A person managing keys and organizations: signed in to the pages (every organization they
+ * belong to), or through a management key (`organizationId`: the only organization it may act
+ * on, when it was made for one). Roles are checked in core/organizations/roles.ts.
+ */
+export interface Actor {
+  personId: string;
+  organizationId: string | null;
+  /** The management key acting, for the audit trail; absent: the person in the pages. */
+  keyId?: string;
+}
+
 /** A person signed in to the account pages. */
 export interface SessionPrincipal {
   kind: 'session';
@@ -75,7 +102,7 @@ export function requireModelAllowed(principal: SpendingPrincipal, modelId: strin
   });
 }
 
-export type Principal = SpendingPrincipal | SessionPrincipal | AdminPrincipal | InternalPrincipal;
+export type Principal = SpendingPrincipal | ManagementPrincipal | SessionPrincipal | AdminPrincipal | InternalPrincipal;
 
 /**
  * What an adapter hands core about the caller, unchecked. Core decides what it proves.

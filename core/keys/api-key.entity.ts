@@ -11,8 +11,15 @@ export class ApiKey {
   declare createdAt: Date;
   declare lastUsedAt: Date | null;
   declare revokedAt: Date | null;
-  /** `standard`: made by a person or an operator; `app`: an OAuth app connection's own key, managed with the connection. */
-  declare kind: 'standard' | 'app';
+  /**
+   * `standard`: made by a person or an operator; `app`: an OAuth app connection's own key, managed
+   * with the connection; `management`: manages keys and organizations, never calls models.
+   */
+  declare kind: 'standard' | 'app' | 'management';
+  /** The person owning a key of an organization's wallet (`accountId` is the organization's); null on a personal key. */
+  declare memberId: string | null;
+  /** A key switched off by its owner: refused (401, saying so) until switched on again. */
+  declare disabledAt: Date | null;
   /** The most the key may spend in its period, in micro-coins; null: no limit (core/keys/limits.ts). */
   declare spendLimitMicro: bigint | null;
   /** `total`: over the key's life; `monthly`: per calendar month, UTC. Set exactly when the limit is. */
@@ -40,5 +47,7 @@ export const ApiKeySchema = new EntitySchema<ApiKey>({
     spendLimitPeriod: { type: 'string', nullable: true },
     expiresAt: { type: 'Date', nullable: true },
     allowedModels: { type: 'string[]', nullable: true },
+    memberId: { type: 'string', nullable: true },
+    disabledAt: { type: 'Date', nullable: true },
   },
 });

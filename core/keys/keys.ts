@@ -21,8 +21,12 @@ export const createKeyInput = z.object({
 
 export const keyIdInput = z.object({ id: z.string().trim().regex(/^key_[0-9A-Za-z]{1,64}$/, 'must be a key id such as key_…') });
 
-/** An update of a key: its name and limits; a field left out keeps its value, `null` removes a limit. */
-export const updateKeyInput = keyIdInput.extend({ name: z.string().trim().min(1).max(100).optional(), ...keyLimitsInput.shape });
+/** An update of a key: its name, limits and whether it is disabled; a field left out keeps its value, `null` removes a limit. */
+export const updateKeyInput = keyIdInput.extend({
+  name: z.string().trim().min(1).max(100).optional(),
+  ...keyLimitsInput.shape,
+  disabled: z.boolean().optional(),
+});
 
 /** What a key has spent: captured in its period (the limit's; this calendar month, UTC, without a limit), in all, and held by open requests. */
 export interface KeyUsage {
@@ -52,6 +56,10 @@ export const keySchema = z
     created_at: isoTimeSchema,
     last_used_at: isoTimeSchema.nullable(),
     revoked_at: isoTimeSchema.nullable(),
+    type: z.enum(['standard', 'management']).describe('standard: calls models; management: manages keys and organizations'),
+    organization_id: z.string().nullable().describe('the organization whose wallet the key spends from; null: the personal wallet'),
+    user_id: z.string().describe('the person the key belongs to'),
+    disabled: z.boolean().describe('a disabled key is refused (401) until enabled again'),
     ...limitFields,
   })
   .strict();
@@ -80,6 +88,10 @@ export function keyView(k: ApiKey, usage: KeyUsage = NO_USAGE): z.infer<typeof k
     created_at: k.createdAt.toISOString(),
     last_used_at: k.lastUsedAt?.toISOString() ?? null,
     revoked_at: k.revokedAt?.toISOString() ?? null,
+    type: k.kind === 'management' ? ('management' as const) : ('standard' as const),
+    organization_id: k.memberId ? k.accountId : null,
+    user_id: k.memberId ?? k.accountId,
+    disabled: k.disabledAt != null,
     ...limitsView(k, usage),
   };
 }
@@ -133,16 +145,26 @@ export async function keyInfo(em: EntityManager, keyId: string): Promise<z.infer
  * account row is locked while the active keys are counted, so parallel creations cannot
  * pass the limit together.
  */
-export async function createKey(em: EntityManager, accountId: string, input: { name?: string | undefined } & KeyLimitsInput, checks: LimitChecks = noCatalog()) {
+export async function createKey(
+  em: EntityManager,
+  accountId: string,
+  input: { name?: string | undefined } & KeyLimitsInput,
+  checks: LimitChecks = noCatalog(),
+  owner: KeyOwner = {},
+) {
   const limits = await parseKeyLimits(input, checks);
+  const memberId = owner.memberId ?? null;
   return em.transactional(async (tx) => {
     const locked = await tx.execute('select id from accounts where id = ? for update', [accountId]);
     if (locked.length === 0) throw notFound('account_not_found', `No account ${accountId}.`);
-    const active = await tx.count(ApiKey, { accountId, revokedAt: null, kind: 'standard' });
+    // SPEC part 8's 10 keys: per account, and per member of an organization (docs/organizations.md).
+    const active = await tx.count(ApiKey, { accountId, memberId, revokedAt: null, kind: { $in: ['standard', 'management'] } });
     if (active >= MAX_ACTIVE_KEYS) {
       throw new CoreError(
         'limit_reached',
-        `This account already has ${MAX_ACTIVE_KEYS} active API keys, the most allowed. Revoke one first.`,
+        memberId
+          ? `You already have ${MAX_ACTIVE_KEYS} active keys in this organization, the most allowed per member. Revoke one first.`
+          : `This account already has ${MAX_ACTIVE_KEYS} active API keys, the most allowed. Revoke one first.`,
         { reason: 'key_limit_reached' },
       );
     }
@@ -156,7 +178,9 @@ export async function createKey(em: EntityManager, accountId: string, input: { n
       createdAt: new Date(),
       lastUsedAt: null,
       revokedAt: null,
-      kind: 'standard',
+      kind: owner.management ? 'management' : 'standard',
+      memberId,
+      disabledAt: null,
       spendLimitMicro: limits.spendLimitMicro ?? null,
       spendLimitPeriod: limits.spendLimitMicro ? (limits.spendLimitPeriod ?? 'total') : null,
       expiresAt: limits.expiresAt ?? null,
@@ -165,6 +189,15 @@ export async function createKey(em: EntityManager, accountId: string, input: { n
     await tx.flush();
     return { ...keyView(key), key: secret };
   });
+}
+
+/**
+ * Whose a new key is: a key of an organization's wallet belongs to one member (`memberId`, the
+ * wallet being the organization's); `management`: a management key (docs/organizations.md).
+ */
+export interface KeyOwner {
+  memberId?: string | null;
+  management?: boolean;
 }
 
 /** What checking a key's limits needs: the time expiry dates must follow, and whether a model id is in the catalog. */
@@ -180,7 +213,7 @@ const noCatalog = (): LimitChecks => ({
 
 /** The account's keys; an app's key is listed with its app connection, not here. */
 export async function listKeys(em: EntityManager, accountId: string) {
-  const keys = await em.find(ApiKey, { accountId, kind: 'standard' }, { orderBy: { createdAt: 'asc', id: 'asc' } });
+  const keys = await em.find(ApiKey, { accountId, kind: { $in: ['standard', 'management'] } }, { orderBy: { createdAt: 'asc', id: 'asc' } });
   const usage = await keyUsage(em, keys.map((k) => k.id));
   return { object: 'list' as const, data: keys.map((k) => keyView(k, usage.get(k.id))) };
 }
@@ -191,10 +224,10 @@ export async function listKeys(em: EntityManager, accountId: string) {
  * key is refused from then on.
  */
 export async function updateKey(em: EntityManager, accountId: string, input: z.output<typeof updateKeyInput>, checks: LimitChecks) {
-  const { id: keyId, name, ...limitFields } = input;
+  const { id: keyId, name, disabled, ...limitFields } = input;
   const change = { name };
   return em.transactional(async (tx) => {
-    const key = await tx.findOne(ApiKey, { id: keyId, accountId, kind: 'standard' }, { lockMode: LockMode.PESSIMISTIC_WRITE });
+    const key = await tx.findOne(ApiKey, { id: keyId, accountId, kind: { $in: ['standard', 'management'] } }, { lockMode: LockMode.PESSIMISTIC_WRITE });
     if (!key) throw notFound('key_not_found', `No API key ${keyId}.`, 'id');
     if (key.revokedAt) throw new CoreError('conflict', `The API key ${keyId} is revoked; a revoked key cannot be changed.`, { reason: 'key_revoked', param: 'id' });
     const limits = await parseKeyLimits(limitFields, { ...checks, currentPeriod: key.spendLimitPeriod });
@@ -203,6 +236,7 @@ export async function updateKey(em: EntityManager, accountId: string, input: z.o
     if (limits.spendLimitPeriod !== undefined) key.spendLimitPeriod = limits.spendLimitPeriod;
     if (limits.expiresAt !== undefined) key.expiresAt = limits.expiresAt;
     if (limits.allowedModels !== undefined) key.allowedModels = limits.allowedModels;
+    if (disabled !== undefined && disabled !== (key.disabledAt != null)) key.disabledAt = disabled ? checks.now : null;
     await tx.flush();
     const usage = (await keyUsage(tx, [key.id])).get(key.id);
     return keyView(key, usage);
@@ -211,7 +245,7 @@ export async function updateKey(em: EntityManager, accountId: string, input: z.o
 
 /** One of the account's standard keys, with its usage. */
 export async function getKey(em: EntityManager, accountId: string, keyId: string) {
-  const key = await em.findOne(ApiKey, { id: keyId, accountId, kind: 'standard' });
+  const key = await em.findOne(ApiKey, { id: keyId, accountId, kind: { $in: ['standard', 'management'] } });
   if (!key) throw notFound('key_not_found', `No API key ${keyId}.`, 'id');
   return keyView(key, (await keyUsage(em, [key.id])).get(key.id));
 }
@@ -222,10 +256,10 @@ export async function getKey(em: EntityManager, accountId: string, keyId: string
  */
 export async function revokeKey(em: EntityManager, keyId: string, accountId?: string) {
   await em.execute(
-    `update api_keys set revoked_at = now() where id = ? and revoked_at is null and (?::text is null or (account_id = ? and kind = 'standard'))`,
+    `update api_keys set revoked_at = now() where id = ? and revoked_at is null and (?::text is null or (account_id = ? and kind in ('standard', 'management')))`,
     [keyId, accountId ?? null, accountId ?? null],
   );
-  const key = await em.findOne(ApiKey, accountId ? { id: keyId, accountId, kind: 'standard' } : { id: keyId }, { refresh: true });
+  const key = await em.findOne(ApiKey, accountId ? { id: keyId, accountId, kind: { $in: ['standard', 'management'] } } : { id: keyId }, { refresh: true });
   if (!key) throw notFound('key_not_found', `No API key ${keyId}.`);
   return keyView(key);
 }

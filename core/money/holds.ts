@@ -95,6 +95,12 @@ export function reserveOutcome(row: { status: string; available: string | null }
         `This API key's spend limit is reached: this request needs ${formatCoins(input.amount)} coins and ${formatCoins(BigInt(row.available ?? '0'))} are left under the key's limit. The account owner can raise the key's limit on the API keys page.`,
         { reason: 'key_spend_limit_reached', params: { needed_coins: formatCoins(input.amount), remaining_coins: formatCoins(BigInt(row.available ?? '0')) } },
       );
+    case 'member_spend_limit_reached':
+      throw new CoreError(
+        'spend_cap_reached',
+        `Your spend limit in this organization is reached: this request needs ${formatCoins(input.amount)} coins and ${formatCoins(BigInt(row.available ?? '0'))} are left under it. An admin of the organization can raise it.`,
+        { reason: 'member_spend_limit_reached', params: { needed_coins: formatCoins(input.amount), remaining_coins: formatCoins(BigInt(row.available ?? '0')) } },
+      );
     case 'negative_balance':
       throw new CoreError(
         'negative_balance',

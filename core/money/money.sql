@@ -364,6 +364,30 @@ AS $function$
       $function$
 ;
 
+-- mas_member_spend_room: What an organization member may still reserve under the spend limit an admin set for them,
+-- through the key p_key_id (one of theirs): the limit minus what all their keys of the organization
+-- captured in the limit's period and hold open; null when the key has no member or the member no
+-- limit. The caller locks the member's row. Range scans of holds_by_key, one per key of the member.
+CREATE OR REPLACE FUNCTION public.mas_member_spend_room(p_key_id text)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+        select m.spend_limit_micro
+          - coalesce((
+              select sum(h.amount_micro) from api_keys mk join holds h on h.metadata ? 'key_id' and h.metadata->>'key_id' = mk.id
+              where mk.account_id = k.account_id and mk.member_id = k.member_id and h.ended_at is null and h.status = 'open'
+            ), 0)::bigint
+          - coalesce((
+              select sum(h.captured_micro) from api_keys mk join holds h on h.metadata ? 'key_id' and h.metadata->>'key_id' = mk.id
+              where mk.account_id = k.account_id and mk.member_id = k.member_id
+                and h.ended_at >= mas_key_period_start(m.spend_limit_period) and h.status = 'settled'
+            ), 0)::bigint
+        from api_keys k join organization_members m on m.organization_id = k.account_id and m.account_id = k.member_id
+        where k.id = p_key_id and m.spend_limit_micro is not null
+      $function$
+;
+
 -- mas_payment_refunded_cents: What the refunds of a payment (by its PaymentIntent) returned to the customer, as far as the
 -- events told: the larger of the charges' refunded amounts (charge.refunded) less the refunds that
 -- failed or were canceled, and the refunds still standing (refund.* events). Never more than Stripe
@@ -496,6 +520,17 @@ AS $function$
               return;
             end if;
           end if;
+          -- An organization member's spend limit (over all their keys of the organization): the member's
+          -- row is locked after the key, before the wallet (lock order: connection, key, member, wallet).
+          perform 1 from api_keys k join organization_members m on m.organization_id = k.account_id and m.account_id = k.member_id
+            where k.id = p_metadata->>'key_id' and m.spend_limit_micro is not null for update of m;
+          if found then
+            room := mas_member_spend_room(p_metadata->>'key_id');
+            if room < p_amount and not exists (select 1 from holds where id = p_hold_id) then
+              return query select 'member_spend_limit_reached'::text, greatest(room, 0);
+              return;
+            end if;
+          end if;
         end if;
         select * into w from wallets where account_id = p_account for update;
         if not found then
@@ -562,6 +597,7 @@ AS $function$
         l_hold text[] := '{}';
         room bigint;
         limited text[];         -- the keys of the batch that have a spend limit (locked)
+        member_limited text[];  -- the keys of the batch whose organization member has a spend limit (member locked)
       begin
         -- See migration reserve_commits_async: the settle's synchronous commit makes this durable.
         perform set_config('synchronous_commit', 'off', true);
@@ -576,6 +612,13 @@ AS $function$
             where k.spend_limit_micro is not null
               and k.id in (select e->'metadata'->>'key_id' from jsonb_array_elements(p_items) e)
             order by k.id for update) l;
+        -- Then the organization members with a spend limit whose keys are in the batch, in (organization,
+        -- person) order, still before any wallet (lock order: connection, key, member, wallet).
+        select coalesce(array_agg(l.id), '{}') into member_limited from (
+          select k.id from api_keys k join organization_members m on m.organization_id = k.account_id and m.account_id = k.member_id
+            where m.spend_limit_micro is not null
+              and k.id in (select e->'metadata'->>'key_id' from jsonb_array_elements(p_items) e)
+            order by m.organization_id, m.account_id, k.id for update of m) l;
         for x in
           select * from jsonb_to_recordset(p_items)
             as t (i int, hold_id text, account_id text, amount bigint, reference text, expires_at timestamptz, metadata jsonb, key_id text)
@@ -585,7 +628,7 @@ AS $function$
           if x.key_id is not null and key_ok is distinct from x.key_id || '/' || x.account_id then
             if not exists (
               select 1 from api_keys k join accounts a on a.id = k.account_id
-              where k.id = x.key_id and k.account_id = x.account_id and k.revoked_at is null and a.disabled_at is null
+              where k.id = x.key_id and k.account_id = x.account_id and k.revoked_at is null and k.disabled_at is null and a.disabled_at is null
                 and (k.expires_at is null or k.expires_at > now())
             ) then
               status := 'key_revoked'; available := null;
@@ -606,6 +649,14 @@ AS $function$
             room := mas_key_spend_room(x.metadata->>'key_id');
             if room < x.amount then
               status := 'key_spend_limit_reached'; available := greatest(room, 0);
+              return next;
+              continue;
+            end if;
+          end if;
+          if x.metadata->>'key_id' = any(member_limited) then
+            room := mas_member_spend_room(x.metadata->>'key_id');
+            if room < x.amount then
+              status := 'member_spend_limit_reached'; available := greatest(room, 0);
               return next;
               continue;
             end if;

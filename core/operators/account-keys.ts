@@ -1,5 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
-import type { z } from 'zod';
+import { z } from 'zod';
+import { notFound } from '../errors.ts';
+import { roleOf } from '../organizations/roles.ts';
 import { resolveAccount } from '../accounts/accounts.ts';
 import { createKey, listKeys, type createKeyInput, type LimitChecks } from '../keys/keys.ts';
 
@@ -8,10 +10,21 @@ import { createKey, listKeys, type createKeyInput, type LimitChecks } from '../k
  * then act as the account's own use cases do.
  */
 
-/** `key create`: a key for the named account. */
-export async function createKeyFor(em: EntityManager, ref: string, input: z.output<typeof createKeyInput>, checks: LimitChecks) {
+/** What an operator may add to a key's fields: the organization whose wallet it spends from (the person must be a member), and whether it is a management key. */
+export const operatorKeyOptions = z.object({
+  organization: z.string().trim().regex(/^org_[0-9A-Za-z]{1,64}$/, 'must be an organization id such as org_…').optional(),
+  management: z.boolean().optional(),
+});
+
+/** `key create`: a key for the named person, in their wallet or, with `organization`, in that organization's (as theirs). */
+export async function createKeyFor(em: EntityManager, ref: string, input: z.output<typeof createKeyInput> & z.output<typeof operatorKeyOptions>, checks: LimitChecks) {
+  const { organization, management, ...fields } = input;
   const account = await resolveAccount(em, ref);
-  return { account: account.id, ...(await createKey(em, account.id, input, checks)) };
+  if (organization === undefined) return { account: account.id, ...(await createKey(em, account.id, fields, checks, { management: management ?? false })) };
+  if (!(await roleOf(em, organization, account.id))) {
+    throw notFound('member_not_found', `${account.email} is not a member of the organization ${organization}.`, 'organization');
+  }
+  return { account: organization, ...(await createKey(em, organization, fields, checks, { memberId: account.id, management: management ?? false })) };
 }
 
 /** `key list`: every key of the named account, revoked ones included. */
