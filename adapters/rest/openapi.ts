@@ -98,7 +98,7 @@ const ERROR_TEXT: Record<number, string> = {
   400: 'Invalid request; the message names the field',
   401: 'Missing, malformed, unknown, revoked, disabled or expired key',
   402: 'Insufficient balance, an app’s spend cap or the key’s spend limit reached',
-  403: 'The model needs a paid account or is not among the key’s allowed models, a signed link expired or was tampered with, or the server takes no payments (`payments_not_configured`)',
+  403: 'The model needs a paid account or is not among the key’s allowed models, a signed link expired or was tampered with, the server takes no payments (`payments_not_configured`), or a management key where models are called or a wallet is used (`management_key_not_allowed`)',
   404: 'Unknown object, or another account’s',
   409: 'Conflict with the current state',
   413: 'Body or upload too large',
@@ -110,7 +110,8 @@ const ERROR_TEXT: Record<number, string> = {
   503: 'A dependency is unavailable',
   504: 'The model provider timed out',
 };
-const common = [401, 429, 500, 503];
+/** Every key-authenticated route: 403 too, as a management key is refused wherever models are called or a wallet is used (docs/organizations.md). */
+const common = [401, 403, 429, 500, 503];
 /**
  * The statuses of a provisioning route (docs/organizations.md): `common`, and a 403 of its own:
  * an API key for models there, or a role below the one the route needs.

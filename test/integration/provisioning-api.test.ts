@@ -1,4 +1,6 @@
 import type { MikroORM } from '@mikro-orm/postgresql';
+import { Ajv2020 } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Credential } from '../../core/auth/principals.ts';
@@ -27,6 +29,11 @@ let deps: CoreDeps;
 let server: Awaited<ReturnType<typeof serve>>;
 /** How far the service's clock runs ahead of the real one. */
 let ahead = 0;
+/** The OpenAPI document: every answer of this file is checked against it. */
+let doc: { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: unknown }> }> }>>; components: unknown };
+const ajv = new Ajv2020({ strict: false, allErrors: true });
+addFormats.default(ajv);
+const validators = new Map<string, ReturnType<typeof ajv.compile>>();
 
 beforeAll(async () => {
   orm = await openTestOrm();
@@ -34,6 +41,8 @@ beforeAll(async () => {
   const providers = await useTestCatalog(orm, upstream.url);
   deps = { ...testDeps(orm, { providers }), clock: () => new Date(Date.now() + ahead) };
   server = await serve(createTestApp({ deps }));
+  doc = (await getJson(`${server.base}/api/v1/openapi.json`)).body;
+  ajv.addSchema({ $id: 'openapi', components: doc.components });
 });
 afterAll(async () => {
   await server?.close();
@@ -45,11 +54,29 @@ const caller = (credential: Credential) => createCaller(createContext(deps, cred
 const operator = () => caller({ kind: 'internal' });
 const PASSWORD = 'correct horse battery staple';
 
-/** A REST call with this key; `body` is sent as JSON. */
-function api(key: string | null, method: string, path: string, body?: unknown) {
+/**
+ * A REST call with this key; `body` is sent as JSON. Its answer must be one the OpenAPI document
+ * states for that operation: the status listed, the body valid against its schema.
+ */
+async function api(key: string | null, method: string, path: string, body?: unknown) {
   const headers: Record<string, string> = key ? bearer(key) : {};
   if (body !== undefined) headers['content-type'] = 'application/json';
-  return getJson(`${server.base}/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const res = await getJson(`${server.base}/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const route = path.split('?')[0]!;
+  const template = Object.keys(doc.paths).find((t) => new RegExp(`^${t.replace(/\{\w+\}/g, '[^/]+')}$`).test(route));
+  const op = template ? doc.paths[template]![method.toLowerCase()] : undefined;
+  if (op) {
+    const documented = op.responses[String(res.status)];
+    expect(documented, `${method} ${template} documents ${res.status}: ${JSON.stringify(res.body)}`).toBeDefined();
+    const schema = documented!.content?.['application/json']?.schema;
+    if (schema) {
+      const id = `${method} ${template} ${res.status}`;
+      validators.set(id, validators.get(id) ?? ajv.compile(JSON.parse(JSON.stringify(schema).replaceAll('"#/components/', '"openapi#/components/'))));
+      const validate = validators.get(id)!;
+      expect(validate(res.body), `${method} ${path} ${res.status}: ${ajv.errorsText(validate.errors)}`).toBe(true);
+    }
+  }
+  return res;
 }
 
 /** A person with a personal management key (made by the operator, as `mas key create --management`). */
