@@ -636,7 +636,7 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     path: '/organizations/{id}/invitations/{invitation_id}',
     operationId: 'revokeOrganizationInvitation',
     summary: 'Revoke an invitation (admins): its link answers 410 from then on',
-    description: MANAGEMENT + 'Revoking it again answers the same; an accepted invitation cannot be revoked (409 `invitation_accepted`: remove the member instead).',
+    description: MANAGEMENT + 'Revoking it again answers the same; an accepted invitation cannot be revoked (409 `invitation_already_accepted`: remove the member instead).',
     request: { params: invitationRef },
     responses: { 200: json(OrganizationInvitation, 'The invitation, `status: revoked`'), ...managing(400, 404, 409) },
   });

@@ -526,7 +526,7 @@ describe('invitations', () => {
     expect(await acceptRefusal(invitee.session, token)).toEqual({ code: 'gone', reason: 'invitation_accepted' });
     expect((await api(invitee.mkey, 'GET', `/organizations/${orgId}`)).body).toMatchObject({ role: 'admin' });
     const revokeAccepted = await api(owner.mkey, 'DELETE', `/organizations/${orgId}/invitations/${invited.body.id}`);
-    expect([revokeAccepted.status, revokeAccepted.body.error.code]).toEqual([409, 'invitation_accepted']);
+    expect([revokeAccepted.status, revokeAccepted.body.error.code]).toEqual([409, 'invitation_already_accepted']);
 
     // Revoked over REST: 410.
     const later = await signedUpPerson();
