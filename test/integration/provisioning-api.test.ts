@@ -137,6 +137,8 @@ describe('a management key manages API keys', () => {
     const created = await api(p.mkey, 'POST', '/keys', { name: 'customer-42' });
     expect(created.status).toBe(201);
     expect(created.headers.get('cache-control')).toBe('no-store');
+    // Counted against the key's rate limit, as every key is.
+    expect(created.headers.get('x-ratelimit-limit-requests')).toMatch(/^\d+$/);
     expect(created.body).toMatchObject({ object: 'api_key', name: 'customer-42', type: 'standard', organization_id: null, user_id: p.id, disabled: false, revoked_at: null });
     const secret: string = created.body.key;
     expect(secret.startsWith(created.body.prefix)).toBe(true);
@@ -194,6 +196,10 @@ describe('a management key manages API keys', () => {
     expect((await api(p.mkey, 'DELETE', `/keys/${id}`)).body.revoked_at).toBe(deleted.body.revoked_at);
     const changeRevoked = await api(p.mkey, 'PATCH', `/keys/${id}`, { name: 'x' });
     expect([changeRevoked.status, changeRevoked.body.error.code]).toEqual([409, 'key_revoked']);
+
+    // A management key may revoke itself: refused from its next request on.
+    expect((await api(p.mkey, 'DELETE', `/keys/${p.mkeyId}`)).body).toMatchObject({ id: p.mkeyId, type: 'management' });
+    expect((await api(p.mkey, 'GET', '/keys')).status).toBe(401);
   });
 
   it('answers bad input with a 4xx naming the field, never a 500', async () => {
