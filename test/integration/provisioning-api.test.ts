@@ -227,6 +227,29 @@ describe('a management key manages API keys', () => {
       const res = await api(p.mkey, method, path, body);
       expect([res.status, res.body.error?.param], `${method} ${path} ${JSON.stringify(body)}: ${JSON.stringify(res.body)}`).toEqual([status, param]);
     }
+    // What a fuzzer sends: wrong types, NUL, huge and negative numbers, long text, on every write route. 4xx, documented, never 500.
+    const orgId = await makeOrganization(p, 'Hostile');
+    const target = (await api(p.mkey, 'POST', '/keys', { name: 'target' })).body.id as string;
+    const hostile: unknown[] = ['a\u0000b', 'x'.repeat(10_000), -1, 0, 1e308, 2 ** 64, { nested: true }, [null], true, null, '💸', ' '];
+    const writes: [string, string, string[]][] = [
+      ['POST', '/keys', ['name', 'spend_limit_coins', 'spend_limit_period', 'expires_at', 'allowed_models', 'organization_id']],
+      ['PATCH', `/keys/${target}`, ['name', 'spend_limit_coins', 'expires_at', 'allowed_models', 'disabled']],
+      ['POST', '/organizations', ['name']],
+      ['PATCH', `/organizations/${orgId}/members/${p.id}`, ['role', 'spend_limit_coins', 'spend_limit_period']],
+      ['POST', `/organizations/${orgId}/invitations`, ['email', 'role']],
+    ];
+    for (const [method, path, fields] of writes) {
+      for (const field of fields) {
+        for (const value of hostile) {
+          const res = await api(p.mkey, method, path, { [field]: value });
+          expect(res.status, `${method} ${path} ${field}=${JSON.stringify(value)?.slice(0, 40)}: ${JSON.stringify(res.body).slice(0, 300)}`).toBeLessThan(500);
+        }
+      }
+    }
+    // The management key and its owner's role came through.
+    expect((await api(p.mkey, 'GET', `/keys/${p.mkeyId}`)).body).toMatchObject({ name: 'provisioning', revoked_at: null });
+    expect((await api(p.mkey, 'GET', `/organizations/${orgId}`)).body).toMatchObject({ role: 'owner' });
+
     const text = await fetch(`${server.base}/api/v1/keys`, { method: 'POST', headers: { ...bearer(p.mkey), 'content-type': 'text/plain' }, body: 'name=x' });
     expect(text.status).toBe(415);
     const wrongMethod = await api(p.mkey, 'PUT', '/keys', {});
