@@ -79,7 +79,7 @@ ${v.replaces
  */
 function walletChoice(balance: string, organizations: ConsentWallet[], chosen = 'personal') {
   const radio = (value: string, label: ReturnType<typeof html>) =>
-    html`<label class="choice"><input type="radio" name="wallet" value="${value}"${chosen === value ? html` checked` : ''}> ${label}</label>`;
+    html`<label class="check"><input type="radio" name="wallet" value="${value}"${chosen === value ? html` checked` : ''}> ${label}</label>`;
   return html`<fieldset class="wallets">
       <legend>Spend from</legend>
       ${radio('personal', html`Your own wallet (balance: ${money(Number(balance))})`)}
