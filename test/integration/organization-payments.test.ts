@@ -162,6 +162,19 @@ describe("an organization's payments", () => {
     expect((await getBalance(orm.em.fork(), owner.accountId)).subscription).toBe(0n);
   });
 
+  it("an owner turns on auto top-up for the organization: the card-saving Checkout names it, and the settings are the organization's", async () => {
+    const { owner, org } = await organizationWith('member');
+    recorder.requests.length = 0;
+    const auto = await asPerson(owner).payments.configureAutoTopUp({ enabled: true, threshold_coins: 1000, amount_usd: '5', organization_id: org.id });
+    expect(auto.checkout?.url).toMatch(/^https:\/\//);
+    const sent = Object.fromEntries(recorder.requests.find((r) => r.path === '/v1/checkout/sessions')!.body);
+    expect(sent).toMatchObject({ client_reference_id: org.id, 'metadata[mas_organization_id]': org.id, 'metadata[mas_saves_card]': 'auto_topup', 'payment_intent_data[setup_future_usage]': 'off_session' });
+    const rows = await orm.em.fork().execute<{ account_id: string }[]>('select account_id from auto_top_ups where account_id in (?, ?)', [org.id, owner.accountId]);
+    expect(rows).toEqual([{ account_id: org.id }]);
+    expect((await asPerson(owner).payments.autoTopUp({ organization_id: org.id })).threshold_coins).toBe(1000);
+    expect((await asPerson(owner).payments.autoTopUp()).threshold_coins).toBeNull();
+  });
+
   it("refunds and disputes of an organization's payment are taken from the organization's wallet", async () => {
     const { owner, org } = await organizationWith('member');
     const p = await paid(await ownerChecksOut(owner, org.id, '20'), 2000);
