@@ -219,6 +219,10 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
   const secured = [{ [bearer.name]: [] }];
   const path = (config: RouteConfig) => registry.registerPath({ security: secured, ...config });
 
+  // Organizations (issue 49, docs/payments.md "An organization's wallet"): one block, for easy merges.
+  const ORGANIZATION_KEYS_DO_NOT_PAY =
+    '403 `organization_key_cannot_pay` for a key of an organization’s wallet, and 403 `owner_session_required` with `organization_id`: an organization’s payments ' +
+    'are made by its owners, signed in to the account pages.';
   path({ method: 'get', path: '/balance', operationId: 'getBalance', summary: 'The wallet balance', responses: { 200: json(Balance, 'The balance'), ...errors(...common) } });
   path({
     method: 'get',
@@ -246,7 +250,8 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     description:
       'Takes `amount_usd` (at most 2 decimals; 1 USD buys 1000 coins) between the server’s minimum and maximum (400 names `amount_usd` otherwise). ' +
       'Nothing is credited by this call or by the customer’s return from the page: the coins are added to the purchased pocket, once, when Stripe’s webhook ' +
-      'reports the payment. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
+      'reports the payment. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY). ' +
+      ORGANIZATION_KEYS_DO_NOT_PAY,
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and amount: the same Checkout Session (Stripe keeps keys 24 hours); another amount: 422') }),
       body: { required: true, content: { 'application/json': { schema: topUpCheckoutInput.omit({ idempotency_key: true }), example: { amount_usd: 20 } } } },
@@ -261,7 +266,8 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     description:
       'Takes `plan`, the name of one of the server’s plans (`GET /credits/billing` lists them; 400 names `plan` otherwise). 409 `already_subscribed` while the ' +
       'account has a running subscription: change or cancel it in the customer portal. Nothing is granted by this call: each paid invoice grants its period’s ' +
-      'coins to the subscription pocket, once. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
+      'coins to the subscription pocket, once. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY). ' +
+      ORGANIZATION_KEYS_DO_NOT_PAY,
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and plan: the same Checkout Session') }),
       body: { required: true, content: { 'application/json': { schema: subscriptionCheckoutInput.omit({ idempotency_key: true }), example: { plan: 'Starter' } } } },
@@ -273,7 +279,8 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     path: '/credits/billing',
     operationId: 'getBilling',
     summary: 'What the account may pay and has paid: whether payments are on, the top-up bounds, the plans, its subscription and its latest top-ups with their receipts',
-    responses: { 200: json(Billing, 'The billing overview'), ...errors(...common) },
+    description: ORGANIZATION_KEYS_DO_NOT_PAY,
+    responses: { 200: json(Billing, 'The billing overview'), ...errors(403, ...common) },
   });
   path({
     method: 'get',
