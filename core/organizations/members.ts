@@ -32,7 +32,7 @@ export const memberSchema = z
     email: z.string(),
     role: roleSchema,
     spend_limit_coins: coinsSchema.nullable().describe('the most the member may spend from the organization’s wallet in the period; null: no limit'),
-    spend_limit_period: z.enum(['total', 'monthly']).nullable().describe('total: since the limit was set on the member; monthly: per calendar month, UTC'),
+    spend_limit_period: z.enum(['total', 'monthly']).nullable().describe('total: everything the member spent through their keys of the organization; monthly: per calendar month, UTC'),
     spent_coins: coinsSchema.describe('spent in the current period (this calendar month, UTC, without a limit), with what open requests hold'),
     joined_at: isoTimeSchema,
   })
