@@ -48,7 +48,7 @@ import { checkReady, operationalFigures } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
 import { createKeyInput, keyIdInput, keyInfo, updateKeyInput, type LimitChecks } from './keys/keys.ts';
 import { createManagedKey, createManagedKeyInput, getManagedKey, listManagedKeys, listManagedKeysInput, revokeManagedKey, updateManagedKey } from './organizations/managed-keys.ts';
-import { createOrganization, createOrganizationInput, getOrganization, listOrganizations, organizationIdInput } from './organizations/organizations.ts';
+import { createOrganization, createOrganizationInput, deleteOrganization, getOrganization, listOrganizations, organizationIdInput } from './organizations/organizations.ts';
 import { listMembers, memberRef, removeMember, updateMember, updateMemberInput } from './organizations/members.ts';
 import { acceptInvitation, createInvitation, createInvitationInput, invitationRef, invitationTokenInput, listInvitations, readInvitation, revokeInvitation } from './organizations/invitations.ts';
 import { authenticateSession } from './auth/sessions.ts';
@@ -273,6 +273,8 @@ export const appRouter = router({
     list: managerProcedure.query(({ ctx }) => listOrganizations(ctx.em, ctx.actor)),
     create: verifiedManagerProcedure.input(createOrganizationInput).mutation(({ ctx, input }) => createOrganization(ctx.em, ctx.actor, input)),
     get: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => getOrganization(ctx.em, ctx.actor, input.id)),
+    /** Owners only; refused while the wallet holds coins or a plan runs. */
+    delete: managerProcedure.input(organizationIdInput).mutation(({ ctx, input }) => deleteOrganization(ctx.em, ctx.actor, input.id, ctx.deps.clock())),
     members: router({
       list: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => listMembers(ctx.em, ctx.actor, input.id)),
       update: managerProcedure.input(updateMemberInput).mutation(({ ctx, input }) => updateMember(ctx.em, ctx.actor, input, ctx.deps.clock())),
