@@ -209,6 +209,9 @@ describe('the admin pages', () => {
     expect(await (await browser.fetch('/admin/accounts')).text()).toContain('href="/admin/organizations"');
     expect(await (await browser.fetch('/admin')).text()).toContain('Newest organizations');
     expect((await browser.fetch('/admin/organizations/org_nosuchorganization')).status).toBe(404);
+    // Lists that name wallets by account id (top accounts, payments) lead to the organization's own page.
+    const byAccountUrl = await browser.fetch(`/admin/accounts/${org.id}`);
+    expect([byAccountUrl.status, byAccountUrl.headers.get('location')]).toEqual([303, `/admin/organizations/${org.id}`]);
   });
 
   it("adjust an organization's balance with the action form", async () => {

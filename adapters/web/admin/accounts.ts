@@ -189,6 +189,8 @@ ${apps.map(
 
 async function renderAccount(tools: AdminTools, req: Request, res: Response, nav: Nav) {
   const id = String(req.params.id);
+  // An organization's wallet is an account's (top accounts, payments link here with its id): its own page shows it.
+  if (id.startsWith('org_')) return res.redirect(303, `/admin/organizations/${encodeURIComponent(id)}`);
   const data = await tools.read(req, ACCOUNT, { id });
   const a = data.account as Data | null;
   if (!a) return tools.send(res, adminPage('Not found', nav, html`<p class="error" role="alert">No such account.</p>`), 404);
