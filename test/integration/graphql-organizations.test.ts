@@ -154,10 +154,10 @@ describe('topUp and adjustBalance of an organization', () => {
       expect(body.errors![0]).toMatchObject({ message: expect.stringContaining('organizationId'), extensions: { code: 'BAD_USER_INPUT', param, reason: 'account_or_organization' } });
     }
     const unknown = await gql(operator, TOP_UP, { i: { organizationId: 'org_nosuchorganization', coins: '5' } });
-    expect(unknown.body.errors![0]!.extensions).toMatchObject({ code: 'NOT_FOUND', reason: 'organization_not_found' });
+    expect(unknown.body.errors![0]!.extensions).toMatchObject({ code: 'NOT_FOUND', reason: 'organization_not_found', param: 'organizationId' });
     // A person's account id is no organization id.
     const person = await gql(operator, TOP_UP, { i: { organizationId: owner.id, coins: '5' } });
-    expect(person.body.errors![0]!.extensions).toMatchObject({ code: 'BAD_USER_INPUT', param: 'organization' });
+    expect(person.body.errors![0]!.extensions).toMatchObject({ code: 'BAD_USER_INPUT', param: 'organizationId' });
     expect(await ledgerOf(org.id)).toEqual([]);
     expect(await ledgerOf(owner.id)).toEqual([]);
   });

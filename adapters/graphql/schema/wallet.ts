@@ -1,7 +1,8 @@
 import { builder } from '../builder.ts';
 import type { GraphQLContext } from '../context.ts';
 import { Account } from './account.ts';
-import { invalid } from '../../../core/errors.ts';
+import { CoreError, invalid } from '../../../core/errors.ts';
+import { toCoreError } from '../../../core/trpc.ts';
 import { present } from './paging.ts';
 
 interface WalletShape {
@@ -79,6 +80,14 @@ function walletOwner(input: { account?: string | null; organizationId?: string |
   return { account };
 }
 
+/** Core names the organization `organization`; this API's field is `organizationId`: an error about it says so. */
+const namingOrganizationId = <T>(work: Promise<T>): Promise<T> =>
+  work.catch((err: unknown) => {
+    const core = toCoreError(err);
+    if (core?.param !== 'organization') throw err;
+    throw new CoreError(core.code, core.message, { param: 'organizationId', reason: core.reason, retryAfterSeconds: core.retryAfterSeconds, params: core.params });
+  });
+
 const credit = (input: { account?: string | null; organizationId?: string | null; coins: string; idempotencyKey?: string | null; reference?: string | null; reason?: string | null }) => ({
   ...walletOwner(input),
   ...present({ coins: input.coins, idempotency_key: input.idempotencyKey, reference: input.reference, reason: input.reason }),
@@ -100,19 +109,19 @@ builder.mutationFields((t) => ({
     type: MoneyPayload,
     description: "Adds purchased coins to an account's or an organization's wallet (it becomes paid).",
     args: { input: t.arg({ type: CreditInput, required: true }) },
-    resolve: (_root, { input }, ctx) => ctx.core.wallet.topUp(credit(input)),
+    resolve: (_root, { input }, ctx) => namingOrganizationId(ctx.core.wallet.topUp(credit(input))),
   }),
   grantSubscription: t.field({
     type: MoneyPayload,
     description: 'Adds subscription coins (the account becomes paid).',
     args: { input: t.arg({ type: CreditInput, required: true }) },
-    resolve: (_root, { input }, ctx) => ctx.core.wallet.grantSubscription(credit(input)),
+    resolve: (_root, { input }, ctx) => namingOrganizationId(ctx.core.wallet.grantSubscription(credit(input))),
   }),
   adjustBalance: t.field({
     type: MoneyPayload,
     description: "Corrects an account's or an organization's balance up or down, with a reason.",
     args: { input: t.arg({ type: AdjustBalanceInput, required: true }) },
     resolve: (_root, { input }, ctx) =>
-      ctx.core.admin.actions.adjustBalance({ ...walletOwner(input), coins: input.coins, reason: input.reason, idempotency_key: input.idempotencyKey, ...(input.customerNote ? { customer_note: input.customerNote } : {}) }),
+      namingOrganizationId(ctx.core.admin.actions.adjustBalance({ ...walletOwner(input), coins: input.coins, reason: input.reason, idempotency_key: input.idempotencyKey, ...(input.customerNote ? { customer_note: input.customerNote } : {}) })),
   }),
 }));
