@@ -167,3 +167,16 @@ export async function removeMember(em: EntityManager, actor: Actor, input: z.out
     return { ...member, object: 'organization_member' as const, deleted: true as const, keys_revoked: keys.length, apps_disconnected: apps.length };
   });
 }
+
+/**
+ * Every member of these organizations with what they spent (the same sums as `listMembers`),
+ * without a role check: for operators' reads (core/admin/reads/organizations.ts), one query.
+ */
+export async function membersOfOrganizations(em: EntityManager, organizationIds: readonly string[]) {
+  if (organizationIds.length === 0) return [];
+  const rows = await em.execute<(Row & { organization_id: string })[]>(
+    `${SELECT.replace('select m.account_id', 'select m.organization_id, m.account_id')} where m.organization_id = any(?::text[]) order by m.created_at, m.account_id`,
+    [`{${organizationIds.map((id) => `"${id.replace(/["\\]/g, '\\$&')}"`).join(',')}}`],
+  );
+  return rows.map((r) => ({ organization_id: r.organization_id, ...view(r) }));
+}

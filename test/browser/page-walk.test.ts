@@ -5,6 +5,7 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
+import { createOrganization } from '../../core/organizations/organizations.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { artifactPath, inspectPage, launchChromium } from '../support/browser.ts';
 import { makeAccount, makeFailedJob, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
@@ -37,6 +38,7 @@ let accountId = '';
 let keyId = '';
 let jobId = '';
 let adminToken = '';
+let organizationId = '';
 beforeAll(async () => {
   orm = await openTestOrm();
   // PUBLIC_BASE_URL is set, to the server's own address: no page may fall back to "localhost".
@@ -65,6 +67,13 @@ beforeAll(async () => {
   keyId = (await makeKey(orm, accountId, 'laptop')).id;
   await makeAppConnection(orm, accountId, { name: 'A research agent with a long name', capMicro: 50_000_000n });
   for (let i = 0; i < 3; i++) jobId = await makeFailedJob(orm, accountId, keyId, `The provider failed: upstream answered 503 Service Unavailable with a long body that goes on ${'and on '.repeat(30)}until the end.`);
+  // An organization the person owns, with a long name, a member with a limit, an invitation and a member's key (the admin's organization pages).
+  organizationId = (await createOrganization(orm.em.fork(), { personId: accountId, organizationId: null }, { name: 'A research lab with a rather long organization name' })).id;
+  const teammate = await makeAccount(orm);
+  await orm.em.fork().execute(`insert into organization_members (organization_id, account_id, role, spend_limit_micro, spend_limit_period) values (?, ?, 'member', 50000000, 'monthly')`, [organizationId, teammate.id]);
+  await orm.em.fork().execute(`insert into organization_invitations (id, organization_id, email, role, token_hash, invited_by, expires_at) values (?, ?, ?, 'admin', ?, ?, now() + interval '7 days')`, [`inv_${randomBytes(12).toString('hex')}`, organizationId, uniqueEmail('invited'), randomBytes(32).toString('hex'), accountId]);
+  await internal().keys.create({ account: teammate.id, organization: organizationId, name: 'the team build server' });
+  await internal().wallet.topUp({ organization: organizationId, coins: '500' });
   const admin = await internal().admin.users.create({ email: uniqueEmail('walk-admin'), role: 'operator' });
   adminToken = admin.login_token;
 });
@@ -225,6 +234,9 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/admin/audit',
       '/admin/margin',
       '/admin/admins',
+      '/admin/organizations',
+      `/admin/organizations/${organizationId}`,
+      `/admin/organizations/${organizationId}/top-up`,
     ]);
     await context.close();
     expect(problems(findings)).toEqual(NONE);
