@@ -59,6 +59,8 @@ import {
  *   an ended one (it answers its first outcome) or on any id named (a refused one: not found);
  * - revoke: one of the keys (revokeKey): its batched reservations are refused from then on,
  *   its open holds still end as any other;
+ * - disable: one of the keys switched off, or on again (disabled_at, as a key's update sets it):
+ *   refused in a batch as a revoked one while off;
  * - sweep: some holds' expires_at is set in the past in SQL, then one or two sweeps run at once
  *   (releaseExpiredHolds, with a cutoff in 1970 so that only this test's expired holds match);
  * - race: two or three endings of one hold (open if any) at once (settle, release, the sweep
@@ -150,6 +152,7 @@ type Op =
   | { t: 'reserve'; who: number; amount: bigint; fit: Fit; path: ReservePath; reuse: number | null }
   | { t: 'end'; target: 'open' | 'any' | 'named'; hold: number; mode: EndMode; fraction: number; over: bigint; path: ReservePath }
   | { t: 'revoke'; who: number }
+  | { t: 'disable'; who: number }
   | { t: 'limit'; member: number; mode: 'spare' | 'exact' | 'remove'; spare: bigint }
   | { t: 'sweep'; holds: number[]; sweepers: number }
   | { t: 'race'; hold: number; contenders: { mode: 'settle' | 'release' | 'sweep'; fraction: number; path: ReservePath }[] }
@@ -216,6 +219,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
     }),
   },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('revoke' as const), who }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('disable' as const), who }) },
   {
     weight: 1,
     arbitrary: fc.record({
@@ -463,6 +467,18 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
       const p = pick(s.principals, op.who);
       await revokeKey(real.orm.em.fork(), p.keyId);
       s.m.revokeKey(p.keyId);
+      return;
+    }
+    case 'disable': {
+      const p = pick(s.principals, op.who);
+      const [row] = await real.orm.em
+        .fork()
+        .execute<{ disabled: boolean }[]>(
+          'update api_keys set disabled_at = case when disabled_at is null then now() else null end where id = ? returning disabled_at is not null as disabled',
+          [p.keyId],
+        );
+      expect(row!.disabled).toBe(s.m.toggleDisabled(p.keyId));
+      count(real, `disable:${row!.disabled ? 'off' : 'on'}`);
       return;
     }
     case 'limit': {

@@ -15,7 +15,7 @@
  *   no room for it (the same sums over the key's holds), when the organization member owning the
  *   key has no room under their limit (the same sums over all their keys of the organization,
  *   captures counted only in the limit's period: a monthly limit skips last month's), checked in
- *   that order, and on the batched path when the key is revoked; a hold id already used answers
+ *   that order, and on the batched path when the key is revoked or disabled; a hold id already used answers
  *   'exists' and moves nothing (on the batched path only when the cap and limits, if any, have
  *   room for the amount: see `reserve`).
  * - `end` (mas_end_hold, mas_end_hold_many): settle captures at most the hold (subscription
@@ -181,6 +181,8 @@ export class WalletModel {
   /** Organization members, by `organization/person`. */
   readonly members = new Map<string, ModelMember>();
   readonly revokedKeys = new Set<string>();
+  /** Keys switched off (disabled_at set): refused as revoked ones, until switched on again. */
+  readonly disabledKeys = new Set<string>();
   /** Every idempotency key a credit or adjustment wrote to the ledger (they are global). */
   readonly ledgerKeys = new Set<string>();
   /** The payment provider's event ids already handled (each acts once). */
@@ -313,7 +315,7 @@ export class WalletModel {
   reserve(path: ReservePath, r: ReserveRequest): ReserveOutcome {
     if (r.amount < 0n) throw new Error('model: a reservation is not negative');
     const exists = this.holds.has(r.holdId);
-    if (path === 'batched' && r.activeKeyId && this.revokedKeys.has(r.activeKeyId)) return 'key_revoked';
+    if (path === 'batched' && r.activeKeyId && (this.revokedKeys.has(r.activeKeyId) || this.disabledKeys.has(r.activeKeyId))) return 'key_revoked';
     // mas_reserve answers 'exists' for a hold id already used before looking at the cap and the
     // limits; mas_reserve_many (today) looks at them first, so a repeated id whose connection,
     // key or member has no room left for the amount is refused there, though the hold exists. No
@@ -373,6 +375,13 @@ export class WalletModel {
 
   revokeKey(keyId: string): void {
     this.revokedKeys.add(keyId);
+  }
+
+  /** Switches a key off or on again (PATCH /api/v1/keys/{id} `disabled`); answers whether it is now off. */
+  toggleDisabled(keyId: string): boolean {
+    if (this.disabledKeys.delete(keyId)) return false;
+    this.disabledKeys.add(keyId);
+    return true;
   }
 
   /** A settled hold's end is moved into last month (outside a monthly limit's period). */

@@ -52,7 +52,10 @@ describe('roles', () => {
       expect(r.error?.issues[0]?.message).toMatch(/organization id such as org_/);
     }
     expect(organizationIdSchema.safeParse(`org_${'a'.repeat(64)}`).success).toBe(true);
-    expect(personIdSchema.parse('acct_Z9')).toBe('acct_Z9');
+    expect(personIdSchema.parse(' acct_Z9 ')).toBe('acct_Z9');
+    expect(personIdSchema.safeParse(`acct_${'a'.repeat(64)}`).success).toBe(true);
+    expect(personIdSchema.safeParse(`acct_${'a'.repeat(65)}`).success).toBe(false);
+    expect(personIdSchema.safeParse('acct_Z9').error).toBeUndefined();
     for (const bad of ['org_Z9', 'acct_', 'acct_!', 'xacct_a']) expect(personIdSchema.safeParse(bad).success, bad).toBe(false);
   });
 });
@@ -108,7 +111,7 @@ describe('requireRole', () => {
     const { em, calls } = emAnswering('admin');
     await roleOf(em, 'org_a', 'acct_p');
     await roleOf(em, 'org_a', 'acct_p', { lock: true });
-    expect(calls[0]!.sql).not.toMatch(/for update/);
+    expect(calls[0]!.sql).toMatch(/o\.disabled_at is null$/);
     expect(calls[1]!.sql).toMatch(/for update of m$/);
     for (const c of calls) expect(c.sql).toMatch(/o\.kind = 'organization' and o\.disabled_at is null/);
     expect(await roleOf(emAnswering(null).em, 'org_a', 'acct_p')).toBeNull();
