@@ -45,7 +45,7 @@ import {
  * principals, keys of the organization's wallet, two of the first member (one with a spend limit
  * of its own) and one of the second. The commands:
  * - credit: a top-up or a subscription grant, its idempotency key drawn from a small pool shared
- *   by both accounts (keys are global: a key used on one account is a duplicate on the other);
+ *   by every account (keys are global: a key used on one account is a duplicate on another);
  * - adjust: mas_adjust, an operator's correction (either sign) or a refund (positive), keys from
  *   a pool of their own;
  * - reserve: one reservation, through mas_reserve (single) or the chat path's batcher
@@ -82,10 +82,10 @@ import {
  * sums per pocket equal the pockets, and each entry's balance_after is the running sum of its
  * pocket; every hold (status, amount, split, captured, connection, key) equals the model, and its
  * ledger entries show it reserved once and ended at most once; nothing is negative; what each
- * capped connection captured plus holds never exceeds its cap, and equals the model's; so for
- * each limited key (over its holds) and each limited member (over all their keys of the
- * organization, captures in the period: a monthly limit skips last month's), and the
- * organization's wallet never goes below zero; each
+ * capped connection captured plus holds never exceeds its cap, and equals the model's; the same
+ * for each key (over its holds, within its limit if any) and each member (over all their keys of
+ * the organization, captures in the period: a monthly limit skips last month's; within their
+ * limit if any); the organization's wallet never goes below zero; each
  * credited payment has taken back (its payment_reversals, net) what the model says, which is
  * min(credited, refunded + withdrawn disputes): never more than it credited, never below zero.
  */
@@ -885,7 +885,8 @@ let runs = 0;
  * The organization of a run: the first person its owner, the second a member; keys 4 and 5 the
  * first's (5 with a limit of its own), 6 the second's. Each member's spend of last month is a
  * hold reserved and settled through their key, its end then moved into last month; the limits
- * are set after it, a total one never below it.
+ * are set after it, a total one never below it. (A run that spans the first instant of a month,
+ * UTC, would see this month's captures become last month's, which the model does not follow.)
  */
 async function setupOrganization(s: State, real: Real, draw: OrgDraw, start: bigint): Promise<void> {
   const [first, second] = [...s.m.accounts.keys()] as [string, string];
