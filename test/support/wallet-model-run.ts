@@ -23,6 +23,7 @@ import {
   type DisputeStep,
   type EndOutcome,
   type ModelAccount,
+  type ModelConnection,
   type ModelMember,
   type ModelPaymentFacts,
   type Pocket,
@@ -740,41 +741,46 @@ interface HoldRow {
 /** Everything the database holds about the run's wallets equals the model, and the invariants hold. */
 async function expectAgreement(s: State, real: Real): Promise<void> {
   // The checks read independent things: they run at once, each on a connection of its own.
-  await Promise.all([...[...s.m.accounts.values()].map((a) => expectAccountAgreement(s, real, a)), expectPaymentsAgreement(s, real), expectLimitsAgreement(s, real)]);
+  await Promise.all([
+    ...[...s.m.accounts.values()].map((a) => expectAccountAgreement(s, real, a)),
+    expectPaymentsAgreement(s, real),
+    ...[...s.m.connections.values()].map((c) => expectCapAgreement(s, real, c)),
+    expectLimitsAgreement(s, real),
+  ]);
 }
 
 /** One account: its pockets, its ledger and its holds equal the model's. */
 async function expectAccountAgreement(s: State, real: Real, a: ModelAccount): Promise<void> {
-  const em = real.orm.em.fork();
-  const state = await walletInvariants(real.orm, a.id);
+  // Its three reads at once too (each on a connection of its own).
+  const [state, [drift], rows] = await Promise.all([
+    walletInvariants(real.orm, a.id),
+    real.orm.em.fork().execute<{ n: number }[]>(
+      `select count(*)::int as n from (
+         select balance_after_micro, sum(amount_micro) over (partition by pocket order by id) as running
+         from ledger_entries where account_id = ?) x
+       where balance_after_micro <> running`,
+      [a.id],
+    ),
+    real.orm.em.fork().execute<HoldRow[]>(
+      `select h.id, h.status, h.amount_micro::text as amount, h.captured_micro::text as captured,
+              h.from_subscription_micro::text as from_sub, h.from_purchased_micro::text as from_pur,
+              h.metadata->>'app_connection_id' as connection, h.metadata->>'key_id' as key_id,
+              coalesce(sum(e.amount_micro) filter (where e.pocket = 'held'), 0)::text as held_sum,
+              coalesce(sum(e.amount_micro) filter (where e.pocket <> 'held'), 0)::text as spend_sum,
+              count(*) filter (where e.kind = 'reservation' and e.pocket = 'held')::int as reservations,
+              count(*) filter (where e.kind = 'capture')::int as captures,
+              count(*) filter (where e.kind = 'release' and e.pocket = 'held')::int as releases
+       from holds h left join ledger_entries e on e.hold_id = h.id
+       where h.account_id = ? group by h.id order by h.id`,
+      [a.id],
+    ),
+  ]);
   expect(state.balance, `wallet ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held, paid: a.paid });
   expect(state.ledgerByPocket, `ledger of ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held });
   expect(state.openHolds).toBe(a.held);
   // Only the purchased pocket may go below zero (a payment taken back after its coins were spent).
   for (const v of [state.balance.subscription, state.balance.held]) expect(v).toBeGreaterThanOrEqual(0n);
-
-  const [drift] = await em.execute<{ n: number }[]>(
-    `select count(*)::int as n from (
-       select balance_after_micro, sum(amount_micro) over (partition by pocket order by id) as running
-       from ledger_entries where account_id = ?) x
-     where balance_after_micro <> running`,
-    [a.id],
-  );
   expect(drift!.n, 'ledger entries whose balance_after is not the running sum of their pocket').toBe(0);
-
-  const rows = await em.execute<HoldRow[]>(
-    `select h.id, h.status, h.amount_micro::text as amount, h.captured_micro::text as captured,
-            h.from_subscription_micro::text as from_sub, h.from_purchased_micro::text as from_pur,
-            h.metadata->>'app_connection_id' as connection, h.metadata->>'key_id' as key_id,
-            coalesce(sum(e.amount_micro) filter (where e.pocket = 'held'), 0)::text as held_sum,
-            coalesce(sum(e.amount_micro) filter (where e.pocket <> 'held'), 0)::text as spend_sum,
-            count(*) filter (where e.kind = 'reservation' and e.pocket = 'held')::int as reservations,
-            count(*) filter (where e.kind = 'capture')::int as captures,
-            count(*) filter (where e.kind = 'release' and e.pocket = 'held')::int as releases
-     from holds h left join ledger_entries e on e.hold_id = h.id
-     where h.account_id = ? group by h.id order by h.id`,
-    [a.id],
-  );
   const model = s.m.holdsOf(a.id).sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
   expect(rows.map((r) => r.id)).toEqual(model.map((h) => h.id));
   rows.forEach((r, i) => {
@@ -827,20 +833,22 @@ async function expectPaymentsAgreement(s: State, real: Real): Promise<void> {
   }
 }
 
-/** The caps, the keys' limits and the members' limits: what counts against each equals the model's and stays within it. */
+/** What counts against a capped connection's cap: the model's, and within the cap. */
+async function expectCapAgreement(s: State, real: Real, c: ModelConnection): Promise<void> {
+  if (c.cap === null) return;
+  const [row] = await real.orm.em.fork().execute<{ used: string }[]>(
+    `select coalesce(sum(case status when 'open' then amount_micro when 'settled' then captured_micro else 0 end), 0)::text as used
+     from holds where metadata->>'app_connection_id' = ?`,
+    [c.id],
+  );
+  const used = BigInt(row!.used);
+  expect(used, `spent and held under the cap of ${c.id}`).toBe(s.m.capUse(c.id));
+  expect(used).toBeLessThanOrEqual(c.cap);
+}
+
+/** The keys' limits and the members' limits: what counts against each equals the model's and stays within it. */
 async function expectLimitsAgreement(s: State, real: Real): Promise<void> {
   const em = real.orm.em.fork();
-  for (const c of s.m.connections.values()) {
-    if (c.cap === null) continue;
-    const [row] = await em.execute<{ used: string }[]>(
-      `select coalesce(sum(case status when 'open' then amount_micro when 'settled' then captured_micro else 0 end), 0)::text as used
-       from holds where metadata->>'app_connection_id' = ?`,
-      [c.id],
-    );
-    const used = BigInt(row!.used);
-    expect(used, `spent and held under the cap of ${c.id}`).toBe(s.m.capUse(c.id));
-    expect(used).toBeLessThanOrEqual(c.cap);
-  }
   // Per key of the organizations: what its holds hold, captured in all and captured this month
   // (UTC): one query. Each limited key within its limit; each member, over all their keys of the
   // organization, captures in the period (monthly: this month), within theirs.
