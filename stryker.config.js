@@ -66,6 +66,8 @@ export default {
     only('core/trpc.ts', 'function consumeRateLimit('),
     'adapters/limits/rate-limiter.ts',
     only('core/keys/keys.ts', 'function createKey('),
+    // Organizations (issue 49): who may act on an organization (404 outside, 403 below the role).
+    'core/organizations/roles.ts',
   ],
   ignorePatterns: ['dist', 'dist.*', '.data', 'coverage', 'test/artifacts', 'test/reliability/.results', 'bench/*.csv', 'bench/*.svg'],
   tempDirName: 'test/artifacts/stryker-tmp',

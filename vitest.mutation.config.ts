@@ -59,6 +59,9 @@ export const MUTATION_TESTS = [
   // A key's spend limit, expiry and allowed models (core/auth/api-keys.ts, core/money/holds.ts, core/keys/keys.ts).
   'test/integration/key-limits.test.ts',
   'test/unit/key-limits.test.ts',
+  // Organizations (issue 49): the roles' 404 and 403 (core/organizations/roles.ts), and member limits over HTTP (core/money/holds.ts).
+  'test/unit/organization-roles.test.ts',
+  'test/integration/organization-limits.test.ts',
 ];
 
 export default defineConfig({

@@ -1,8 +1,9 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import pg from 'pg';
-import { randomBase62 } from '../../core/ids.ts';
-import { makeAccount, makeKey, openTestOrm, walletInvariants } from '../support/db.ts';
+import { newId, randomBase62 } from '../../core/ids.ts';
+import { createKey } from '../../core/keys/keys.ts';
+import { makeAccount, makeKey, openTestOrm, uniqueEmail, walletInvariants } from '../support/db.ts';
 
 /**
  * The rules of the SQL money functions (core/money/money.sql) at their edges, called directly:
@@ -388,4 +389,238 @@ describe("a key's spend limit", () => {
     expect(await keyRoom(free)).toBeNull();
     await expectBalanced(a);
   });
+});
+
+/** An organization (an account of kind organization) with these purchased micro-coins. */
+async function organization(pur: bigint): Promise<string> {
+  const id = newId('org');
+  await db.query(`insert into accounts (id, email, kind, name, paid) values ($1, $2, 'organization', 'Rules org', false)`, [id, uniqueEmail('rules-org')]);
+  await db.query('insert into wallets (account_id) values ($1)', [id]);
+  if (pur > 0n) await db.query(`select * from mas_credit($1, 'purchased', 'topup', $2, 'rules', $3, 'Top-up')`, [id, pur.toString(), `rules-pur:${id}`]);
+  return id;
+}
+/** A person who is a member of the organization, with this spend limit (micro-coins) and period, or none. */
+async function member(org: string, limitMicro: bigint | null, period: 'total' | 'monthly' = 'total', person?: string): Promise<string> {
+  const id = person ?? (await makeAccount(orm)).id;
+  await db.query(`insert into organization_members (organization_id, account_id, role, spend_limit_micro, spend_limit_period) values ($1, $2, 'member', $3, $4)`, [
+    org,
+    id,
+    limitMicro === null ? null : limitMicro.toString(),
+    limitMicro === null ? null : period,
+  ]);
+  return id;
+}
+/** A key of the organization's wallet owned by the member (with its own spend limit, if given). */
+async function memberKey(org: string, person: string, keyLimitMicro?: bigint): Promise<string> {
+  const key = await createKey(orm.em.fork(), org, {}, undefined, { memberId: person });
+  if (keyLimitMicro !== undefined) await db.query(`update api_keys set spend_limit_micro = $2, spend_limit_period = 'total' where id = $1`, [key.id, keyLimitMicro.toString()]);
+  return key.id;
+}
+const memberRoom = async (keyId: string) => {
+  const room = (await db.query<{ room: string | null }>('select mas_member_spend_room($1)::text as room', [keyId])).rows[0]!.room;
+  return room === null ? null : BigInt(room);
+};
+/** A reservation through this key of the organization's wallet, one hold (single) or in a batch (batched), as chat and media make them. */
+async function reserveBy(path: 'single' | 'batched', org: string, keyId: string, amount: bigint, id = holdId()) {
+  if (path === 'single') return reserve(id, org, amount, { key_id: keyId });
+  const [row] = await reserveMany([{ hold: id, accountId: org, amount, metadata: { key_id: keyId }, keyId }]);
+  return { status: row!.status, available: row!.available };
+}
+/** A settled hold of this key that ended at `endedAt` (an SQL expression), as mas_end_hold leaves one. */
+const insertSettled = (org: string, keyId: string, captured: bigint, endedAt: string) =>
+  db.query(
+    `insert into holds (id, account_id, amount_micro, from_subscription_micro, from_purchased_micro, status, captured_micro, reference, metadata, expires_at, created_at, ended_at)
+     values ($1, $2, $3, 0, $3, 'settled', $3, 'rules', $4::jsonb, now(), ${endedAt}, ${endedAt})`,
+    [holdId(), org, captured.toString(), JSON.stringify({ key_id: keyId })],
+  );
+
+describe("an organization member's spend limit", () => {
+  it('refuses at the boundary: room < amount is refused, room == amount is reserved, one hold or in a batch, both paths alike', async () => {
+    for (const path of ['single', 'batched'] as const) {
+      const org = await organization(1000n);
+      const person = await member(org, 30n);
+      const key = await memberKey(org, person);
+      expect(await reserveBy(path, org, key, 11n)).toMatchObject({ status: 'reserved' });
+      expect(await memberRoom(key)).toBe(19n);
+      expect(await reserveBy(path, org, key, 20n), path).toEqual({ status: 'member_spend_limit_reached', available: '19' });
+      expect(await reserveBy(path, org, key, 19n), path).toMatchObject({ status: 'reserved' });
+      expect(await memberRoom(key)).toBe(0n);
+      expect(await reserveBy(path, org, key, 1n), path).toEqual({ status: 'member_spend_limit_reached', available: '0' });
+      // A reservation of nothing fits an exhausted limit.
+      expect(await reserveBy(path, org, key, 0n), path).toMatchObject({ status: 'reserved' });
+      expect(await wallet(org)).toEqual({ sub: 0n, pur: 970n, held: 30n });
+      await expectBalanced(org);
+    }
+  });
+
+  it("counts all the member's keys of the organization: not another member's, not the member's personal keys, not another organization's", async () => {
+    const org = await organization(10_000n);
+    const person = await member(org, 100n);
+    const [k1, k2] = [await memberKey(org, person), await memberKey(org, person)];
+    expect(await reserve(holdId(), org, 30n, { key_id: k1 })).toMatchObject({ status: 'reserved' });
+    expect(await reserve(holdId(), org, 30n, { key_id: k2 })).toMatchObject({ status: 'reserved' });
+    expect(await memberRoom(k1)).toBe(40n);
+    expect(await memberRoom(k2)).toBe(40n);
+    // Another member's spend (limited or not) does not count.
+    const other = await member(org, 1000n);
+    const otherKey = await memberKey(org, other);
+    expect(await reserve(holdId(), org, 500n, { key_id: otherKey })).toMatchObject({ status: 'reserved' });
+    const free = await member(org, null);
+    const freeKey = await memberKey(org, free);
+    expect(await reserve(holdId(), org, 700n, { key_id: freeKey })).toMatchObject({ status: 'reserved' });
+    expect(await memberRoom(freeKey)).toBeNull();
+    // The person's personal key, and their key of another organization, do not count either.
+    const personal = (await makeKey(orm, person)).id;
+    await db.query(`select * from mas_credit($1, 'purchased', 'topup', 1000, 'rules', $2, 'Top-up')`, [person, `rules-personal:${person}`]);
+    expect(await reserve(holdId(), person, 200n, { key_id: personal })).toMatchObject({ status: 'reserved' });
+    const elsewhere = await organization(1000n);
+    await member(elsewhere, 500n, 'total', person);
+    const elsewhereKey = await memberKey(elsewhere, person);
+    expect(await reserve(holdId(), elsewhere, 300n, { key_id: elsewhereKey })).toMatchObject({ status: 'reserved' });
+    expect(await memberRoom(elsewhereKey)).toBe(200n);
+    expect(await memberRoom(k1)).toBe(40n);
+    // So 40 fit through either key, and 41 through neither, one hold or in a batch.
+    expect(await reserve(holdId(), org, 41n, { key_id: k2 })).toEqual({ status: 'member_spend_limit_reached', available: '40' });
+    expect((await reserveMany([{ hold: holdId(), accountId: org, amount: 41n, metadata: { key_id: k1 }, keyId: k1 }]))[0]).toMatchObject({ status: 'member_spend_limit_reached', available: '40' });
+    expect(await reserve(holdId(), org, 40n, { key_id: k2 })).toMatchObject({ status: 'reserved' });
+    await expectBalanced(org);
+  });
+
+  it('counts open holds and what settled holds captured, not what they released; the key’s own limit still applies under it', async () => {
+    const org = await organization(1000n);
+    const person = await member(org, 100n);
+    const key = await memberKey(org, person, 60n);
+    const open = holdId();
+    expect(await reserve(open, org, 10n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await memberRoom(key)).toBe(90n);
+    const settled = holdId();
+    expect(await reserve(settled, org, 20n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await endHold(settled, 15n, 'settled')).toMatchObject({ status: 'settled' });
+    expect(await memberRoom(key)).toBe(75n);
+    const released = holdId();
+    expect(await reserve(released, org, 5n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await endHold(released, 0n, 'released')).toMatchObject({ status: 'released' });
+    expect(await memberRoom(key)).toBe(75n);
+    // The key's limit (60, 25 used) is the tighter one: it refuses first, on both paths.
+    expect(await reserve(holdId(), org, 36n, { key_id: key })).toEqual({ status: 'key_spend_limit_reached', available: '35' });
+    expect((await reserveMany([{ hold: holdId(), accountId: org, amount: 36n, metadata: { key_id: key }, keyId: key }]))[0]).toMatchObject({ status: 'key_spend_limit_reached' });
+    // A second key without a limit of its own meets the member's.
+    const second = await memberKey(org, person);
+    expect(await reserve(holdId(), org, 76n, { key_id: second })).toEqual({ status: 'member_spend_limit_reached', available: '75' });
+    await expectBalanced(org);
+  });
+
+  it('monthly: only what settled since the first instant of this month (UTC) counts; open holds always count', async () => {
+    const org = await organization(1000n);
+    const person = await member(org, 50n, 'monthly');
+    const [k1, k2] = [await memberKey(org, person), await memberKey(org, person)];
+    await insertSettled(org, k1, 40n, `date_trunc('month', now(), 'UTC') - interval '1 microsecond'`);
+    await insertSettled(org, k2, 9n, `date_trunc('month', now(), 'UTC') - interval '20 days'`);
+    expect(await memberRoom(k1)).toBe(50n);
+    await insertSettled(org, k2, 7n, `date_trunc('month', now(), 'UTC')`);
+    expect(await memberRoom(k1)).toBe(43n);
+    expect(await reserve(holdId(), org, 3n, { key_id: k2 })).toMatchObject({ status: 'reserved' });
+    expect(await memberRoom(k1)).toBe(40n);
+    expect((await reserveMany([{ hold: holdId(), accountId: org, amount: 41n, metadata: { key_id: k1 }, keyId: k1 }]))[0]).toMatchObject({ status: 'member_spend_limit_reached', available: '40' });
+    // The same limit over the whole time: last month's spend counts.
+    await db.query(`update organization_members set spend_limit_period = 'total' where organization_id = $1 and account_id = $2`, [org, person]);
+    expect(await memberRoom(k1)).toBe(50n - 40n - 9n - 7n - 3n);
+    expect(await reserve(holdId(), org, 2n, { key_id: k1 })).toEqual({ status: 'member_spend_limit_reached', available: '0' });
+  });
+
+  it('a key with no member, or a member without a limit, is not limited by it', async () => {
+    const org = await organization(1000n);
+    const person = await member(org, null);
+    const key = await memberKey(org, person);
+    expect(await memberRoom(key)).toBeNull();
+    expect(await reserve(holdId(), org, 900n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    // A personal key of a person who is a limited member elsewhere: the personal wallet only.
+    const limited = await member(org, 1n);
+    await db.query(`select * from mas_credit($1, 'purchased', 'topup', 100, 'rules', $2, 'Top-up')`, [limited, `rules-personal:${limited}`]);
+    const personal = (await makeKey(orm, limited)).id;
+    expect(await memberRoom(personal)).toBeNull();
+    expect(await reserve(holdId(), limited, 100n, { key_id: personal })).toMatchObject({ status: 'reserved' });
+    expect((await reserveMany([{ hold: holdId(), accountId: org, amount: 100n, metadata: { key_id: key }, keyId: key }]))[0]).toMatchObject({ status: 'reserved' });
+    expect(await wallet(org)).toEqual({ sub: 0n, pur: 0n, held: 1000n });
+    await expectBalanced(org);
+  });
+
+  it("a replayed hold id answers exists, not refused, though the member's limit is reached", async () => {
+    const org = await organization(1000n);
+    const person = await member(org, 10n);
+    const key = await memberKey(org, person);
+    const id = holdId();
+    expect(await reserve(id, org, 10n, { key_id: key })).toMatchObject({ status: 'reserved' });
+    expect(await reserve(id, org, 10n, { key_id: key })).toMatchObject({ status: 'exists' });
+    // The batched path answers exists for a repeated id while the limit has room for it (as for a key's limit).
+    const b = holdId();
+    const other = await member(org, 100n);
+    const otherKey = await memberKey(org, other);
+    expect(await reserveBy('batched', org, otherKey, 10n, b)).toMatchObject({ status: 'reserved' });
+    expect(await reserveBy('batched', org, otherKey, 10n, b)).toMatchObject({ status: 'exists' });
+    expect(await wallet(org)).toEqual({ sub: 0n, pur: 980n, held: 20n });
+    await expectBalanced(org);
+  });
+
+  it('within one batch, each item of the member (through any of their keys) sees the holds the items before it made', async () => {
+    const org = await organization(1000n);
+    const person = await member(org, 25n);
+    const [k1, k2] = [await memberKey(org, person), await memberKey(org, person)];
+    const rows = await reserveMany([10n, 10n, 10n, 5n].map((amount, i) => ({ hold: holdId(), accountId: org, amount, metadata: { key_id: i % 2 ? k2 : k1 }, keyId: i % 2 ? k2 : k1 })));
+    expect(rows.map((r) => r.status)).toEqual(['reserved', 'reserved', 'member_spend_limit_reached', 'reserved']);
+    expect(rows[2]!.available).toBe('5');
+    expect(await wallet(org)).toEqual({ sub: 0n, pur: 975n, held: 25n });
+    await expectBalanced(org);
+  });
+
+  it('a disabled key reserves nothing in a batch (key_revoked); enabled again, it does', async () => {
+    const org = await organization(100n);
+    const person = await member(org, 50n);
+    const key = await memberKey(org, person);
+    await db.query('update api_keys set disabled_at = now() where id = $1', [key]);
+    expect(await reserveBy('batched', org, key, 1n)).toEqual({ status: 'key_revoked', available: null });
+    await db.query('update api_keys set disabled_at = null where id = $1', [key]);
+    expect(await reserveBy('batched', org, key, 1n)).toMatchObject({ status: 'reserved' });
+    expect(await wallet(org)).toEqual({ sub: 0n, pur: 99n, held: 1n });
+  });
+
+  it.each(['single', 'batched'] as const)(
+    '%s: reservations through different keys of one member, all at once, never pass the limit (the member row is locked before the wallet)',
+    async (path) => {
+      const org = await organization(10_000n);
+      const person = await member(org, 10n);
+      const keys = await Promise.all(Array.from({ length: 6 }, () => memberKey(org, person)));
+      // Hold the organization's wallet so that every reservation is under way at once, then let them go.
+      const holder = new pg.Client({ connectionString: orm.config.get('clientUrl') });
+      const clients = keys.map(() => new pg.Client({ connectionString: orm.config.get('clientUrl') }));
+      await Promise.all([holder, ...clients].map((c) => c.connect()));
+      try {
+        await holder.query('begin');
+        await holder.query('select 1 from wallets where account_id = $1 for update', [org]);
+        const pids = await Promise.all(clients.map(async (c) => (await c.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid));
+        const running = clients.map((c, i) =>
+          path === 'single'
+            ? c.query<{ status: string }>('select status from mas_reserve($1, $2, 10, $3, $4, $5)', [holdId(), org, 'rules', inAnHour(), JSON.stringify({ key_id: keys[i] })])
+            : c.query<{ status: string }>('select status from mas_reserve_many($1::jsonb)', [
+                JSON.stringify([{ i: 0, hold_id: holdId(), account_id: org, amount: '10', reference: 'rules', expires_at: inAnHour(), metadata: { key_id: keys[i] }, key_id: keys[i] }]),
+              ]),
+        );
+        // Every reservation waits on a lock (the member's row or the wallet) before the wallet is let go.
+        await vi.waitFor(
+          async () => {
+            const { rows } = await db.query<{ n: number }>(`select count(*)::int as n from pg_stat_activity where pid = any($1::int[]) and wait_event_type = 'Lock'`, [pids]);
+            expect(rows[0]!.n).toBe(clients.length);
+          },
+          { timeout: 30_000, interval: 10 },
+        );
+        await holder.query('commit');
+        const statuses = (await Promise.all(running)).map((r) => r.rows[0]!.status).sort();
+        expect(statuses).toEqual(['member_spend_limit_reached', 'member_spend_limit_reached', 'member_spend_limit_reached', 'member_spend_limit_reached', 'member_spend_limit_reached', 'reserved']);
+      } finally {
+        await Promise.all([holder, ...clients].map((c) => c.end()));
+      }
+      expect(await wallet(org)).toEqual({ sub: 0n, pur: 9_990n, held: 10n });
+      await expectBalanced(org);
+    },
+  );
 });

@@ -6,7 +6,8 @@ import { checkWalletModel, walletModelRuns } from '../support/wallet-model-run.t
 /**
  * The wallet model (issue 30): random command sequences over every money function (credits,
  * mas_adjust, reserve on both paths, settle and release with captures in and above the hold,
- * spend caps, revoked keys, the expired-hold sweep, races between endings, batched and parallel
+ * spend caps, keys' spend limits, organization members' spend limits (total and monthly, over all
+ * their keys), revoked keys, the expired-hold sweep, races between endings, batched and parallel
  * reservations), run against the real database and an independent bigint model, compared after
  * every step. The property and its commands: test/support/wallet-model-run.ts; the model:
  * test/support/wallet-model.ts. `npm run test:reliability` runs it 20 times as long

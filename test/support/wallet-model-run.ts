@@ -5,11 +5,12 @@ import type { MikroORM } from '@mikro-orm/postgresql';
 import { statementPool } from '../../adapters/db/statement-pool.ts';
 import { createAccount } from '../../core/accounts/accounts.ts';
 import { isCoreError } from '../../core/errors.ts';
-import { revokeKey } from '../../core/keys/keys.ts';
+import { createKey, revokeKey } from '../../core/keys/keys.ts';
 import { HoldBatcher } from '../../core/money/hold-batcher.ts';
 import { release, reserve, settle } from '../../core/money/holds.ts';
 import { releaseExpiredHolds } from '../../core/money/sweep.ts';
 import { credit } from '../../core/money/wallet.ts';
+import { createOrganization } from '../../core/organizations/organizations.ts';
 import type { CoreDeps } from '../../core/context.ts';
 import { handlePaymentEvent } from '../../core/payments/receive-webhook.ts';
 import type { PaymentEvent } from '../../core/ports.ts';
@@ -21,6 +22,9 @@ import {
   WalletModel,
   type DisputeStep,
   type EndOutcome,
+  type ModelAccount,
+  type ModelConnection,
+  type ModelMember,
   type ModelPaymentFacts,
   type Pocket,
   type ReserveOutcome,
@@ -36,19 +40,28 @@ import {
  * test:reliability`); WALLET_MODEL_RUNS sets the number of runs of either.
  *
  * Each run has two accounts, each with an API key and an app connection (OAuth) with a key of
- * its own and a random spend cap (or none): four principals. The commands:
+ * its own and a random spend cap (or none): four principals; and an organization (issue 49)
+ * whose owner is the first account's person and whose other member is the second's, each with a
+ * random spend limit (or none), total or monthly, and some spend settled last month: three more
+ * principals, keys of the organization's wallet, two of the first member (one with a spend limit
+ * of its own) and one of the second. The commands:
  * - credit: a top-up or a subscription grant, its idempotency key drawn from a small pool shared
- *   by both accounts (keys are global: a key used on one account is a duplicate on the other);
+ *   by every account (keys are global: a key used on one account is a duplicate on another);
  * - adjust: mas_adjust, an operator's correction (either sign) or a refund (positive), keys from
  *   a pool of their own;
  * - reserve: one reservation, through mas_reserve (single) or the chat path's batcher
  *   (mas_reserve_many, which also checks the key), of a drawn amount or one at the edge (−1, 0,
- *   +1 micro-coin) of the cap's room or the spendable coins, sometimes reusing a hold id;
+ *   +1 micro-coin) of the room under the cap or limits or the spendable coins, sometimes reusing
+ *   a hold id;
+ * - limit: an admin sets a member's limit at or above what the member has spent (0 to spare
+ *   included), or removes it;
  * - end: settle (0–100 % of the hold), release, capture above the hold or below 0 (refused,
  *   nothing moves), through mas_end_hold or mas_end_hold_many, mostly on an open hold, else on
  *   an ended one (it answers its first outcome) or on any id named (a refused one: not found);
  * - revoke: one of the keys (revokeKey): its batched reservations are refused from then on,
  *   its open holds still end as any other;
+ * - disable: one of the keys switched off, or on again (disabled_at, as a key's update sets it):
+ *   refused in a batch as a revoked one while off;
  * - sweep: some holds' expires_at is set in the past in SQL, then one or two sweeps run at once
  *   (releaseExpiredHolds, with a cutoff in 1970 so that only this test's expired holds match);
  * - race: two or three endings of one hold (open if any) at once (settle, release, the sweep
@@ -68,9 +81,12 @@ import {
  *   checks that each refused one did not fit at the end either.
  * After every command, for each account: the pockets and paid flag equal the model; the ledger
  * sums per pocket equal the pockets, and each entry's balance_after is the running sum of its
- * pocket; every hold (status, amount, split, captured, connection) equals the model, and its
+ * pocket; every hold (status, amount, split, captured, connection, key) equals the model, and its
  * ledger entries show it reserved once and ended at most once; nothing is negative; what each
- * capped connection captured plus holds never exceeds its cap, and equals the model's; each
+ * capped connection captured plus holds never exceeds its cap, and equals the model's; the same
+ * for each key (over its holds, within its limit if any) and each member (over all their keys of
+ * the organization, captures in the period: a monthly limit skips last month's; within their
+ * limit if any); the organization's wallet never goes below zero; each
  * credited payment has taken back (its payment_reversals, net) what the model says, which is
  * min(credited, refunded + withdrawn disputes): never more than it credited, never below zero.
  */
@@ -98,6 +114,14 @@ interface Principal {
   account: string;
   keyId: string;
   connection: string | null;
+}
+
+/** The organization of a run: each member's limit (or none) and period, the first member's second key's own limit, and each member's spend settled last month. */
+interface OrgDraw {
+  limits: [bigint | null, bigint | null];
+  periods: ['total' | 'monthly', 'total' | 'monthly'];
+  keyLimit: bigint | null;
+  history: [bigint, bigint];
 }
 
 /** The model side of a run: the bigint model and the names both sides share. */
@@ -129,6 +153,8 @@ type Op =
   | { t: 'reserve'; who: number; amount: bigint; fit: Fit; path: ReservePath; reuse: number | null }
   | { t: 'end'; target: 'open' | 'any' | 'named'; hold: number; mode: EndMode; fraction: number; over: bigint; path: ReservePath }
   | { t: 'revoke'; who: number }
+  | { t: 'disable'; who: number }
+  | { t: 'limit'; member: number; mode: 'spare' | 'exact' | 'remove'; spare: bigint }
   | { t: 'sweep'; holds: number[]; sweepers: number }
   | { t: 'race'; hold: number; contenders: { mode: 'settle' | 'release' | 'sweep'; fraction: number; path: ReservePath }[] }
   | { t: 'batch'; items: { who: number; amount: bigint }[] }
@@ -146,21 +172,25 @@ const reserveAmount = fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 4_000_
 // Caps mostly below what the wallets hold, so that the cap, not the balance, refuses.
 const cap = fc.oneof(fc.bigInt({ min: 1n, max: 2_500_000n }), fc.bigInt({ min: 1n, max: 8_000_000n }));
 const path = fc.constantFrom<ReservePath>('single', 'batched');
-/** A principal: 0 and 2 are the accounts' keys, 1 and 3 their app connections (drawn more often). */
-const who = fc.oneof({ weight: 1, arbitrary: fc.nat(3) }, { weight: 1, arbitrary: fc.constantFrom(1, 3) });
+/**
+ * A principal: 0 and 2 are the accounts' keys, 1 and 3 their app connections (drawn more often),
+ * 4 to 6 the organization's keys (4 and 5 the first member's, 6 the second's).
+ */
+const who = fc.oneof({ weight: 2, arbitrary: fc.nat(3) }, { weight: 2, arbitrary: fc.constantFrom(1, 3) }, { weight: 3, arbitrary: fc.integer({ min: 4, max: 6 }) });
+const acct = fc.nat(2);
 const fraction = fc.oneof(fc.integer({ min: 0, max: 100 }), fc.constantFrom(0, 100));
 
 /** The commands, weighted: reservations and endings most, revocations least. */
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   {
     weight: 3,
-    arbitrary: fc.record({ t: fc.constant('credit' as const), acct: fc.nat(1), pocket: fc.constantFrom<Pocket>('subscription', 'purchased'), amount: creditAmount, key: fc.nat(5) }),
+    arbitrary: fc.record({ t: fc.constant('credit' as const), acct, pocket: fc.constantFrom<Pocket>('subscription', 'purchased'), amount: creditAmount, key: fc.nat(5) }),
   },
   {
     weight: 2,
     arbitrary: fc.oneof(
-      fc.record({ t: fc.constant('adjust' as const), acct: fc.nat(1), kind: fc.constant('adjustment' as const), amount: fc.oneof(creditAmount, creditAmount.map((x) => -x)), key: fc.nat(4) }),
-      fc.record({ t: fc.constant('adjust' as const), acct: fc.nat(1), kind: fc.constant('refund' as const), amount: creditAmount, key: fc.nat(4) }),
+      fc.record({ t: fc.constant('adjust' as const), acct, kind: fc.constant('adjustment' as const), amount: fc.oneof(creditAmount, creditAmount.map((x) => -x)), key: fc.nat(4) }),
+      fc.record({ t: fc.constant('adjust' as const), acct, kind: fc.constant('refund' as const), amount: creditAmount, key: fc.nat(4) }),
     ),
   },
   {
@@ -190,6 +220,16 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
     }),
   },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('revoke' as const), who }) },
+  { weight: 1, arbitrary: fc.record({ t: fc.constant('disable' as const), who }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant('limit' as const),
+      member: fc.nat(1),
+      mode: fc.constantFrom('spare' as const, 'spare' as const, 'exact' as const, 'remove' as const),
+      spare: fc.bigInt({ min: 0n, max: 1_000_000n }),
+    }),
+  },
   {
     weight: 2,
     arbitrary: fc.record({ t: fc.constant('sweep' as const), holds: fc.array(fc.nat(40), { minLength: 1, maxLength: 3 }), sweepers: fc.integer({ min: 1, max: 2 }) }),
@@ -242,6 +282,16 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ t: fc.constant('replay' as const), event: fc.nat(20) }) },
 );
 
+/** The organization's limits: mostly set (so that they refuse), as the caps are. */
+const period = fc.constantFrom<'total' | 'monthly'>('total', 'monthly');
+const history = fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 1_500_000n }));
+const orgArb: fc.Arbitrary<OrgDraw> = fc.record({
+  limits: fc.tuple(fc.option(cap, { freq: 4, nil: null }), fc.option(cap, { freq: 4, nil: null })),
+  periods: fc.tuple(period, period),
+  keyLimit: fc.option(cap, { freq: 2, nil: null }),
+  history: fc.tuple(history, history),
+});
+
 /** What handlePaymentEvent reads of the configuration. */
 const PAYMENT_DEPS = { config: { payments: { currency: 'usd', topUpMaxCents: 1_000_000 } } } as unknown as Pick<CoreDeps, 'config'>;
 
@@ -290,7 +340,7 @@ const inAnHour = () => new Date(Date.now() + 3_600_000);
 const newHoldId = (s: State) => `hold_wm${s.tag}x${++s.seq}`;
 const pick = <T>(xs: readonly T[], i: number): T => xs[i % xs.length]!;
 
-type RealReserve = 'ok' | 'insufficient' | 'spend_cap_reached' | 'key_revoked' | 'negative_balance';
+type RealReserve = 'ok' | 'insufficient' | 'spend_cap_reached' | 'key_spend_limit_reached' | 'member_spend_limit_reached' | 'key_revoked' | 'negative_balance';
 const asReal = (o: ReserveOutcome): RealReserve => (o === 'reserved' || o === 'exists' ? 'ok' : o);
 
 async function reserveReal(real: Real, via: ReservePath, r: ReserveRequest): Promise<RealReserve> {
@@ -300,7 +350,7 @@ async function reserveReal(real: Real, via: ReservePath, r: ReserveRequest): Pro
     holdId: r.holdId,
     reference: `wm-${r.holdId}`,
     expiresAt: inAnHour(),
-    metadata: r.connection ? { kind: 'chat', app_connection_id: r.connection } : { kind: 'chat' },
+    metadata: { kind: 'chat', ...(r.connection ? { app_connection_id: r.connection } : {}), ...(r.keyId ? { key_id: r.keyId } : {}) },
   };
   try {
     if (via === 'single') await reserve(real.orm.em.fork(), input);
@@ -310,6 +360,7 @@ async function reserveReal(real: Real, via: ReservePath, r: ReserveRequest): Pro
     if (isCoreError(err)) {
       if (err.code === 'insufficient_balance') return 'insufficient';
       if (err.code === 'negative_balance') return 'negative_balance';
+      if (err.code === 'spend_cap_reached' && (err.reason === 'key_spend_limit_reached' || err.reason === 'member_spend_limit_reached')) return err.reason;
       if (err.code === 'spend_cap_reached') return 'spend_cap_reached';
       if (err.code === 'unauthorized') return 'key_revoked';
     }
@@ -335,17 +386,18 @@ async function endReal(real: Real, via: ReservePath, holdId: string, actual: big
   }
 }
 
-/** The amount to reserve: as drawn, or next to the principal's cap room (else its wallet's spendable coins). */
+/** The amount to reserve: as drawn, or next to the principal's room (the least of its cap's, its key's and its member's; else its wallet's spendable coins). */
 function amountFor(s: State, p: Principal, amount: bigint, fit: Fit): bigint {
   if (fit.to === 'amount') return amount;
   const a = s.m.account(p.account);
-  const edge = (fit.to === 'room' && p.connection ? s.m.capRoom(p.connection) : null) ?? a.sub + a.pur;
+  const rooms = fit.to === 'room' ? [p.connection ? s.m.capRoom(p.connection) : null, s.m.keyRoom(p.keyId), s.m.memberRoom(p.keyId)].filter((x): x is bigint => x !== null) : [];
+  const edge = rooms.length > 0 ? rooms.reduce((x, y) => (x < y ? x : y)) : a.sub + a.pur;
   const x = edge + fit.delta;
   return x < 0n ? 0n : x;
 }
 
 function requestFor(s: State, p: Principal, holdId: string, amount: bigint, via: ReservePath): ReserveRequest {
-  return { holdId, account: p.account, amount, connection: p.connection, activeKeyId: via === 'batched' ? p.keyId : null };
+  return { holdId, account: p.account, amount, connection: p.connection, keyId: p.keyId, activeKeyId: via === 'batched' ? p.keyId : null };
 }
 
 async function expireInSql(real: Real, ids: string[]) {
@@ -416,6 +468,34 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
       const p = pick(s.principals, op.who);
       await revokeKey(real.orm.em.fork(), p.keyId);
       s.m.revokeKey(p.keyId);
+      return;
+    }
+    case 'disable': {
+      const p = pick(s.principals, op.who);
+      const [row] = await real.orm.em
+        .fork()
+        .execute<{ disabled: boolean }[]>(
+          'update api_keys set disabled_at = case when disabled_at is null then now() else null end where id = ? returning disabled_at is not null as disabled',
+          [p.keyId],
+        );
+      expect(row!.disabled).toBe(s.m.toggleDisabled(p.keyId));
+      count(real, `disable:${row!.disabled ? 'off' : 'on'}`);
+      return;
+    }
+    case 'limit': {
+      // An admin's change (updateMember's update): never below what the member has spent, so the limit still holds.
+      const m = pick([...s.m.members.values()], op.member);
+      const limit = op.mode === 'remove' ? null : s.m.memberUse(m) + (op.mode === 'exact' ? 0n : op.spare);
+      await real.orm.em
+        .fork()
+        .execute('update organization_members set spend_limit_micro = ?, spend_limit_period = ? where organization_id = ? and account_id = ?', [
+          limit === null ? null : limit.toString(),
+          limit === null ? null : m.period,
+          m.organization,
+          m.person,
+        ]);
+      m.limit = limit;
+      count(real, `limit:${op.mode}`);
       return;
     }
     case 'sweep': {
@@ -512,6 +592,12 @@ async function runOp(s: State, real: Real, op: Op): Promise<void> {
           expect(s.m.account(r.account).pur).toBeLessThan(0n);
         } else if (got[i] === 'spend_cap_reached') {
           const room = r.connection ? s.m.capRoom(r.connection) : null;
+          expect(room !== null && room < r.amount).toBe(true);
+        } else if (got[i] === 'key_spend_limit_reached') {
+          const room = s.m.keyRoom(r.keyId!);
+          expect(room !== null && room < r.amount).toBe(true);
+        } else if (got[i] === 'member_spend_limit_reached') {
+          const room = s.m.memberRoom(r.keyId!);
           expect(room !== null && room < r.amount).toBe(true);
         } else {
           expect(got[i]).toBe('ok');
@@ -644,6 +730,7 @@ interface HoldRow {
   from_sub: string;
   from_pur: string;
   connection: string | null;
+  key_id: string | null;
   held_sum: string;
   spend_sum: string;
   reservations: number;
@@ -653,28 +740,31 @@ interface HoldRow {
 
 /** Everything the database holds about the run's wallets equals the model, and the invariants hold. */
 async function expectAgreement(s: State, real: Real): Promise<void> {
-  const em = real.orm.em.fork();
-  for (const a of s.m.accounts.values()) {
-    const state = await walletInvariants(real.orm, a.id);
-    expect(state.balance, `wallet ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held, paid: a.paid });
-    expect(state.ledgerByPocket, `ledger of ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held });
-    expect(state.openHolds).toBe(a.held);
-    // Only the purchased pocket may go below zero (a payment taken back after its coins were spent).
-    for (const v of [state.balance.subscription, state.balance.held]) expect(v).toBeGreaterThanOrEqual(0n);
+  // The checks read independent things: they run at once, each on a connection of its own.
+  await Promise.all([
+    ...[...s.m.accounts.values()].map((a) => expectAccountAgreement(s, real, a)),
+    expectPaymentsAgreement(s, real),
+    ...[...s.m.connections.values()].map((c) => expectCapAgreement(s, real, c)),
+    expectLimitsAgreement(s, real),
+  ]);
+}
 
-    const [drift] = await em.execute<{ n: number }[]>(
+/** One account: its pockets, its ledger and its holds equal the model's. */
+async function expectAccountAgreement(s: State, real: Real, a: ModelAccount): Promise<void> {
+  // Its three reads at once too (each on a connection of its own).
+  const [state, [drift], rows] = await Promise.all([
+    walletInvariants(real.orm, a.id),
+    real.orm.em.fork().execute<{ n: number }[]>(
       `select count(*)::int as n from (
          select balance_after_micro, sum(amount_micro) over (partition by pocket order by id) as running
          from ledger_entries where account_id = ?) x
        where balance_after_micro <> running`,
       [a.id],
-    );
-    expect(drift!.n, 'ledger entries whose balance_after is not the running sum of their pocket').toBe(0);
-
-    const rows = await em.execute<HoldRow[]>(
+    ),
+    real.orm.em.fork().execute<HoldRow[]>(
       `select h.id, h.status, h.amount_micro::text as amount, h.captured_micro::text as captured,
               h.from_subscription_micro::text as from_sub, h.from_purchased_micro::text as from_pur,
-              h.metadata->>'app_connection_id' as connection,
+              h.metadata->>'app_connection_id' as connection, h.metadata->>'key_id' as key_id,
               coalesce(sum(e.amount_micro) filter (where e.pocket = 'held'), 0)::text as held_sum,
               coalesce(sum(e.amount_micro) filter (where e.pocket <> 'held'), 0)::text as spend_sum,
               count(*) filter (where e.kind = 'reservation' and e.pocket = 'held')::int as reservations,
@@ -683,36 +773,47 @@ async function expectAgreement(s: State, real: Real): Promise<void> {
        from holds h left join ledger_entries e on e.hold_id = h.id
        where h.account_id = ? group by h.id order by h.id`,
       [a.id],
-    );
-    const model = s.m.holdsOf(a.id).sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
-    expect(rows.map((r) => r.id)).toEqual(model.map((h) => h.id));
-    rows.forEach((r, i) => {
-      const h = model[i]!;
-      const open = h.status === 'open';
-      expect(
-        {
-          status: r.status,
-          amount: BigInt(r.amount),
-          captured: r.captured === null ? null : BigInt(r.captured),
-          fromSub: BigInt(r.from_sub),
-          fromPur: BigInt(r.from_pur),
-          connection: r.connection,
-        },
-        `hold ${h.id}`,
-      ).toEqual({ status: h.status, amount: h.amount, captured: open ? null : h.captured, fromSub: h.fromSub, fromPur: h.fromPur, connection: h.connection });
-      // Reserved once and ended at most once, as its ledger entries show.
-      expect(
-        { held: BigInt(r.held_sum), spendable: BigInt(r.spend_sum), reservations: r.reservations, captures: r.captures, releases: r.releases },
-        `ledger entries of hold ${h.id}`,
-      ).toEqual({
-        held: open ? h.amount : 0n,
-        spendable: open ? -h.amount : -h.captured,
-        reservations: h.amount > 0n ? 1 : 0,
-        captures: !open && h.captured > 0n ? 1 : 0,
-        releases: !open && h.amount - h.captured > 0n ? 1 : 0,
-      });
+    ),
+  ]);
+  expect(state.balance, `wallet ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held, paid: a.paid });
+  expect(state.ledgerByPocket, `ledger of ${a.id}`).toEqual({ subscription: a.sub, purchased: a.pur, held: a.held });
+  expect(state.openHolds).toBe(a.held);
+  // Only the purchased pocket may go below zero (a payment taken back after its coins were spent).
+  for (const v of [state.balance.subscription, state.balance.held]) expect(v).toBeGreaterThanOrEqual(0n);
+  expect(drift!.n, 'ledger entries whose balance_after is not the running sum of their pocket').toBe(0);
+  const model = s.m.holdsOf(a.id).sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+  expect(rows.map((r) => r.id)).toEqual(model.map((h) => h.id));
+  rows.forEach((r, i) => {
+    const h = model[i]!;
+    const open = h.status === 'open';
+    expect(
+      {
+        status: r.status,
+        amount: BigInt(r.amount),
+        captured: r.captured === null ? null : BigInt(r.captured),
+        fromSub: BigInt(r.from_sub),
+        fromPur: BigInt(r.from_pur),
+        connection: r.connection,
+        keyId: r.key_id,
+      },
+      `hold ${h.id}`,
+    ).toEqual({ status: h.status, amount: h.amount, captured: open ? null : h.captured, fromSub: h.fromSub, fromPur: h.fromPur, connection: h.connection, keyId: h.keyId });
+    // Reserved once and ended at most once, as its ledger entries show.
+    expect(
+      { held: BigInt(r.held_sum), spendable: BigInt(r.spend_sum), reservations: r.reservations, captures: r.captures, releases: r.releases },
+      `ledger entries of hold ${h.id}`,
+    ).toEqual({
+      held: open ? h.amount : 0n,
+      spendable: open ? -h.amount : -h.captured,
+      reservations: h.amount > 0n ? 1 : 0,
+      captures: !open && h.captured > 0n ? 1 : 0,
+      releases: !open && h.amount - h.captured > 0n ? 1 : 0,
     });
-  }
+  });
+}
+
+async function expectPaymentsAgreement(s: State, real: Real): Promise<void> {
+  const em = real.orm.em.fork();
   // Each credited payment has taken back what the model says: min(credited, refunded + withdrawn
   // disputes), never more than it credited, never below zero; nothing is credited that the model did not.
   const taken = await em.execute<{ pi: string; cents: number; net: string }[]>(
@@ -730,23 +831,115 @@ async function expectAgreement(s: State, real: Real): Promise<void> {
     expect(held, `${t.pi} takes back at most what it credited`).toBeLessThanOrEqual(t.cents);
     expect(held, `${t.pi}: min(credited, refunded + withdrawn disputes)`).toBe(Math.min(t.cents, s.m.wantedCents(t.pi)));
   }
-  for (const c of s.m.connections.values()) {
-    if (c.cap === null) continue;
-    const [row] = await em.execute<{ used: string }[]>(
-      `select coalesce(sum(case status when 'open' then amount_micro when 'settled' then captured_micro else 0 end), 0)::text as used
-       from holds where metadata->>'app_connection_id' = ?`,
-      [c.id],
-    );
-    const used = BigInt(row!.used);
-    expect(used, `spent and held under the cap of ${c.id}`).toBe(s.m.capUse(c.id));
-    expect(used).toBeLessThanOrEqual(c.cap);
+}
+
+/** What counts against a capped connection's cap: the model's, and within the cap. */
+async function expectCapAgreement(s: State, real: Real, c: ModelConnection): Promise<void> {
+  if (c.cap === null) return;
+  const [row] = await real.orm.em.fork().execute<{ used: string }[]>(
+    `select coalesce(sum(case status when 'open' then amount_micro when 'settled' then captured_micro else 0 end), 0)::text as used
+     from holds where metadata->>'app_connection_id' = ?`,
+    [c.id],
+  );
+  const used = BigInt(row!.used);
+  expect(used, `spent and held under the cap of ${c.id}`).toBe(s.m.capUse(c.id));
+  expect(used).toBeLessThanOrEqual(c.cap);
+}
+
+/** The keys' limits and the members' limits: what counts against each equals the model's and stays within it. */
+async function expectLimitsAgreement(s: State, real: Real): Promise<void> {
+  const em = real.orm.em.fork();
+  // Per key of the organizations: what its holds hold, captured in all and captured this month
+  // (UTC): one query. Each limited key within its limit; each member, over all their keys of the
+  // organization, captures in the period (monthly: this month), within theirs.
+  const orgs = [...new Set([...s.m.members.values()].map((m) => m.organization))];
+  const rows = await em.execute<{ id: string; open: string; captured: string; month: string }[]>(
+    `select k.id,
+            coalesce(sum(h.amount_micro) filter (where h.status = 'open'), 0)::text as open,
+            coalesce(sum(h.captured_micro) filter (where h.status = 'settled'), 0)::text as captured,
+            coalesce(sum(h.captured_micro) filter (where h.status = 'settled' and h.ended_at >= date_trunc('month', now(), 'UTC')), 0)::text as month
+     from api_keys k left join holds h on h.metadata->>'key_id' = k.id
+     where k.account_id = any(string_to_array(?, ',')) group by k.id`,
+    [orgs.join(',')],
+  );
+  const byKey = new Map(rows.map((r) => [r.id, { open: BigInt(r.open), captured: BigInt(r.captured), month: BigInt(r.month) }]));
+  for (const k of s.m.keys.values()) {
+    const u = byKey.get(k.id);
+    expect(u, `key ${k.id}`).toBeDefined();
+    const used = u!.open + u!.captured;
+    expect(used, `spent and held through key ${k.id}`).toBe(s.m.keyUse(k.id));
+    if (k.limit !== null) expect(used, `key ${k.id} within its limit`).toBeLessThanOrEqual(k.limit);
+  }
+  for (const m of s.m.members.values()) {
+    let used = 0n;
+    for (const k of s.m.keys.values()) {
+      if (k.account !== m.organization || k.member !== m.person) continue;
+      const u = byKey.get(k.id)!;
+      used += u.open + (m.period === 'monthly' ? u.month : u.captured);
+    }
+    expect(used, `spent and held by member ${m.person} of ${m.organization}`).toBe(s.m.memberUse(m));
+    if (m.limit !== null) expect(used, `member ${m.person} within their limit`).toBeLessThanOrEqual(m.limit);
+  }
+  // The organization's wallet is only spent from: it never goes below zero.
+  for (const m of s.m.members.values()) {
+    const o = s.m.account(m.organization);
+    expect(o.sub >= 0n && o.pur >= 0n && o.held >= 0n, `the wallet of ${m.organization}`).toBe(true);
   }
 }
 
 let runs = 0;
 
-/** A fresh pair of accounts, keys and app connections, in the database and in the model. */
-async function setup(real: Real, caps: [bigint | null, bigint | null], start: bigint[]): Promise<{ model: State; real: Real }> {
+/**
+ * The organization of a run: the first person its owner, the second a member; keys 4 and 5 the
+ * first's (5 with a limit of its own), 6 the second's. Each member's spend of last month is a
+ * hold reserved and settled through their key, its end then moved into last month; the limits
+ * are set after it, a total one never below it. (A run that spans the first instant of a month,
+ * UTC, would see this month's captures become last month's, which the model does not follow.)
+ */
+async function setupOrganization(s: State, real: Real, draw: OrgDraw, start: bigint): Promise<void> {
+  const [first, second] = [...s.m.accounts.keys()] as [string, string];
+  const { id } = await createOrganization(real.orm.em.fork(), { personId: first, organizationId: null }, { name: `Model ${s.tag}` });
+  s.m.addAccount(id);
+  await real.orm.em.fork().execute(`insert into organization_members (organization_id, account_id, role) values (?, ?, 'member')`, [id, second]);
+  const members: ModelMember[] = [first, second].map((person, i) => ({ organization: id, person, limit: null, period: draw.periods[i]! }));
+  for (const m of members) s.m.addMember(m);
+  for (const [i, person] of [first, first, second].entries()) {
+    const key = await createKey(real.orm.em.fork(), id, {}, undefined, { memberId: person });
+    const limit = i === 1 ? draw.keyLimit : null;
+    if (limit !== null) await real.orm.em.fork().execute(`update api_keys set spend_limit_micro = ?, spend_limit_period = 'total' where id = ?`, [limit.toString(), key.id]);
+    s.m.addKey({ id: key.id, account: id, limit, member: person });
+    s.principals.push({ account: id, keyId: key.id, connection: null });
+  }
+  const funds = start + draw.history[0] + draw.history[1];
+  if (funds > 0n) {
+    const key = `wm${s.tag}:start:${id}`;
+    s.m.credit(id, 'purchased', funds, key);
+    await credit(real.orm.em.fork(), { accountId: id, kind: 'topup', amount: funds, reference: 'wallet-model', idempotencyKey: key, description: 'model' });
+  }
+  for (const [i, amount] of draw.history.entries()) {
+    if (amount === 0n) continue;
+    const p = s.principals[i === 0 ? 4 : 6]!;
+    const holdId = newHoldId(s);
+    const r = requestFor(s, p, holdId, amount, 'single');
+    expect(s.m.reserve('single', r)).toBe('reserved');
+    expect(await reserveReal(real, 'single', r)).toBe('ok');
+    expect(await endReal(real, 'single', holdId, amount, 'settled')).toEqual(s.m.end(holdId, amount, 'settled'));
+    await real.orm.em.fork().execute(`update holds set ended_at = date_trunc('month', now(), 'UTC') - interval '1 day' where id = ?`, [holdId]);
+    s.m.endedLastMonth(holdId);
+  }
+  for (const [i, m] of members.entries()) {
+    const drawn = draw.limits[i]!;
+    if (drawn === null) continue;
+    const used = s.m.memberUse(m);
+    m.limit = drawn > used ? drawn : used;
+    await real.orm.em
+      .fork()
+      .execute('update organization_members set spend_limit_micro = ?, spend_limit_period = ? where organization_id = ? and account_id = ?', [m.limit.toString(), m.period, id, m.person]);
+  }
+}
+
+/** A fresh pair of accounts, keys and app connections, and an organization of the two, in the database and in the model. */
+async function setup(real: Real, caps: [bigint | null, bigint | null], start: bigint[], org: OrgDraw): Promise<{ model: State; real: Real }> {
   const s: State = { m: new WalletModel(), principals: [], attempts: [], tag: `${process.pid.toString(36)}${(++runs).toString(36)}${randomBytes(3).toString('hex')}`, seq: 0, sessions: [], payEvents: [] };
   for (const [n, capMicro] of caps.entries()) {
     const account = await createAccount(real.orm.em.fork(), { email: uniqueEmail('wallet-model') });
@@ -764,6 +957,7 @@ async function setup(real: Real, caps: [bigint | null, bigint | null], start: bi
       await credit(real.orm.em.fork(), { accountId: account.id, kind: pocket === 'purchased' ? 'topup' : 'subscription_grant', amount, reference: 'wallet-model', idempotencyKey: key, description: 'model' });
     }
   }
+  await setupOrganization(s, real, org, start[4] ?? 0n);
   await expectAgreement(s, real);
   return { model: s, real };
 }
@@ -788,10 +982,11 @@ export async function checkWalletModel(orm: MikroORM, opts: { numRuns: number; m
     await fc.assert(
       fc.asyncProperty(
         fc.tuple(cap, fc.option(cap, { freq: 3, nil: null })),
-        fc.array(fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 10_000_000n })), { minLength: 4, maxLength: 4 }),
+        fc.array(fc.oneof(fc.constant(0n), fc.bigInt({ min: 1n, max: 10_000_000n })), { minLength: 5, maxLength: 5 }),
+        orgArb,
         fc.commands([opArb.map((op) => new Step(op))], { maxCommands: opts.maxCommands ?? 40, size: 'medium' }),
-        async (caps, start, cmds) => {
-          await fc.asyncModelRun(() => setup(real, caps, start), cmds);
+        async (caps, start, org, cmds) => {
+          await fc.asyncModelRun(() => setup(real, caps, start, org), cmds);
         },
       ),
       { numRuns: opts.numRuns, seed },

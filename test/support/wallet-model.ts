@@ -11,9 +11,13 @@
  *   taken, no pocket goes negative); the key counts once; paid is left as it was.
  * - `reserve` (mas_reserve, mas_reserve_many): subscription coins first; refused when the
  *   spendable coins do not cover it, when an app connection's cap has no room for it (room = cap
- *   minus what its holds captured and what its open holds hold), and on the batched path when
- *   the key is revoked; a hold id already used answers 'exists' and moves nothing (on the batched
- *   path only when the cap, if any, has room for the amount: see `reserve`).
+ *   minus what its holds captured and what its open holds hold), when the key's spend limit has
+ *   no room for it (the same sums over the key's holds), when the organization member owning the
+ *   key has no room under their limit (the same sums over all their keys of the organization,
+ *   captures counted only in the limit's period: a monthly limit skips last month's), checked in
+ *   that order, and on the batched path when the key is revoked or disabled; a hold id already used answers
+ *   'exists' and moves nothing (on the batched path only when the cap and limits, if any, have
+ *   room for the amount: see `reserve`).
  * - `end` (mas_end_hold, mas_end_hold_many): settle captures at most the hold (subscription
  *   part first) and returns the rest to the pockets it came from; release returns all of it; a
  *   capture above the hold or below 0 is refused and changes nothing; ending an ended hold
@@ -55,9 +59,30 @@ export interface ModelHold {
   fromSub: bigint;
   fromPur: bigint;
   connection: string | null;
+  /** The key the hold was made through (metadata key_id), if any. */
+  keyId: string | null;
   status: HoldStatus;
   captured: bigint;
   expired: boolean;
+  /** Settled before this month began (its ended_at moved there): outside a monthly limit's period. */
+  lastMonth: boolean;
+}
+
+/** A key that spends from `account`: its own spend limit (total), and the organization member owning it. */
+export interface ModelKey {
+  id: string;
+  account: string;
+  limit: bigint | null;
+  /** The member (person) owning a key of an organization's wallet; null: a personal key. */
+  member: string | null;
+}
+
+/** A person's membership of an organization, with the spend limit an admin set for them. */
+export interface ModelMember {
+  organization: string;
+  person: string;
+  limit: bigint | null;
+  period: 'total' | 'monthly';
 }
 
 export interface ModelConnection {
@@ -69,7 +94,15 @@ export interface ModelConnection {
 
 export type CreditOutcome = 'credited' | 'duplicate';
 export type AdjustOutcome = 'applied' | 'duplicate' | 'insufficient';
-export type ReserveOutcome = 'reserved' | 'exists' | 'insufficient' | 'spend_cap_reached' | 'key_revoked' | 'negative_balance';
+export type ReserveOutcome =
+  | 'reserved'
+  | 'exists'
+  | 'insufficient'
+  | 'spend_cap_reached'
+  | 'key_spend_limit_reached'
+  | 'member_spend_limit_reached'
+  | 'key_revoked'
+  | 'negative_balance';
 export type EndOutcome = { status: 'settled' | 'released'; captured: bigint } | { status: 'invalid_amount' } | { status: 'not_found' };
 
 export interface ReserveRequest {
@@ -80,6 +113,8 @@ export interface ReserveRequest {
   connection?: string | null;
   /** Batched path only: reserve only while this key is active. */
   activeKeyId?: string | null;
+  /** The key the hold counts against (metadata key_id: its limit, its member's limit), if any. */
+  keyId?: string | null;
 }
 
 const min = (a: bigint, b: bigint) => (a < b ? a : b);
@@ -142,7 +177,12 @@ export class WalletModel {
   readonly accounts = new Map<string, ModelAccount>();
   readonly holds = new Map<string, ModelHold>();
   readonly connections = new Map<string, ModelConnection>();
+  readonly keys = new Map<string, ModelKey>();
+  /** Organization members, by `organization/person`. */
+  readonly members = new Map<string, ModelMember>();
   readonly revokedKeys = new Set<string>();
+  /** Keys switched off (disabled_at set): refused as revoked ones, until switched on again. */
+  readonly disabledKeys = new Set<string>();
   /** Every idempotency key a credit or adjustment wrote to the ledger (they are global). */
   readonly ledgerKeys = new Set<string>();
   /** The payment provider's event ids already handled (each acts once). */
@@ -159,6 +199,61 @@ export class WalletModel {
 
   addConnection(c: ModelConnection): void {
     this.connections.set(c.id, c);
+  }
+
+  addKey(k: ModelKey): void {
+    this.keys.set(k.id, k);
+  }
+
+  addMember(m: ModelMember): void {
+    this.members.set(`${m.organization}/${m.person}`, m);
+  }
+
+  /** The member owning the key (of an organization's wallet), if any. */
+  memberOf(keyId: string): ModelMember | undefined {
+    const k = this.keys.get(keyId);
+    return k?.member ? this.members.get(`${k.account}/${k.member}`) : undefined;
+  }
+
+  /** What counts against a key's limit: captured by its settled holds, held by its open ones. */
+  keyUse(keyId: string): bigint {
+    let used = 0n;
+    for (const h of this.holds.values()) {
+      if (h.keyId !== keyId) continue;
+      if (h.status === 'open') used += h.amount;
+      else if (h.status === 'settled') used += h.captured;
+    }
+    return used;
+  }
+
+  /** What a key may still reserve under its own limit; null without one. */
+  keyRoom(keyId: string): bigint | null {
+    const k = this.keys.get(keyId);
+    if (!k || k.limit === null) return null;
+    return k.limit - this.keyUse(keyId);
+  }
+
+  /**
+   * What counts against a member's limit: over all their keys of the organization, what open
+   * holds hold and what settled ones captured in the limit's period (a monthly limit skips the
+   * holds that ended last month).
+   */
+  memberUse(m: ModelMember): bigint {
+    let used = 0n;
+    for (const h of this.holds.values()) {
+      const k = h.keyId ? this.keys.get(h.keyId) : undefined;
+      if (!k || k.account !== m.organization || k.member !== m.person) continue;
+      if (h.status === 'open') used += h.amount;
+      else if (h.status === 'settled' && !(m.period === 'monthly' && h.lastMonth)) used += h.captured;
+    }
+    return used;
+  }
+
+  /** What the member owning the key may still reserve under their limit; null without a member or a limit. */
+  memberRoom(keyId: string): bigint | null {
+    const m = this.memberOf(keyId);
+    if (!m || m.limit === null) return null;
+    return m.limit - this.memberUse(m);
   }
 
   account(id: string): ModelAccount {
@@ -220,15 +315,22 @@ export class WalletModel {
   reserve(path: ReservePath, r: ReserveRequest): ReserveOutcome {
     if (r.amount < 0n) throw new Error('model: a reservation is not negative');
     const exists = this.holds.has(r.holdId);
-    if (path === 'batched' && r.activeKeyId && this.revokedKeys.has(r.activeKeyId)) return 'key_revoked';
-    // mas_reserve answers 'exists' for a hold id already used before looking at the cap;
-    // mas_reserve_many (today) looks at the cap first, so a repeated id whose connection has no
-    // room left for the amount is refused there, though the hold exists. No caller repeats a
-    // hold id on the batched path (chat makes a new one per request), so the two differ only here.
+    if (path === 'batched' && r.activeKeyId && (this.revokedKeys.has(r.activeKeyId) || this.disabledKeys.has(r.activeKeyId))) return 'key_revoked';
+    // mas_reserve answers 'exists' for a hold id already used before looking at the cap and the
+    // limits; mas_reserve_many (today) looks at them first, so a repeated id whose connection,
+    // key or member has no room left for the amount is refused there, though the hold exists. No
+    // caller repeats a hold id on the batched path (chat makes a new one per request), so the
+    // two differ only here.
     if (exists && path === 'single') return 'exists';
     if (r.connection) {
       const room = this.capRoom(r.connection);
       if (room !== null && room < r.amount) return 'spend_cap_reached';
+    }
+    if (r.keyId) {
+      const room = this.keyRoom(r.keyId);
+      if (room !== null && room < r.amount) return 'key_spend_limit_reached';
+      const memberRoom = this.memberRoom(r.keyId);
+      if (memberRoom !== null && memberRoom < r.amount) return 'member_spend_limit_reached';
     }
     if (exists) return 'exists';
     const a = this.account(r.account);
@@ -246,9 +348,11 @@ export class WalletModel {
       fromSub,
       fromPur,
       connection: r.connection ?? null,
+      keyId: r.keyId ?? null,
       status: 'open',
       captured: 0n,
       expired: false,
+      lastMonth: false,
     });
     return 'reserved';
   }
@@ -271,6 +375,20 @@ export class WalletModel {
 
   revokeKey(keyId: string): void {
     this.revokedKeys.add(keyId);
+  }
+
+  /** Switches a key off or on again (PATCH /api/v1/keys/{id} `disabled`); answers whether it is now off. */
+  toggleDisabled(keyId: string): boolean {
+    if (this.disabledKeys.delete(keyId)) return false;
+    this.disabledKeys.add(keyId);
+    return true;
+  }
+
+  /** A settled hold's end is moved into last month (outside a monthly limit's period). */
+  endedLastMonth(holdId: string): void {
+    const h = this.holds.get(holdId);
+    if (!h || h.status !== 'settled') throw new Error(`model: ${holdId} is not a settled hold`);
+    h.lastMonth = true;
   }
 
   /** The hold's expiry is set in the past (only the sweep reads it). */
