@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
+import { createInvitation } from '../../core/organizations/invitations.ts';
+import { createOrganization } from '../../core/organizations/organizations.ts';
+import { testMailbox } from '../support/mail.ts';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -37,6 +40,10 @@ let accountId = '';
 let keyId = '';
 let jobId = '';
 let adminToken = '';
+// Organizations (docs/organizations.md): one the person owns, with a member and a waiting invitation.
+let orgId = '';
+let memberId = '';
+let invitationPath = '';
 beforeAll(async () => {
   orm = await openTestOrm();
   // PUBLIC_BASE_URL is set, to the server's own address: no page may fall back to "localhost".
@@ -65,6 +72,13 @@ beforeAll(async () => {
   keyId = (await makeKey(orm, accountId, 'laptop')).id;
   await makeAppConnection(orm, accountId, { name: 'A research agent with a long name', capMicro: 50_000_000n });
   for (let i = 0; i < 3; i++) jobId = await makeFailedJob(orm, accountId, keyId, `The provider failed: upstream answered 503 Service Unavailable with a long body that goes on ${'and on '.repeat(30)}until the end.`);
+  const org = await createOrganization(orm.em.fork(), { personId: accountId, organizationId: null }, { name: 'A research team with a rather long organization name' });
+  orgId = org.id;
+  memberId = (await makeAccount(orm)).id;
+  await orm.em.fork().execute(`insert into organization_members (organization_id, account_id, role, spend_limit_micro, spend_limit_period) values (?, ?, 'member', 25000000, 'monthly')`, [orgId, memberId]);
+  const invited = uniqueEmail('walk-invited');
+  await createInvitation({ mailer: deps.mailer, logger: deps.logger, clock: () => new Date(), config: deps.config }, orm.em.fork(), { personId: accountId, organizationId: null }, { id: orgId, email: invited, role: 'admin' });
+  invitationPath = new URL((await testMailbox.next(invited)).link!).pathname;
   const admin = await internal().admin.users.create({ email: uniqueEmail('walk-admin'), role: 'operator' });
   adminToken = admin.login_token;
 });
@@ -172,6 +186,8 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/authorize?client_id=x',
       '/admin/login',
       '/no-such-page',
+      invitationPath,
+      '/invitations/mas_invite_unknown',
     ]);
     await context.close();
     expect(problems(findings)).toEqual(NONE);
@@ -196,6 +212,13 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/account/usage',
       '/account/usage?from=2026-02-30&to=2026-03-01',
       `/account/generations/${jobId}`,
+      '/account/organizations',
+      `/account/organizations/${orgId}`,
+      `/account/organizations/${orgId}/members/${memberId}`,
+      `/account/organizations/${orgId}/usage`,
+      `/account/keys?organization=${orgId}`,
+      `/account?organization=${orgId}`,
+      invitationPath,
     ]);
     await context.close();
     expect(problems(findings)).toEqual(NONE);

@@ -42,7 +42,7 @@ ${v.organizations.length === 0
   )}</tbody>
 </table>`}
 <h2 id="create">Create an organization</h2>
-<form method="post" action="/account/organizations" class="stack">
+<form method="post" action="/account/organizations" class="stack org-form">
   <input type="hidden" name="_csrf" value="${nav.csrf}">
   <label for="org-name">Name ${fieldError('org-name', nameError)}</label>
   <input type="text" id="org-name" name="name" maxlength="100" required value="${v.name ?? ''}"${invalidAttrs('org-name', nameError)}>
@@ -96,15 +96,15 @@ ${admin
 <h2 id="invite">Invite someone</h2>
 ${notice('error', inviteOther)}
 <p>The invitation goes by e-mail and works once, for 7 days, for that address only.</p>
-<form method="post" action="${orgHref(o.id, '/invitations')}" class="stack">
+<form method="post" action="${orgHref(o.id, '/invitations')}" class="stack org-form">
   <input type="hidden" name="_csrf" value="${nav.csrf}">
   <label for="invite-email">E-mail address ${fieldError('invite-email', emailError)}</label>
   <input type="email" id="invite-email" name="email" maxlength="254" required autocomplete="off" value="${v.invite?.email ?? ''}"${invalidAttrs('invite-email', emailError)}>
   <label for="invite-role">Role ${fieldError('invite-role', roleError)}</label>
   <select id="invite-role" name="role"${invalidAttrs('invite-role', roleError)}>
-    <option value="member"${role === 'member' ? html` selected` : ''}>Member: their own keys, within their limit</option>
-    <option value="admin"${role === 'admin' ? html` selected` : ''}>Admin: members, invitations and every key</option>
-    ${o.role === 'owner' ? html`<option value="owner"${role === 'owner' ? html` selected` : ''}>Owner: everything, billing too</option>` : ''}
+    <option value="member"${role === 'member' ? html` selected` : ''}>Member (own keys)</option>
+    <option value="admin"${role === 'admin' ? html` selected` : ''}>Admin (members, keys)</option>
+    ${o.role === 'owner' ? html`<option value="owner"${role === 'owner' ? html` selected` : ''}>Owner (everything)</option>` : ''}
   </select>
   <button type="submit">Send invitation</button>
 </form>
@@ -142,7 +142,7 @@ export function memberPage(nav: Nav, v: { organization: OrganizationView; member
     html`${notice('error', other)}
 <p class="links"><a href="${orgHref(o.id)}#members">Back to ${o.name}</a></p>
 <p>Spent: ${limitText(m.spend_limit_coins, m.spend_limit_period, m.spent_coins)}. The limit holds over all their keys of the organization, on top of each key's own limit.</p>
-<form method="post" action="${orgHref(o.id, `/members/${encodeURIComponent(m.user_id)}`)}" class="stack">
+<form method="post" action="${orgHref(o.id, `/members/${encodeURIComponent(m.user_id)}`)}" class="stack org-form">
   <input type="hidden" name="_csrf" value="${nav.csrf}">
   <label for="member-role">Role ${fieldError('member-role', roleError)}</label>
   <select id="member-role" name="role"${invalidAttrs('member-role', roleError)}>
