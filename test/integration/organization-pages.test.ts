@@ -4,6 +4,7 @@ import { CookieBrowser, csrfOf, signUpPerson, type Person } from '../support/coo
 import { openTestOrm } from '../support/db.ts';
 import { startTestApi } from '../support/http.ts';
 import { testMailbox } from '../support/mail.ts';
+import { createKey } from '../../core/keys/keys.ts';
 
 /**
  * The organizations pages (adapters/web/pages/organizations.ts, invitation.ts) over real HTTP
@@ -238,9 +239,23 @@ describe('accepting, roles and limits', () => {
     const usage = text(await (await owner.browser.fetch(`/account/organizations/${org}/usage`)).text());
     expect(usage).toContain(member.email);
     expect(usage).toContain('1.5 coins · &lt;$0.01');
+    // The owner's own key spends too: the owner sees both members; the member only themself, in the page and in the CSV.
+    const ownerKey = await createKey(db(), org, { name: 'owner server' }, undefined, { memberId: owner.accountId });
+    await db().execute(
+      `insert into completion_records (id, kind, account_id, key_id, model, prompt_tokens, completion_tokens, cost_micro, created_at, duration_ms) values (?, 'chat.completion', ?, ?, 'test/ok', 1, 2, 700000, now(), 5)`,
+      [`chatcmpl-orgp-owner-${Date.now()}`, org, ownerKey.id],
+    );
+    const both = text(await (await owner.browser.fetch(`/account/organizations/${org}/usage`)).text());
+    expect(both).toContain(owner.email);
+    expect(both).toContain('owner server');
     const viaWallet = text(await (await member.browser.fetch('/account/usage')).text());
     expect(viaWallet).toContain('Usage of Team Wallet');
     expect(viaWallet).toContain('Your own use');
+    expect(viaWallet).toContain('team laptop');
+    expect(viaWallet).not.toContain('owner server');
+    const memberCsv = await (await member.browser.fetch(`/account/organizations/${org}/usage.csv`)).text();
+    expect(memberCsv).toContain('team laptop');
+    expect(memberCsv).not.toContain('owner server');
     const csv = await owner.browser.fetch(`/account/organizations/${org}/usage.csv`);
     expect(csv.status).toBe(200);
     expect(csv.headers.get('content-type')).toMatch(/text\/csv/);
