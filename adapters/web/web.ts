@@ -65,13 +65,16 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   const WALLET_COOKIE = 'mas_wallet';
   const walletCookie = { httpOnly: true, sameSite: 'lax' as const, secure: publicBaseUrl.startsWith('https:'), path: '/' };
   const walletFor = async (req: Request, res: Response): Promise<WalletSwitch> => {
-    const asked = typeof req.query.organization === 'string' ? req.query.organization : (req.cookies as Record<string, unknown> | undefined)?.[WALLET_COOKIE];
+    const cookie = (req.cookies as Record<string, unknown> | undefined)?.[WALLET_COOKIE];
+    const asked = typeof req.query.organization === 'string' ? req.query.organization : cookie;
     const { data } = await core(req).organizations.list();
     const choices = data.map((o) => ({ id: o.id, name: o.name }));
-    const current = typeof asked === 'string' && asked ? (choices.find((c) => c.id === asked) ?? null) : null;
+    const find = (id: unknown) => (typeof id === 'string' && id ? (choices.find((c) => c.id === id) ?? null) : null);
     // A cookie naming an organization the person left (or never joined): back to the personal wallet.
-    if (!current && typeof (req.cookies as Record<string, unknown> | undefined)?.[WALLET_COOKIE] === 'string') res.clearCookie(WALLET_COOKIE, walletCookie);
-    return { current, choices, back: req.method === 'GET' ? req.path : '/account' };
+    if (typeof cookie === 'string' && !find(cookie)) res.clearCookie(WALLET_COOKIE, walletCookie);
+    // After a switch, back to the same section (a key of the other wallet would not be found).
+    const back = req.method === 'GET' ? req.path.split('/').slice(0, 3).join('/') : '/account';
+    return { current: find(asked), choices, back };
   };
   type Nav = { email: string; csrf: string; wallet: WalletSwitch };
   const signedIn = (fn: (req: Request, res: Response, nav: Nav, me: Me) => Promise<void>): RequestHandler => async (req, res) => {
@@ -379,7 +382,9 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   const renderKeys = async (req: Request, res: Response, nav: Nav, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number; values?: KeyValues } = {}) => {
     const [keys, models, me] = await Promise.all([core(req).account.keys.list(walletKeys(nav)), core(req).account.models({}), core(req).accounts.me()]);
     const created = extra.created;
-    const firstModel = created && firstRequestModel(models.data, keys.data.find((k) => k.id === created.id)?.allowed_models ?? null);
+    const createdKey = created && keys.data.find((k) => k.id === created.id);
+    // A management key calls no model (403): no chat to try it with.
+    const firstModel = created && createdKey?.type !== 'management' && firstRequestModel(models.data, createdKey?.allowed_models ?? null);
     const firstRequest = created && firstModel ? { model: firstModel, snippets: firstRequestSnippets(apiBase(publicBaseUrl), created.key, firstModel) } : undefined;
     // The 10 keys hold per person: in an organization, per member (an admin sees the others' keys too).
     const activeCount = keys.data.filter((k) => !k.revoked_at && k.user_id === me.id).length;
