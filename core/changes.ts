@@ -29,7 +29,8 @@ export function applyChange(deps: Pick<CoreDeps, 'catalog' | 'keys'>, change: Ch
       deps.keys.forget((row) => row.key_id === change.id);
       return;
     case 'account':
-      deps.keys.forget((row) => row.account_id === change.id);
+      // A disabled person's keys in organizations' wallets go too.
+      deps.keys.forget((row) => row.account_id === change.id || row.member_id === change.id);
       return;
     case 'resync':
       deps.catalog.invalidate();

@@ -452,6 +452,12 @@ export interface TopUpCheckoutRequest extends CheckoutReturn {
   customerId?: string | undefined;
   /** Keep the payment method for later off-session charges (auto top-up). */
   saveForLater?: boolean | undefined;
+  /** The organization whose wallet this pays (Stripe's metadata names it), when it is one's. */
+  organizationId?: string | undefined;
+  /** The person acting for the organization (an owner), for Stripe's metadata. */
+  actingAccountId?: string | undefined;
+  /** The billing address for a new customer (an organization's own), when the service has one to give. */
+  customerEmail?: string | undefined;
 }
 
 export interface SubscriptionCheckoutRequest extends CheckoutReturn {
@@ -460,6 +466,12 @@ export interface SubscriptionCheckoutRequest extends CheckoutReturn {
   priceId: string;
   idempotencyKey: string;
   customerId?: string | undefined;
+  /** The organization whose wallet this pays (Stripe's metadata names it), when it is one's. */
+  organizationId?: string | undefined;
+  /** The person acting for the organization (an owner), for Stripe's metadata. */
+  actingAccountId?: string | undefined;
+  /** The billing address for a new customer (an organization's own), when the service has one to give. */
+  customerEmail?: string | undefined;
 }
 
 export interface OffSessionChargeRequest {
@@ -471,6 +483,8 @@ export interface OffSessionChargeRequest {
   idempotencyKey: string;
   /** The service's id of this charge (auto_top_up_charges), put on the payment so that its webhook names it. */
   chargeId: string;
+  /** The organization whose wallet this pays, when it is one's (Stripe's metadata names it). */
+  organizationId?: string | undefined;
 }
 
 /** How an off-session charge ended at once: the credit itself always comes from a webhook. */

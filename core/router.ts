@@ -48,7 +48,7 @@ import { checkReady, operationalFigures } from './health.ts';
 import { idempotencyKeySchema } from './idempotency.ts';
 import { createKeyInput, keyIdInput, keyInfo, updateKeyInput, type LimitChecks } from './keys/keys.ts';
 import { createManagedKey, createManagedKeyInput, getManagedKey, listManagedKeys, listManagedKeysInput, revokeManagedKey, updateManagedKey } from './organizations/managed-keys.ts';
-import { createOrganization, createOrganizationInput, getOrganization, listOrganizations, organizationIdInput } from './organizations/organizations.ts';
+import { createOrganization, createOrganizationInput, deleteOrganization, getOrganization, listOrganizations, organizationIdInput } from './organizations/organizations.ts';
 import { listMembers, memberRef, removeMember, updateMember, updateMemberInput } from './organizations/members.ts';
 import { acceptInvitation, createInvitation, createInvitationInput, invitationRef, invitationTokenInput, listInvitations, readInvitation, revokeInvitation } from './organizations/invitations.ts';
 import { authenticateSession } from './auth/sessions.ts';
@@ -66,6 +66,7 @@ import { receivePaymentWebhook, webhookInput } from './payments/receive-webhook.
 import { billingOverview, createPortalLink, createSubscriptionCheckout, subscriptionCheckoutInput, topUpStatus, topUpStatusInput } from './payments/billing.ts';
 import { fillReceipts, historyWithReceipts } from './payments/receipts.ts';
 import { autoTopUpInput, configureAutoTopUp, readAutoTopUp } from './payments/auto-top-up.ts';
+import { organizationChoice, payerOf } from './payments/payer.ts';
 import { adminProcedure, chatProcedure, createCallerFactory, managerProcedure, operatorProcedure, verifiedManagerProcedure, payerProcedure, publicProcedure, router, sessionProcedure, spenderCheckProcedure, spendingProcedure, verifiedPayerProcedure, verifiedSessionProcedure } from './trpc.ts';
 import { webhookSecret } from './webhooks/webhooks.ts';
 import type { CoreContext } from './context.ts';
@@ -157,20 +158,24 @@ export const appRouter = router({
 
   /** Customers paying for themselves (docs/payments.md): coins enter only from a verified webhook. */
   payments: router({
+    // Each takes an optional `organization_id`: an organization the signed-in person owns, whose wallet it acts on (core/payments/payer.ts).
     /** A payment page for a top-up; its coins come with the payment's webhook, never with the customer's return. */
-    checkout: verifiedPayerProcedure.input(topUpCheckoutInput).mutation(({ ctx, input }) => createTopUpCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    checkout: verifiedPayerProcedure.input(topUpCheckoutInput.extend(organizationChoice.shape)).mutation(async ({ ctx, input }) => createTopUpCheckout(ctx.deps, ctx.em, await payerOf(ctx.em, ctx.principal, input.organization_id), input)),
     /** A payment page for a plan (subscription mode); each paid invoice grants its coins. */
-    subscribe: verifiedPayerProcedure.input(subscriptionCheckoutInput).mutation(({ ctx, input }) => createSubscriptionCheckout(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    subscribe: verifiedPayerProcedure.input(subscriptionCheckoutInput.extend(organizationChoice.shape)).mutation(async ({ ctx, input }) => createSubscriptionCheckout(ctx.deps, ctx.em, await payerOf(ctx.em, ctx.principal, input.organization_id), input)),
     /** A link to the provider's customer portal: change the card, cancel the plan. */
-    portal: payerProcedure.mutation(({ ctx }) => createPortalLink(ctx.deps, ctx.em, ctx.principal.accountId)),
+    portal: payerProcedure.input(organizationChoice.optional()).mutation(async ({ ctx, input }) => {
+      const payer = await payerOf(ctx.em, ctx.principal, input?.organization_id);
+      return createPortalLink(ctx.deps, ctx.em, payer.accountId, payer.organizationId);
+    }),
     /** What the account may pay and has paid: bounds, plans, its subscription, recent top-ups. */
-    billing: payerProcedure.query(({ ctx }) => billingOverview(ctx.deps, ctx.em, ctx.principal.accountId)),
+    billing: payerProcedure.input(organizationChoice.optional()).query(async ({ ctx, input }) => billingOverview(ctx.deps, ctx.em, (await payerOf(ctx.em, ctx.principal, input?.organization_id)).accountId)),
     /** Whether a top-up's Checkout Session of this account has been credited yet (the success page). */
-    topUpStatus: payerProcedure.input(topUpStatusInput).query(({ ctx, input }) => topUpStatus(ctx.em, ctx.principal.accountId, input.session_id)),
+    topUpStatus: payerProcedure.input(topUpStatusInput.extend(organizationChoice.shape)).query(async ({ ctx, input }) => topUpStatus(ctx.em, (await payerOf(ctx.em, ctx.principal, input.organization_id)).accountId, input.session_id)),
     /** The account's auto top-up: its threshold, amount, saved card and why it turned off, if it did. */
-    autoTopUp: payerProcedure.query(({ ctx }) => readAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId)),
+    autoTopUp: payerProcedure.input(organizationChoice.optional()).query(async ({ ctx, input }) => readAutoTopUp(ctx.deps, ctx.em, (await payerOf(ctx.em, ctx.principal, input?.organization_id)).accountId)),
     /** Turns auto top-up on (a Checkout saves the card first when none is saved) or off. */
-    configureAutoTopUp: verifiedPayerProcedure.input(autoTopUpInput).mutation(({ ctx, input }) => configureAutoTopUp(ctx.deps, ctx.em, ctx.principal.accountId, input)),
+    configureAutoTopUp: verifiedPayerProcedure.input(autoTopUpInput.and(organizationChoice)).mutation(async ({ ctx, input }) => configureAutoTopUp(ctx.deps, ctx.em, await payerOf(ctx.em, ctx.principal, input.organization_id), input)),
     /** A delivery of the payment provider's webhook: no key, its signature over the raw body is the credential. */
     webhook: publicProcedure.input(webhookInput).mutation(({ ctx, input }) => receivePaymentWebhook(ctx.deps, ctx.em, input)),
   }),
@@ -280,6 +285,8 @@ export const appRouter = router({
     usage: managerProcedure.input(organizationUsageInput).query(({ ctx, input }) => organizationUsage(ctx.em, ctx.actor, input, ctx.deps.clock())),
     /** The same as CSV: a row per day, key and model. */
     usageCsv: managerProcedure.input(organizationUsageInput).query(({ ctx, input }) => organizationUsageCsv(ctx.em, ctx.actor, input, ctx.deps.clock())),
+    /** Owners only; refused while the wallet holds coins or a plan runs. */
+    delete: managerProcedure.input(organizationIdInput).mutation(({ ctx, input }) => deleteOrganization(ctx.em, ctx.actor, input.id, ctx.deps.clock())),
     members: router({
       list: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => listMembers(ctx.em, ctx.actor, input.id)),
       update: managerProcedure.input(updateMemberInput).mutation(({ ctx, input }) => updateMember(ctx.em, ctx.actor, input, ctx.deps.clock())),

@@ -81,7 +81,8 @@ export function mcpAdapter(deps: CoreDeps, opts: McpOptions): HttpAdapter {
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure) throw err;
-      const status = failure.code === 'unauthorized' ? 401 : 503;
+      // A management key (docs/organizations.md) is a known key that may not spend: 403, as on REST.
+      const status = failure.code === 'unauthorized' ? 401 : failure.code === 'forbidden' ? 403 : 503;
       // RFC 9728, section 5.1: a client that has no token yet finds the authorization server from here.
       if (status === 401) res.setHeader('WWW-Authenticate', challenge(credential, resourceMetadata(req)));
       const hint = status === 401 ? ' Send a key as "Authorization: Bearer <key>", use your connector link, or connect with OAuth.' : '';

@@ -9,7 +9,16 @@ import { PaymentWebhookError, type CheckoutSessionFacts, type PaidInvoiceFacts, 
  * (the Checkout Session's client_reference_id, the metadata it copies to subscriptions).
  */
 /** Keys of the metadata the service puts on what it creates at Stripe (adapters/payments/stripe.ts). */
-export const METADATA = { account: 'mas_account_id', purpose: 'mas_purpose', savesCard: 'mas_saves_card', charge: 'mas_charge_id' } as const;
+export const METADATA = {
+  account: 'mas_account_id',
+  purpose: 'mas_purpose',
+  savesCard: 'mas_saves_card',
+  charge: 'mas_charge_id',
+  /** Set on the payments of an organization's wallet (then also mas_account_id), for people reading Stripe's dashboard. */
+  organization: 'mas_organization_id',
+  /** The owner who started an organization's payment. */
+  actingAccount: 'mas_acting_account_id',
+} as const;
 
 const stripeId = z.string().min(1).max(255);
 /** An id, or the object it names when the event expanded it. */

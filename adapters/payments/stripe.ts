@@ -21,6 +21,12 @@ export interface StripeOptions {
   timeoutMs?: number | undefined;
 }
 
+/** The metadata naming an organization's wallet and the owner acting: none on a personal payment. */
+function organizationOf(r: { organizationId?: string | undefined; actingAccountId?: string | undefined }): Record<string, string> {
+  if (!r.organizationId) return {};
+  return { [METADATA.organization]: r.organizationId, ...(r.actingAccountId ? { [METADATA.actingAccount]: r.actingAccountId } : {}) };
+}
+
 /**
  * The PaymentProvider port on Stripe, through the official SDK: Checkout Sessions (top-ups,
  * subscriptions), the customer portal, off-session PaymentIntents, and webhook deliveries
@@ -39,7 +45,7 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
   return {
     async checkoutTopUp(r) {
       // A card kept for auto top-up says so on the session: its credit then turns auto top-up on.
-      const metadata = { [METADATA.account]: r.accountId, [METADATA.purpose]: 'topup', ...(r.saveForLater ? { [METADATA.savesCard]: 'auto_topup' } : {}) };
+      const metadata = { [METADATA.account]: r.accountId, [METADATA.purpose]: 'topup', ...(r.saveForLater ? { [METADATA.savesCard]: 'auto_topup' } : {}), ...organizationOf(r) };
       const session = await call(() =>
         stripe.checkout.sessions.create(
           {
@@ -48,7 +54,7 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
             metadata,
             line_items: [{ quantity: 1, price_data: { currency: r.currency, unit_amount: r.amountCents, product_data: { name: r.description } } }],
             payment_intent_data: { metadata, ...(r.saveForLater ? { setup_future_usage: 'off_session' as const } : {}) },
-            ...(r.customerId ? { customer: r.customerId } : { customer_creation: 'always' as const }),
+            ...(r.customerId ? { customer: r.customerId } : { customer_creation: 'always' as const, ...(r.customerEmail ? { customer_email: r.customerEmail } : {}) }),
             success_url: r.successUrl,
             cancel_url: r.cancelUrl,
           },
@@ -59,7 +65,7 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
     },
 
     async checkoutSubscription(r) {
-      const metadata = { [METADATA.account]: r.accountId, [METADATA.purpose]: 'subscription' };
+      const metadata = { [METADATA.account]: r.accountId, [METADATA.purpose]: 'subscription', ...organizationOf(r) };
       const session = await call(() =>
         stripe.checkout.sessions.create(
           {
@@ -69,7 +75,7 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
             // Copied onto each invoice (parent.subscription_details.metadata): invoice.paid names the account.
             subscription_data: { metadata },
             line_items: [{ price: r.priceId, quantity: 1 }],
-            ...(r.customerId ? { customer: r.customerId } : {}),
+            ...(r.customerId ? { customer: r.customerId } : r.customerEmail ? { customer_email: r.customerEmail } : {}),
             success_url: r.successUrl,
             cancel_url: r.cancelUrl,
           },
@@ -94,7 +100,7 @@ export function stripePayments(opts: StripeOptions): PaymentProvider {
             payment_method: r.paymentMethodId,
             off_session: true,
             confirm: true,
-            metadata: { [METADATA.account]: r.accountId, [METADATA.purpose]: 'auto_topup', [METADATA.charge]: r.chargeId },
+            metadata: { [METADATA.account]: r.accountId, [METADATA.purpose]: 'auto_topup', [METADATA.charge]: r.chargeId, ...organizationOf(r) },
           },
           { idempotencyKey: r.idempotencyKey },
         );

@@ -12,7 +12,11 @@ import { chatCompletionSchema } from '../../core/chat/views.ts';
 import { completionRecordSchema } from '../../core/chat/records.ts';
 import { responseSchema, responsesRequestSchema } from '../../core/chat/responses.ts';
 import { balanceSchema } from '../../core/money/wallet.ts';
-import { keyInfoSchema } from '../../core/keys/keys.ts';
+import { createdKeySchema, keyIdInput, keyInfoSchema, keySchema, updateKeyInput } from '../../core/keys/keys.ts';
+import { createManagedKeyInput } from '../../core/organizations/managed-keys.ts';
+import { createOrganizationInput, organizationIdInput, organizationSchema } from '../../core/organizations/organizations.ts';
+import { memberRef, memberSchema, updateMemberInput } from '../../core/organizations/members.ts';
+import { createInvitationInput, invitationRef, invitationSchema } from '../../core/organizations/invitations.ts';
 import { idempotencyKeySchema } from '../../core/idempotency.ts';
 import { historyInput, walletEntrySchema } from '../../core/money/history.ts';
 import { checkoutSessionSchema, topUpCheckoutInput } from '../../core/payments/create-checkout.ts';
@@ -79,6 +83,11 @@ const CheckoutSession = named(checkoutSessionSchema, 'CheckoutSession');
 const Billing = named(billingSchema, 'Billing');
 const Generation = named(generationSchema, 'Generation');
 const File = named(fileSchema, 'File');
+const ApiKey = named(keySchema, 'ApiKey');
+const CreatedApiKey = named(createdKeySchema, 'CreatedApiKey');
+const Organization = named(organizationSchema, 'Organization');
+const OrganizationMember = named(memberSchema, 'OrganizationMember');
+const OrganizationInvitation = named(invitationSchema, 'OrganizationInvitation');
 
 const list = <T extends z.ZodTypeAny>(item: T) => z.object({ object: z.literal('list'), data: z.array(item) });
 
@@ -87,9 +96,9 @@ const errors = (...statuses: number[]) =>
   Object.fromEntries(statuses.map((s) => [s, json(ErrorBody, ERROR_TEXT[s] ?? 'Error')])) as RouteConfig['responses'];
 const ERROR_TEXT: Record<number, string> = {
   400: 'Invalid request; the message names the field',
-  401: 'Missing, malformed, unknown, revoked or expired key',
+  401: 'Missing, malformed, unknown, revoked, disabled or expired key',
   402: 'Insufficient balance, an app’s spend cap or the key’s spend limit reached',
-  403: 'The model needs a paid account or is not among the key’s allowed models, a signed link expired or was tampered with, or the server takes no payments (`payments_not_configured`)',
+  403: 'The model needs a paid account or is not among the key’s allowed models, a signed link expired or was tampered with, the server takes no payments (`payments_not_configured`), or a management key where models are called or a wallet is used (`management_key_not_allowed`)',
   404: 'Unknown object, or another account’s',
   409: 'Conflict with the current state',
   413: 'Body or upload too large',
@@ -101,7 +110,19 @@ const ERROR_TEXT: Record<number, string> = {
   503: 'A dependency is unavailable',
   504: 'The model provider timed out',
 };
-const common = [401, 429, 500, 503];
+/** Every key-authenticated route: 403 too, as a management key is refused wherever models are called or a wallet is used (docs/organizations.md). */
+const common = [401, 403, 429, 500, 503];
+/**
+ * The statuses of a provisioning route (docs/organizations.md): `common`, and a 403 of its own:
+ * an API key for models there, or a role below the one the route needs.
+ */
+const managing = (...statuses: number[]): RouteConfig['responses'] => ({
+  ...errors(...statuses, ...common),
+  403: json(
+    ErrorBody,
+    'An API key for models on a management route (`management_key_required`), a role below the one needed (`admin_role_required`, `owner_role_required`), or what a management key may not do (`management_key_not_allowed`, `organization_scoped_key`)',
+  ),
+});
 /**
  * OpenAPI links (Link Objects): where one operation's answer gives the id another takes, so that
  * a client, and schemathesis's stateful phase, can follow a created job or file to the
@@ -193,11 +214,15 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
   const bearer = registry.registerComponent('securitySchemes', 'bearerAuth', {
     type: 'http',
     scheme: 'bearer',
-    description: 'Authorization: Bearer <API key>. Keys are never accepted in the query string.',
+    description: 'Authorization: Bearer <API key>; on /keys and /organizations, a management key. Keys are never accepted in the query string.',
   });
   const secured = [{ [bearer.name]: [] }];
   const path = (config: RouteConfig) => registry.registerPath({ security: secured, ...config });
 
+  // Organizations (issue 49, docs/payments.md "An organization's wallet"): one block, for easy merges.
+  const ORGANIZATION_KEYS_DO_NOT_PAY =
+    '403 `organization_key_cannot_pay` for a key of an organization’s wallet, and 403 `owner_session_required` with `organization_id`: an organization’s payments ' +
+    'are made by its owners, signed in to the account pages.';
   path({ method: 'get', path: '/balance', operationId: 'getBalance', summary: 'The wallet balance', responses: { 200: json(Balance, 'The balance'), ...errors(...common) } });
   path({
     method: 'get',
@@ -225,7 +250,8 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     description:
       'Takes `amount_usd` (at most 2 decimals; 1 USD buys 1000 coins) between the server’s minimum and maximum (400 names `amount_usd` otherwise). ' +
       'Nothing is credited by this call or by the customer’s return from the page: the coins are added to the purchased pocket, once, when Stripe’s webhook ' +
-      'reports the payment. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
+      'reports the payment. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY). ' +
+      ORGANIZATION_KEYS_DO_NOT_PAY,
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and amount: the same Checkout Session (Stripe keeps keys 24 hours); another amount: 422') }),
       body: { required: true, content: { 'application/json': { schema: topUpCheckoutInput.omit({ idempotency_key: true }), example: { amount_usd: 20 } } } },
@@ -240,7 +266,8 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     description:
       'Takes `plan`, the name of one of the server’s plans (`GET /credits/billing` lists them; 400 names `plan` otherwise). 409 `already_subscribed` while the ' +
       'account has a running subscription: change or cancel it in the customer portal. Nothing is granted by this call: each paid invoice grants its period’s ' +
-      'coins to the subscription pocket, once. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY).',
+      'coins to the subscription pocket, once. 403 `payments_not_configured` when the server takes no payments (its operator has not set STRIPE_SECRET_KEY). ' +
+      ORGANIZATION_KEYS_DO_NOT_PAY,
     request: {
       headers: z.object({ 'Idempotency-Key': idempotencyKeySchema.optional().describe('Same key and plan: the same Checkout Session') }),
       body: { required: true, content: { 'application/json': { schema: subscriptionCheckoutInput.omit({ idempotency_key: true }), example: { plan: 'Starter' } } } },
@@ -252,7 +279,8 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     path: '/credits/billing',
     operationId: 'getBilling',
     summary: 'What the account may pay and has paid: whether payments are on, the top-up bounds, the plans, its subscription and its latest top-ups with their receipts',
-    responses: { 200: json(Billing, 'The billing overview'), ...errors(...common) },
+    description: ORGANIZATION_KEYS_DO_NOT_PAY,
+    responses: { 200: json(Billing, 'The billing overview'), ...errors(403, ...common) },
   });
   path({
     method: 'get',
@@ -432,6 +460,192 @@ export function buildOpenApiDocument(publicBaseUrl: string, config: DocumentedCo
     operationId: 'getWebhookSecret',
     summary: 'The secret that signs this account’s webhooks',
     responses: { 200: json(z.object({ object: z.literal('webhook_secret'), secret: z.string() }), 'The secret'), ...errors(...common) },
+  });
+  // The provisioning API (docs/organizations.md): a management key's routes; an API key for models gets 403 on each.
+  const MANAGEMENT = 'Needs a management key (made on the API keys page or with `mas key create --management`); an API key for models gets 403 `management_key_required`. ';
+  path({
+    method: 'get',
+    path: '/keys',
+    operationId: 'listManagedKeys',
+    summary: 'The API keys this management key manages: the personal ones, or an organization’s with `organization_id`',
+    description:
+      MANAGEMENT +
+      'Without `organization_id`: the person’s personal keys (a management key made for one organization: that organization’s). With it: every key of the organization for an admin or owner, ' +
+      'a member’s own for a member; an organization the caller is not in answers 404. Revoked keys are listed with `revoked_at`. Never a secret.',
+    request: { query: createManagedKeyInput.pick({ organization_id: true }) },
+    responses: { 200: json(list(ApiKey), 'The keys, oldest first'), ...managing(400, 404) },
+  });
+  path({
+    method: 'post',
+    path: '/keys',
+    operationId: 'createManagedKey',
+    summary: 'Create an API key, in the personal wallet or, with `organization_id`, the organization’s; the secret is in this answer only',
+    description:
+      MANAGEMENT +
+      'Every field is optional. A key of an organization spends from its wallet and belongs to the caller as a member: it is also bound by the member’s spend limit. ' +
+      'At most 10 active keys per account, and per member of an organization (400 `key_limit_reached`). A management key cannot create management keys (403 `management_key_not_allowed`). ' +
+      '`key` in the answer is the secret: it is shown this once and never again.',
+    request: {
+      body: {
+        required: false,
+        content: {
+          'application/json': {
+            schema: createManagedKeyInput.omit({ management: true }),
+            example: { name: 'customer-42', spend_limit_coins: '5', spend_limit_period: 'monthly', allowed_models: ['mas/echo'] },
+          },
+        },
+      },
+    },
+    responses: { 201: json(CreatedApiKey, 'The key, with its secret `key`, shown only this once'), ...managing(400, 404, 413, 415) },
+  });
+  const keyPath = { params: keyIdInput };
+  path({
+    method: 'get',
+    path: '/keys/{id}',
+    operationId: 'getManagedKey',
+    summary: 'One API key, with its limits and usage (never its secret)',
+    description: MANAGEMENT + 'A key the caller may not manage (another person’s, or outside the management key’s organization) answers 404, as an unknown one.',
+    request: keyPath,
+    responses: { 200: json(ApiKey, 'The key'), ...managing(400, 404) },
+  });
+  path({
+    method: 'patch',
+    path: '/keys/{id}',
+    operationId: 'updateManagedKey',
+    summary: 'Change an API key: its name, spend limit and period, expiry, allowed models, or whether it is disabled',
+    description:
+      MANAGEMENT +
+      'A field left out keeps its value; `null` removes a limit. `disabled: true` refuses the key (401 `api_key_disabled`) until `disabled: false`. ' +
+      'A revoked key cannot be changed (409 `key_revoked`).',
+    request: {
+      ...keyPath,
+      body: { required: false, content: { 'application/json': { schema: updateKeyInput.omit({ id: true }), example: { spend_limit_coins: '10', disabled: true } } } },
+    },
+    responses: { 200: json(ApiKey, 'The key as it is now'), ...managing(400, 404, 409, 413, 415) },
+  });
+  path({
+    method: 'delete',
+    path: '/keys/{id}',
+    operationId: 'deleteManagedKey',
+    summary: 'Revoke an API key: it is refused (401) from its next request on, on every instance',
+    description: MANAGEMENT + 'Answers the revoked key, `revoked_at` set; revoking it again answers the same. A management key may revoke itself.',
+    request: keyPath,
+    responses: { 200: json(ApiKey, 'The revoked key'), ...managing(400, 404) },
+  });
+  const orgPath = { params: organizationIdInput };
+  path({
+    method: 'get',
+    path: '/organizations',
+    operationId: 'listOrganizations',
+    summary: 'The organizations the caller belongs to, with their role and spend limit in each',
+    description: MANAGEMENT + 'A management key made for one organization lists that one only.',
+    responses: { 200: json(list(Organization), 'The organizations, by name'), ...managing() },
+  });
+  path({
+    method: 'post',
+    path: '/organizations',
+    operationId: 'createOrganization',
+    summary: 'Create an organization with an empty wallet; the caller is its first owner',
+    description:
+      MANAGEMENT +
+      'A person owns at most 10 organizations (400 `organization_limit_reached`). A management key made for one organization cannot create another (403 `organization_scoped_key`).',
+    request: { body: { required: true, content: { 'application/json': { schema: createOrganizationInput, example: { name: 'Acme Research' } } } } },
+    responses: { 201: json(Organization, 'The organization'), ...managing(400, 413, 415) },
+  });
+  path({
+    method: 'get',
+    path: '/organizations/{id}',
+    operationId: 'getOrganization',
+    summary: 'One organization, with its wallet’s `balance`',
+    description: MANAGEMENT + 'An organization the caller is not a member of answers 404, as an unknown one.',
+    request: orgPath,
+    responses: { 200: json(Organization, 'The organization and its balance'), ...managing(400, 404) },
+  });
+  path({
+    method: 'delete',
+    path: '/organizations/{id}',
+    operationId: 'deleteOrganization',
+    summary: 'Delete an organization (owners): its keys, apps and invitations end at once',
+    description:
+      MANAGEMENT + 'Refused while its wallet holds coins (409 `organization_has_balance`) or a plan runs (409 `organization_has_subscription`). Its ledger is kept.',
+    request: orgPath,
+    responses: {
+      200: json(z.object({ id: z.string(), object: z.literal('organization'), deleted: z.literal(true), keys_revoked: z.number().int().describe('keys revoked by the deletion') }).strict(), 'Deleted'),
+      ...managing(400, 404, 409),
+    },
+  });
+  path({
+    method: 'get',
+    path: '/organizations/{id}/members',
+    operationId: 'listOrganizationMembers',
+    summary: 'The members (admins and owners): role, spend limit and period, and what each spent in it',
+    request: orgPath,
+    description: MANAGEMENT + 'A plain member gets 403 `admin_role_required`.',
+    responses: { 200: json(list(OrganizationMember), 'The members, by the date they joined'), ...managing(400, 404) },
+  });
+  const memberPath = { params: memberRef };
+  path({
+    method: 'patch',
+    path: '/organizations/{id}/members/{user_id}',
+    operationId: 'updateOrganizationMember',
+    summary: 'Change a member’s role or spend limit (admins; an owner only by an owner)',
+    description:
+      MANAGEMENT +
+      'A field left out keeps its value; `spend_limit_coins: null` removes the limit. The limit covers all the member’s keys of the organization, checked in the same reservation as the ' +
+      'balance. The last owner keeps the role (409 `last_owner`). `user_id` is the person’s account id, as the members list gives it.',
+    request: {
+      ...memberPath,
+      body: { required: false, content: { 'application/json': { schema: updateMemberInput.omit({ id: true, user_id: true }), example: { role: 'member', spend_limit_coins: '50', spend_limit_period: 'monthly' } } } },
+    },
+    responses: { 200: json(OrganizationMember, 'The member as they are now'), ...managing(400, 404, 409, 413, 415) },
+  });
+  path({
+    method: 'delete',
+    path: '/organizations/{id}/members/{user_id}',
+    operationId: 'removeOrganizationMember',
+    summary: 'Remove a member (admins; an owner only by an owner; anyone may remove themself): their keys of the organization are revoked at once',
+    description: MANAGEMENT + 'Their organization keys answer 401 from their next request on, and their apps’ connections to the organization end. The last owner cannot go (409 `last_owner`).',
+    request: memberPath,
+    responses: {
+      200: json(
+        z.object({ ...memberSchema.shape, deleted: z.literal(true), keys_revoked: z.number().int(), apps_disconnected: z.number().int() }).strict(),
+        'The member removed, with how many keys and app connections ended',
+      ),
+      ...managing(400, 404, 409),
+    },
+  });
+  path({
+    method: 'get',
+    path: '/organizations/{id}/invitations',
+    operationId: 'listOrganizationInvitations',
+    summary: 'The invitations still waiting for an answer (admins), newest first',
+    description: MANAGEMENT + 'Never the links’ tokens: only the invited address has the link.',
+    request: orgPath,
+    responses: { 200: json(list(OrganizationInvitation), 'The pending invitations'), ...managing(400, 404) },
+  });
+  path({
+    method: 'post',
+    path: '/organizations/{id}/invitations',
+    operationId: 'createOrganizationInvitation',
+    summary: 'Invite an e-mail address (admins; an owner only by an owner): the link is mailed to it, valid 7 days, once',
+    description:
+      MANAGEMENT +
+      'The invitation is bound to the address: accepting needs signing in as it. A new invitation of the same address revokes the earlier one; an address already a member is 409 `already_member`; ' +
+      'at most 50 wait at once (400 `invitation_limit_reached`). The answer never holds the link.',
+    request: {
+      ...orgPath,
+      body: { required: true, content: { 'application/json': { schema: createInvitationInput.omit({ id: true }), example: { email: 'dev@example.com', role: 'member' } } } },
+    },
+    responses: { 201: json(OrganizationInvitation, 'The invitation, mailed'), ...managing(400, 404, 409, 413, 415) },
+  });
+  path({
+    method: 'delete',
+    path: '/organizations/{id}/invitations/{invitation_id}',
+    operationId: 'revokeOrganizationInvitation',
+    summary: 'Revoke an invitation (admins): its link answers 410 from then on',
+    description: MANAGEMENT + 'Revoking it again answers the same; an accepted invitation cannot be revoked (409 `invitation_already_accepted`: remove the member instead).',
+    request: { params: invitationRef },
+    responses: { 200: json(OrganizationInvitation, 'The invitation, `status: revoked`'), ...managing(400, 404, 409) },
   });
   registry.registerPath({ method: 'get', path: '/openapi.json', operationId: 'getOpenApiDocument', summary: 'This document', security: [], responses: { 200: { description: 'OpenAPI 3.1' } } });
   registry.registerPath({ method: 'get', path: '/docs', operationId: 'getDocs', summary: 'A readable reference of this document', security: [], responses: { 200: { description: 'HTML' } } });

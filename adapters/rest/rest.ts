@@ -10,7 +10,9 @@ import { docsRoutes } from './routes/docs.ts';
 import { fileRoutes } from './routes/files.ts';
 import { generationRoutes } from './routes/generations.ts';
 import { keyRoutes } from './routes/key.ts';
+import { managedKeyRoutes } from './routes/keys.ts';
 import { modelRoutes } from './routes/models.ts';
+import { organizationRoutes } from './routes/organizations.ts';
 import { JSON_TYPES } from './routes/route.ts';
 import { walletRoutes } from './routes/wallet.ts';
 
@@ -36,6 +38,9 @@ export function restAdapter(deps: CoreDeps, opts: RestOptions): HttpAdapter {
     fileRoutes(deps, { spoolDir: opts.uploadSpoolDir }),
     walletRoutes(deps),
     keyRoutes(deps),
+    // The provisioning API (docs/organizations.md): management keys only.
+    managedKeyRoutes(deps),
+    organizationRoutes(deps),
     creditRoutes(deps),
     modelRoutes(deps),
     docsRoutes(deps, opts.publicBaseUrl, { topUpMinCents: deps.config.payments.topUpMinCents, topUpMaxCents: deps.config.payments.topUpMaxCents, plans: deps.config.payments.plans.map((p) => p.name) }),

@@ -15,7 +15,7 @@ import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage, settingsP
 import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
 import { generationPage, usagePage } from './pages/usage.ts';
 import { apiBase, firstRequestModel, firstRequestSnippets } from './pages/snippets.ts';
-import { billingPage, PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
+import { billingPage, billingRefusedPage, PAYMENT_FORM_TARGETS, topUpSuccessPage, type BillingFormState } from './pages/billing.ts';
 import { forgotPasswordPage, forgotPasswordSentPage, loginLinkPage, resetPasswordPage, safeNext, signInPage, signUpPage, signUpSentPage, verifyEmailPage } from './pages/auth.ts';
 import { lowBalanceSection, verificationSection } from './pages/notices.ts';
 import { authorizationErrorPage, consentPage } from './pages/consent.ts';
@@ -228,18 +228,36 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const orgView = organization?.balance ? { id: organization.id, name: organization.name, role: organization.role } : undefined;
     send(res, overviewPage(nav, { balance: organization?.balance ?? me.balance, paymentsEnabled: billing.payments_enabled, activeKeys, mail: { top }, organization: orgView }), extra.status);
   };
-  /** Billing: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages. */
+  /**
+   * Billing: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages.
+   * `?organization=ID` (a form's `organization_id`): the organization's wallet, for its owners; core refuses anyone else.
+   */
+  const billingWallet = (req: Request) => {
+    const raw = req.method === 'GET' ? req.query.organization : (req.body as Record<string, unknown> | undefined)?.organization_id;
+    return typeof raw === 'string' && raw !== '' ? raw.slice(0, 100) : undefined;
+  };
+  const walletQuery = (organizationId: string | undefined) => (organizationId ? `organization=${encodeURIComponent(organizationId)}&` : '');
   const renderBilling = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { pay?: Partial<BillingFormState>; status?: number } = {}) => {
-    const billing = await core(req).payments.billing();
-    const autoTopUp = billing.payments_enabled ? await core(req).payments.autoTopUp() : undefined;
+    const organizationId = billingWallet(req);
+    const choice = organizationId ? { organization_id: organizationId } : undefined;
+    let billing, autoTopUp, organization;
+    try {
+      billing = await core(req).payments.billing(choice);
+      autoTopUp = billing.payments_enabled ? await core(req).payments.autoTopUp(choice) : undefined;
+      organization = organizationId ? await core(req).organizations.get({ id: organizationId }) : undefined;
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!organizationId || !failure || failure.code === 'unauthorized') throw err;
+      return send(res, billingRefusedPage(nav, failure.message), refusedWith(res, failure));
+    }
     if (billing.payments_enabled) {
       const csp = String(res.getHeader('Content-Security-Policy') ?? '');
       res.setHeader('Content-Security-Policy', csp.replace("form-action 'self'", `form-action 'self' ${PAYMENT_FORM_TARGETS.join(' ')}`));
     }
     const returned = typeof req.query.checkout === 'string' ? req.query.checkout : undefined;
     const changed = typeof req.query.auto_top_up === 'string' ? req.query.auto_top_up : undefined;
-    const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, autoTopUp: { changed }, ...extra.pay };
-    send(res, billingPage(nav, { balance: me.balance, billing, autoTopUp, pay }), extra.status);
+    const pay: BillingFormState = { idempotencyKey: randomUUID(), returned, autoTopUp: { changed }, ...extra.pay, ...(organization ? { organization: { id: organization.id, name: organization.name } } : {}) };
+    send(res, billingPage(nav, { balance: organization?.balance ?? me.balance, billing, autoTopUp, pay }), extra.status);
   };
   /** Settings: the password and the low-balance e-mail. */
   const renderSettings = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { password?: FormError; status?: number; lowBalance?: { value: string; error: string } } = {}) => {
@@ -306,7 +324,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const amount = form(req, 'amount_usd');
     try {
       const key = form(req, 'idempotency_key');
-      const session = await core(req).payments.checkout({ amount_usd: amount, ...(key ? { idempotency_key: key } : {}) });
+      const organizationId = billingWallet(req);
+      const session = await core(req).payments.checkout({ amount_usd: amount, ...(key ? { idempotency_key: key } : {}), ...(organizationId ? { organization_id: organizationId } : {}) });
       toStripe(res, session.url);
     } catch (err) {
       await payFailure(req, res, nav, me, err, amount.slice(0, 13));
@@ -315,7 +334,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.post('/account/subscribe', label('/account/subscribe'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
     try {
       const key = form(req, 'idempotency_key');
-      const session = await core(req).payments.subscribe({ plan: form(req, 'plan'), ...(key ? { idempotency_key: key } : {}) });
+      const organizationId = billingWallet(req);
+      const session = await core(req).payments.subscribe({ plan: form(req, 'plan'), ...(key ? { idempotency_key: key } : {}), ...(organizationId ? { organization_id: organizationId } : {}) });
       toStripe(res, session.url);
     } catch (err) {
       await payFailure(req, res, nav, me, err);
@@ -327,12 +347,14 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     const enabled = form(req, 'enabled') === 'on';
     try {
       const key = form(req, 'idempotency_key');
+      const organizationId = billingWallet(req);
+      const wallet = organizationId ? { organization_id: organizationId } : {};
       const result = await core(req).payments.configureAutoTopUp(
-        enabled ? { enabled, threshold_coins: threshold, amount_usd: amount, ...(key ? { idempotency_key: key } : {}) } : { enabled },
+        enabled ? { enabled, threshold_coins: threshold, amount_usd: amount, ...(key ? { idempotency_key: key } : {}), ...wallet } : { enabled, ...wallet },
       );
       // No card saved yet: Stripe's page takes the first payment and saves it.
       if (result.checkout) return toStripe(res, result.checkout.url);
-      res.redirect(303, `/account/billing?auto_top_up=${result.enabled ? 'on' : 'off'}#auto-top-up`);
+      res.redirect(303, `/account/billing?${walletQuery(organizationId)}auto_top_up=${result.enabled ? 'on' : 'off'}#auto-top-up`);
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
@@ -341,15 +363,17 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   }));
   router.post('/account/billing/portal', label('/account/billing/portal'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
     try {
-      toStripe(res, (await core(req).payments.portal()).url);
+      const organizationId = billingWallet(req);
+      toStripe(res, (await core(req).payments.portal(organizationId ? { organization_id: organizationId } : undefined)).url);
     } catch (err) {
       await payFailure(req, res, nav, me, err);
     }
   }));
   router.get('/account/credits/success', label('/account/credits/success'), signedIn(async (req, res, nav) => {
     res.setHeader('Cache-Control', 'no-store');
-    const status = await core(req).payments.topUpStatus({ session_id: typeof req.query.session_id === 'string' ? req.query.session_id : '' });
-    send(res, topUpSuccessPage(nav, status));
+    const organizationId = billingWallet(req);
+    const status = await core(req).payments.topUpStatus({ session_id: typeof req.query.session_id === 'string' ? req.query.session_id : '', ...(organizationId ? { organization_id: organizationId } : {}) });
+    send(res, topUpSuccessPage(nav, status, organizationId));
   }));
   router.post('/account/password', label('/account/password'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
     const current = form(req, 'current_password');
@@ -736,7 +760,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     allowFormTo(res, checked.request.redirect_uri);
     const { client } = checked;
     const replaces = await core(req).account.apps.live({ client_id: client.id, name: client.name, redirect_host: client.redirect_host });
-    send(res, consentPage({ email: me.email, csrf: kit.csrfToken(req, res) }, { authorization: checked, balance: String(me.balance.coins), replaces }));
+    const organizations = (await core(req).organizations.list()).data;
+    send(res, consentPage({ email: me.email, csrf: kit.csrfToken(req, res) }, { authorization: checked, balance: String(me.balance.coins), replaces, organizations }));
   });
 
   router.post('/authorize', label('/authorize'), kit.requireCsrf, signedIn(async (req, res, nav, me) => {
@@ -746,23 +771,28 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     try {
       if (form(req, 'decision') !== 'allow') return toApp(res, (await core(req).oauth.deny(fields)).redirect_to);
       const lifetime = form(req, 'lifetime');
+      // The wallet the app spends from: the person's own, or an organization's (core checks the membership).
+      const wallet = form(req, 'wallet');
       const answer = await core(req).oauth.approve({
         ...fields,
         spend_cap_coins: form(req, 'spend_cap_coins'),
         ...(lifetime ? { lifetime: lifetime as '7' } : {}),
+        ...(wallet && wallet !== 'personal' ? { organization_id: wallet } : {}),
       });
       toApp(res, answer.redirect_to);
     } catch (err) {
       const failure = toCoreError(err);
       if (!failure || failure.code === 'unauthorized') throw err;
       // The person's own choices (cap, lifetime) or the app limit: the page again, with the message.
-      if (failure.param === 'spend_cap_coins' || failure.param === 'lifetime' || failure.code === 'limit_reached') {
+      if (failure.param === 'spend_cap_coins' || failure.param === 'lifetime' || failure.param === 'organization_id' || failure.code === 'limit_reached') {
         const checked = await core(req).oauth.authorization(fields);
         if (checked.object === 'authorization_request') {
           allowFormTo(res, checked.request.redirect_uri);
+          const organizations = (await core(req).organizations.list()).data;
+          const values = { spend_cap_coins: form(req, 'spend_cap_coins'), lifetime: form(req, 'lifetime'), wallet: failure.param === 'organization_id' ? 'personal' : form(req, 'wallet') };
           return send(
             res,
-            consentPage(nav, { authorization: checked, balance: String(me.balance.coins), values: { spend_cap_coins: form(req, 'spend_cap_coins'), lifetime: form(req, 'lifetime') }, error: failure.message }),
+            consentPage(nav, { authorization: checked, balance: String(me.balance.coins), values, error: failure.message, organizations }),
             statusOf(failure.code),
           );
         }

@@ -13,7 +13,7 @@ export const MAX_CSV_ROWS = 10_000;
 const PAGE = 100;
 
 /** The first nine columns are the download's columns before the readable ones were added after them (issue 34): readers by position keep working. */
-const COLUMNS = ['id', 'created_at', 'type', 'description', 'amount_coins', 'balance_after_coins', 'reference', 'app_connection_id', 'receipt_url', 'details', 'model', 'input_tokens', 'output_tokens', 'generation_id', 'key_id'] as const;
+const COLUMNS = ['id', 'created_at', 'type', 'description', 'amount_coins', 'balance_after_coins', 'reference', 'app_connection_id', 'receipt_url', 'details', 'model', 'input_tokens', 'output_tokens', 'generation_id', 'key_id', 'user_id'] as const;
 
 /**
  * The download's filters: a range of whole UTC days (`from`, `to`: both, one or none; checked as
@@ -90,6 +90,7 @@ function csvLine(e: WalletEntryView, receipt: string): string {
     e.output_tokens === null ? '' : String(e.output_tokens),
     e.generation_id ?? '',
     e.key_id ?? '',
+    e.user_id ?? '',
   ]
     .map(quote)
     .join(',');

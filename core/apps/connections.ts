@@ -23,6 +23,11 @@ export const appConnectionSchema = z
     reconnected_at: isoTimeSchema.nullable().describe('when the person last approved it again, which replaced its tokens, cap and lifetime (docs/oauth.md)'),
     last_used_at: isoTimeSchema.nullable(),
     revoked_at: isoTimeSchema.nullable(),
+    organization: z
+      .object({ id: z.string(), name: z.string() })
+      .nullable()
+      .optional()
+      .describe('the organization whose wallet the app spends from (the person chose it when allowing the app); null: their own'),
   })
   .strict();
 export type AppConnectionView = z.infer<typeof appConnectionSchema>;
@@ -40,6 +45,8 @@ interface Row {
   reconnected_at: Date | null;
   last_used_at: Date | null;
   revoked_at: Date | null;
+  organization_id: string | null;
+  organization_name: string | null;
 }
 
 const iso = (d: Date | null) => (d ? new Date(d).toISOString() : null);
@@ -57,18 +64,27 @@ function view(r: Row): AppConnectionView {
     reconnected_at: iso(r.reconnected_at),
     last_used_at: iso(r.last_used_at ?? null),
     revoked_at: iso(r.revoked_at),
+    organization: r.organization_id ? { id: r.organization_id, name: r.organization_name ?? r.organization_id } : null,
   };
 }
 
 /** Spend is what the connection's key was charged: its captures in the ledger. */
 const SELECT = `select c.id, c.client_name, c.redirect_host, c.spend_cap_micro::text, c.expires_at, c.created_at, c.reconnected_at, c.revoked_at,
     greatest(c.last_used_at, k.last_used_at) as last_used_at,
+    case when c.member_id is not null then c.account_id end as organization_id,
+    (select o.name from accounts o where o.id = c.account_id and c.member_id is not null) as organization_name,
     coalesce((select -sum(e.amount_micro) from ledger_entries e join holds h on h.id = e.hold_id
               where e.account_id = c.account_id and e.kind = 'capture' and h.metadata->>'key_id' = c.key_id), 0)::text as spent_micro
   from app_connections c join api_keys k on k.id = c.key_id`;
 
+/**
+ * The person's connections: the apps they allowed on their own wallet, and those they allowed on
+ * an organization's (member_id), which they see and revoke alike.
+ */
+const MINE = '((c.account_id = ? and c.member_id is null) or c.member_id = ?)';
+
 export async function listAppConnections(em: EntityManager, accountId: string) {
-  const rows = await em.execute<Row[]>(`${SELECT} where c.account_id = ? order by c.created_at desc, c.id`, [accountId]);
+  const rows = await em.execute<Row[]>(`${SELECT} where ${MINE} order by c.created_at desc, c.id`, [accountId, accountId]);
   return { object: 'list' as const, data: rows.map(view) };
 }
 
@@ -85,10 +101,10 @@ export async function liveAppConnection(em: EntityManager, accountId: string, in
   return view(row!);
 }
 
-/** Revokes the account's connection and its key, at once and for good; another account's is as unknown as a missing one. Idempotent. */
+/** Revokes the person's connection (on their wallet or an organization's) and its key, at once and for good; another's is as unknown as a missing one. Idempotent. */
 export async function revokeAppConnection(em: EntityManager, accountId: string, id: string): Promise<AppConnectionView> {
   return em.transactional(async (tx) => {
-    const [found] = await tx.execute<{ key_id: string }[]>('select key_id from app_connections where id = ? and account_id = ? for update', [id, accountId]);
+    const [found] = await tx.execute<{ key_id: string }[]>(`select key_id from app_connections c where c.id = ? and ${MINE} for update`, [id, accountId, accountId]);
     if (!found) throw notFound('app_connection_not_found', `No connected app ${id}.`);
     await tx.execute('update app_connections set revoked_at = coalesce(revoked_at, now()) where id = ?', [id]);
     await tx.execute('update api_keys set revoked_at = coalesce(revoked_at, now()) where id = ?', [found.key_id]);

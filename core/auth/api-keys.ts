@@ -6,10 +6,11 @@ import { CoreError, keyDisabled, keyExpired, unauthorized } from '../errors.ts';
 import { hashKey, isWellFormedKey } from '../keys/key-secret.ts';
 import type { KeyPrincipal, ManagementPrincipal } from './principals.ts';
 
-/** Active keys of accounts that are not disabled, by secret hash, for a batch of hashes given as a text[] literal. */
+/** Active keys of accounts that are not disabled (nor, for an organization's key, its member), by secret hash, for a batch of hashes given as a text[] literal. */
 export const KEY_LOOKUP_SQL = `select k.key_hash, k.id as key_id, k.account_id, a.paid, k.expires_at, k.allowed_models, k.kind, k.member_id, k.disabled_at
   from api_keys k join accounts a on a.id = k.account_id
-  where k.key_hash = any($1::text[]) and k.revoked_at is null and a.disabled_at is null`;
+  where k.key_hash = any($1::text[]) and k.revoked_at is null and a.disabled_at is null
+    and (k.member_id is null or not exists (select 1 from accounts p where p.id = k.member_id and p.disabled_at is not null))`;
 
 /** An active key; `expires_at` is checked at each use (a key found before its expiry may be cached past it), `allowed_models` null: all. */
 export type KeyRow = {

@@ -41,6 +41,8 @@ export interface RowDetails {
   output_tokens: number | null;
   generation_id: string | null;
   key_id: string | null;
+  /** The organization member whose key made the request (an organization's wallet), else null. */
+  user_id: string | null;
 }
 
 interface Found {
@@ -108,12 +110,19 @@ export async function describeRows(em: EntityManager, accountId: string, rows: R
   const jobs = new Map(found.filter((f) => f.src === 'job').map((f) => [f.ref, f]));
   const payments = new Map(found.filter((f) => f.src === 'payment').map((f) => [f.ref, f]));
   const chatOf = (reference: string) => chats.get(reference) ?? chats.get(responseIdOf(reference) ?? '');
-  return new Map(rows.map((r) => [r.anchor, describe(r, chatOf(r.reference), jobs.get(r.reference), payments.get(r.reference))]));
+  const described = rows.map((r) => [r.anchor, describe(r, chatOf(r.reference), jobs.get(r.reference), payments.get(r.reference))] as const);
+  // Which member spent: the member of each key (an organization's wallet; null on a personal one).
+  const keyIds = [...new Set(described.map(([, d]) => d.key_id).filter((k): k is string => k !== null))];
+  const members =
+    keyIds.length === 0
+      ? new Map<string, string | null>()
+      : new Map((await em.execute<{ id: string; member_id: string | null }[]>('select id, member_id from api_keys where id = any(?::text[])', [textArray(keyIds)])).map((k) => [k.id, k.member_id]));
+  return new Map(described.map(([anchor, d]) => [anchor, { ...d, user_id: d.key_id ? (members.get(d.key_id) ?? null) : null }]));
 }
 
 const none = { model: null, input_tokens: null, output_tokens: null, generation_id: null, key_id: null };
 
-function describe(r: RowToDescribe, chat: Found | undefined, job: Found | undefined, payment: Found | undefined): RowDetails {
+function describe(r: RowToDescribe, chat: Found | undefined, job: Found | undefined, payment: Found | undefined): Omit<RowDetails, 'user_id'> {
   if (job || r.holdKind === 'generation') {
     const model = job?.model ?? null;
     const what = `${JOB_NOUN[job?.model_type ?? ''] ?? 'Job'} ${r.reference}${model ? ` on ${model}` : ''}`;

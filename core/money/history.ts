@@ -57,6 +57,7 @@ export const walletEntrySchema = z
     output_tokens: z.number().int().nullable().describe('a chat row: its output (completion) tokens, else null'),
     generation_id: z.string().nullable().describe('`gen_…`: the job a charge or refund row is about (its charge and its refund name the same job), else null'),
     key_id: z.string().nullable().describe('`key_…`: the API key that made the request (chat and job rows), else null'),
+    user_id: z.string().nullable().describe('`acct_…`: in an organization’s wallet, the member whose key made the request; else null'),
   })
   .strict();
 export type WalletEntryView = z.infer<typeof walletEntrySchema>;

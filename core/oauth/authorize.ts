@@ -5,6 +5,7 @@ import type { SessionPrincipal } from '../auth/principals.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { CoreError, invalid } from '../errors.ts';
 import { InvalidAmountError, parseCoins, type Micro } from '../money/coins.ts';
+import { organizationIdSchema, requireRole } from '../organizations/roles.ts';
 import { clientIdSchema, resolveClient, type ClientDocuments, type OAuthClient } from './clients.ts';
 import { redirectHost, redirectUriMatches } from './redirects.ts';
 
@@ -67,6 +68,11 @@ export const approveInput = authorizationRequestInput.extend({
   /** Coins, optional: an empty field means no cap. */
   spend_cap_coins: z.string().trim().max(30).optional(),
   lifetime: z.enum(CONNECTION_LIFETIMES).default(DEFAULT_CONNECTION_LIFETIME),
+  /**
+   * The wallet the app spends from: absent, the person's own; an organization's they belong to
+   * (any role): its coins, within the person's spend limit there (docs/oauth.md).
+   */
+  organization_id: organizationIdSchema.optional(),
 });
 
 /** What the consent page shows. */
@@ -179,7 +185,10 @@ function parseCap(raw: string | undefined): Micro | null {
  * The person allows: a single-use code bound to the client, the redirect URI, the PKCE
  * challenge, the resource and the person's choices (spend cap, lifetime). The app connection
  * itself is made when the app exchanges the code (core/oauth/tokens.ts), so that a code the app
- * never collects leaves nothing behind.
+ * never collects leaves nothing behind. With `organization_id`, the person must be a member of
+ * that organization (else 404, as for every organization they cannot see): the code names the
+ * organization as the wallet and the person as its member, so the app's key spends the
+ * organization's coins within that member's spend limit, and ends when the member is removed.
  */
 export async function approveAuthorization(deps: Deps, em: EntityManager, principal: SessionPrincipal, input: z.output<typeof approveInput>): Promise<AuthorizationRedirect> {
   const checked = await checkAuthorization(deps, em, input);
@@ -189,13 +198,17 @@ export async function approveAuthorization(deps: Deps, em: EntityManager, princi
   const { request, client } = checked;
   // Approving an app that is connected already replaces its connection: no room is needed.
   const app = { clientId: client.id, name: client.name, host: redirectHost(request.redirect_uri) };
-  if ((await liveConnectionsOf(em, principal.accountId, app, now)).length === 0) await checkConnectionRoom(em, principal.accountId);
+  const organizationId = input.organization_id ?? null;
+  if (organizationId) await requireRole(em, { personId: principal.accountId, organizationId: null }, organizationId, 'member', { param: 'organization_id' });
+  const wallet = organizationId ?? principal.accountId;
+  const member = organizationId ? principal.accountId : null;
+  if ((await liveConnectionsOf(em, wallet, app, now, false, member)).length === 0) await checkConnectionRoom(em, wallet, member);
   const code = newSecret('mas_ac_');
   // Codes expired for an hour are of no use to anyone: a few are swept on each approval.
   await em.execute(`delete from oauth_codes where code_hash in (select code_hash from oauth_codes where expires_at < ? limit 100)`, [new Date(now.getTime() - 3_600_000)]);
   await em.execute(
-    `insert into oauth_codes (code_hash, client_id, client_name, redirect_uri, code_challenge, resource, account_id, spend_cap_micro, lifetime_days, expires_at)
-     values (?, ?, ?, ?, ?, ?, ?, ?::bigint, ?, ?)`,
+    `insert into oauth_codes (code_hash, client_id, client_name, redirect_uri, code_challenge, resource, account_id, member_id, spend_cap_micro, lifetime_days, expires_at)
+     values (?, ?, ?, ?, ?, ?, ?, ?, ?::bigint, ?, ?)`,
     [
       hashSecret(code),
       client.id,
@@ -203,7 +216,8 @@ export async function approveAuthorization(deps: Deps, em: EntityManager, princi
       request.redirect_uri,
       request.code_challenge,
       request.resource,
-      principal.accountId,
+      wallet,
+      member,
       cap?.toString() ?? null,
       input.lifetime === 'none' ? null : Number(input.lifetime),
       new Date(now.getTime() + CODE_TTL_SECONDS * 1000),
@@ -222,6 +236,8 @@ export async function denyAuthorization(deps: Deps, em: EntityManager, input: z.
  * The account's live (neither revoked nor expired) connections of one app, newest first: the
  * same client_id, or the same name signing in through the same host (a client registered again
  * gets a new client_id). Reconnecting replaces them (docs/oauth.md, "Reconnecting an app").
+ * On an organization's wallet, a member's connections only (`memberId`): each member connects
+ * their own apps; null: the account's personal connections.
  */
 export async function liveConnectionsOf(
   em: EntityManager,
@@ -229,20 +245,21 @@ export async function liveConnectionsOf(
   app: { clientId: string; name: string; host: string },
   now: Date,
   lock = false,
+  memberId: string | null = null,
 ): Promise<{ id: string; key_id: string }[]> {
   return em.execute<{ id: string; key_id: string }[]>(
     `select id, key_id from app_connections
-      where account_id = ? and revoked_at is null and (expires_at is null or expires_at > ?) and (client_id = ? or (client_name = ? and redirect_host = ?))
+      where account_id = ? and member_id is not distinct from ? and revoked_at is null and (expires_at is null or expires_at > ?) and (client_id = ? or (client_name = ? and redirect_host = ?))
       order by created_at desc, id desc${lock ? ' for update' : ''}`,
-    [accountId, now, app.clientId, app.name, app.host],
+    [accountId, memberId, now, app.clientId, app.name, app.host],
   );
 }
 
-/** Refuses a new connection when the account already has the most it may have. */
-export async function checkConnectionRoom(em: EntityManager, accountId: string): Promise<void> {
+/** Refuses a new connection when the account (on an organization's wallet: the member) already has the most it may have. */
+export async function checkConnectionRoom(em: EntityManager, accountId: string, memberId: string | null = null): Promise<void> {
   const [row] = await em.execute<{ n: number }[]>(
-    `select count(*)::int as n from app_connections where account_id = ? and revoked_at is null and (expires_at is null or expires_at > now())`,
-    [accountId],
+    `select count(*)::int as n from app_connections where account_id = ? and member_id is not distinct from ? and revoked_at is null and (expires_at is null or expires_at > now())`,
+    [accountId, memberId],
   );
   if (row!.n >= MAX_ACTIVE_APP_CONNECTIONS) {
     throw new CoreError('limit_reached', `This account already has ${MAX_ACTIVE_APP_CONNECTIONS} connected apps, the most allowed. Disconnect one first.`, {

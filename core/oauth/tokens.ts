@@ -5,6 +5,7 @@ import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { CoreError, unauthorized } from '../errors.ts';
 import { newId } from '../ids.ts';
 import { displayPrefix, generateKeySecret, hashKey } from '../keys/key-secret.ts';
+import { roleOf } from '../organizations/roles.ts';
 import { canonicalResource, checkConnectionRoom, liveConnectionsOf, pkceMatches, resourceFor, type OAuthConfig } from './authorize.ts';
 import { clientIdSchema } from './clients.ts';
 import { redirectHost } from './redirects.ts';
@@ -70,6 +71,8 @@ interface CodeRow {
   code_challenge: string;
   resource: string;
   account_id: string;
+  /** The person who allowed the app on an organization's wallet (account_id); null: a personal approval. */
+  member_id: string | null;
   spend_cap_micro: string | null;
   lifetime_days: number | null;
   expires_at: Timestamp;
@@ -119,6 +122,8 @@ export async function exchangeCode(deps: Deps, em: EntityManager, input: z.outpu
     if (input.resource !== undefined && resourceFor(deps.config.oauth, input.resource) !== code.resource) return { error: target('The resource does not match the one that was authorized.') };
 
     await tx.execute('select id from accounts where id = ? for update', [code.account_id]);
+    // Allowed on an organization's wallet by a member who has left it since: no connection.
+    if (code.member_id && !(await roleOf(tx, code.account_id, code.member_id))) return { error: grant('The person who allowed this app is no longer a member of the organization.') };
     const expiresAt = code.lifetime_days === null ? null : new Date(now.getTime() + code.lifetime_days * 86_400_000);
     const connectionId = (await reconnect(tx, now, code, expiresAt)) ?? (await connect(tx, now, code, expiresAt));
     await tx.execute('update oauth_codes set used_at = ?, connection_id = ? where code_hash = ?', [now, connectionId, hashSecret(input.code)]);
@@ -133,12 +138,14 @@ export async function exchangeCode(deps: Deps, em: EntityManager, input: z.outpu
  * sees), if the account has room for one more.
  */
 async function connect(tx: EntityManager, now: Date, code: CodeRow, expiresAt: Date | null): Promise<string> {
-  await checkConnectionRoom(tx, code.account_id);
+  await checkConnectionRoom(tx, code.account_id, code.member_id);
   const keyId = newId('key');
   const secret = generateKeySecret();
-  await tx.execute(`insert into api_keys (id, account_id, name, prefix, key_hash, created_at, kind) values (?, ?, ?, ?, ?, ?, 'app')`, [
+  // On an organization's wallet the key is the member's: their spend limit there applies to it.
+  await tx.execute(`insert into api_keys (id, account_id, member_id, name, prefix, key_hash, created_at, kind) values (?, ?, ?, ?, ?, ?, ?, 'app')`, [
     keyId,
     code.account_id,
+    code.member_id,
     `App: ${code.client_name}`.slice(0, 100),
     displayPrefix(secret),
     hashKey(secret),
@@ -146,9 +153,9 @@ async function connect(tx: EntityManager, now: Date, code: CodeRow, expiresAt: D
   ]);
   const connectionId = newId('app');
   await tx.execute(
-    `insert into app_connections (id, account_id, key_id, client_id, client_name, redirect_host, spend_cap_micro, expires_at, created_at, last_used_at)
-     values (?, ?, ?, ?, ?, ?, ?::bigint, ?, ?, ?)`,
-    [connectionId, code.account_id, keyId, code.client_id, code.client_name, redirectHost(code.redirect_uri), code.spend_cap_micro, expiresAt, now, now],
+    `insert into app_connections (id, account_id, member_id, key_id, client_id, client_name, redirect_host, spend_cap_micro, expires_at, created_at, last_used_at)
+     values (?, ?, ?, ?, ?, ?, ?, ?::bigint, ?, ?, ?)`,
+    [connectionId, code.account_id, code.member_id, keyId, code.client_id, code.client_name, redirectHost(code.redirect_uri), code.spend_cap_micro, expiresAt, now, now],
   );
   return connectionId;
 }
@@ -164,7 +171,7 @@ async function connect(tx: EntityManager, now: Date, code: CodeRow, expiresAt: D
  */
 async function reconnect(tx: EntityManager, now: Date, code: CodeRow, expiresAt: Date | null): Promise<string | undefined> {
   const host = redirectHost(code.redirect_uri);
-  const live = await liveConnectionsOf(tx, code.account_id, { clientId: code.client_id, name: code.client_name, host }, now, true);
+  const live = await liveConnectionsOf(tx, code.account_id, { clientId: code.client_id, name: code.client_name, host }, now, true, code.member_id);
   const [kept, ...older] = live;
   if (!kept) return undefined;
   for (const o of older) await revokeConnection(tx, o.id);

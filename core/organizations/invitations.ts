@@ -147,7 +147,7 @@ export async function revokeInvitation(em: EntityManager, actor: Actor, input: z
     if (row) return view(row, now);
     const [accepted] = await tx.execute<Row[]>('select * from organization_invitations where id = ? and organization_id = ?', [input.invitation_id, input.id]);
     if (!accepted) throw notFound('invitation_not_found', `No invitation ${input.invitation_id}.`, 'invitation_id');
-    throw new CoreError('conflict', 'This invitation was accepted already: remove the member instead.', { reason: 'invitation_accepted', param: 'invitation_id' });
+    throw new CoreError('conflict', 'This invitation was accepted already: remove the member instead.', { reason: 'invitation_already_accepted', param: 'invitation_id' });
   });
 }
 

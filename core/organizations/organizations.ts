@@ -98,3 +98,34 @@ export async function isOrganization(em: EntityManager, accountId: string): Prom
   const [row] = await em.execute<{ kind: string }[]>('select kind from accounts where id = ?', [accountId]);
   return row?.kind === 'organization';
 }
+
+/**
+ * Deletes an organization (owners): its keys and app connections stop at once, its invitations
+ * are revoked, its members leave, and it disappears from every list; its ledger stays (an
+ * account row, disabled, as an operator's disable leaves one). Refused while its wallet holds
+ * coins (spend them, or ask the operator for a refund) or a plan is running (cancel it in the
+ * billing portal first): coins and a subscription are never lost by a click.
+ */
+export async function deleteOrganization(em: EntityManager, actor: Actor, id: string, now: Date) {
+  return em.transactional(async (tx) => {
+    await requireRole(tx, actor, id, 'owner', { lock: true });
+    const [wallet] = await tx.execute<{ coins: string }[]>(
+      'select (subscription_micro + purchased_micro + held_micro)::text as coins from wallets where account_id = ? for update',
+      [id],
+    );
+    if (wallet && BigInt(wallet.coins) !== 0n) {
+      throw new CoreError('conflict', 'This organization’s wallet is not empty: spend its coins (or ask the operator for a refund) before deleting it.', { reason: 'organization_has_balance', param: 'id' });
+    }
+    const [plan] = await tx.execute('select 1 from subscriptions where account_id = ? and ended_at is null limit 1', [id]);
+    if (plan) {
+      throw new CoreError('conflict', 'This organization has a running plan: cancel it in the billing portal before deleting the organization.', { reason: 'organization_has_subscription', param: 'id' });
+    }
+    await tx.execute('update auto_top_ups set enabled = false, disabled_reason = ?, disabled_at = ? where account_id = ? and enabled', ['organization_deleted', now, id]);
+    const keys = await tx.execute<{ id: string }[]>('update api_keys set revoked_at = ? where account_id = ? and revoked_at is null returning id', [now, id]);
+    await tx.execute('update app_connections set revoked_at = ? where account_id = ? and revoked_at is null', [now, id]);
+    await tx.execute('update organization_invitations set revoked_at = ? where organization_id = ? and accepted_at is null and revoked_at is null', [now, id]);
+    await tx.execute('delete from organization_members where organization_id = ?', [id]);
+    await tx.execute('update accounts set disabled_at = ? where id = ?', [now, id]);
+    return { id, object: 'organization' as const, deleted: true as const, keys_revoked: keys.length };
+  });
+}

@@ -10,6 +10,7 @@ import { credit } from '../money/wallet.ts';
 import { PaymentProviderError, type CheckoutSessionFacts, type OffSessionChargeResult, type PaymentEvent } from '../ports.ts';
 import { centsToMicro, formatUsd, largestTopUpCents } from './amounts.ts';
 import { checkTopUpAmount, startTopUpCheckout, usdAmount } from './create-checkout.ts';
+import type { Payer } from './payer.ts';
 import { notCredited, outcome, type EventOutcome } from './outcome.ts';
 import { settleAfterCredit } from './reversals.ts';
 import { paymentProvider } from './setup.ts';
@@ -130,9 +131,10 @@ export async function readAutoTopUp(deps: Pick<CoreDeps, 'payments' | 'config'>,
 export async function configureAutoTopUp(
   deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>,
   em: EntityManager,
-  accountId: string,
+  payer: Payer,
   input: z.output<typeof autoTopUpInput>,
 ): Promise<AutoTopUpView> {
+  const accountId = payer.accountId;
   paymentProvider(deps); // refuses while payments are off
   if (deps.config.payments.autoTopUpMaxPerDay === 0) {
     throw new CoreError('unavailable', 'Auto top-up is turned off on this server.', { reason: 'auto_top_up_unavailable' });
@@ -158,7 +160,7 @@ export async function configureAutoTopUp(
   if (cardSaved(settings)) return readAutoTopUp(deps, em, accountId);
 
   // No card yet: the first top-up of `amount` saves it.
-  const session = await startTopUpCheckout(deps, em, accountId, cents, { idempotencyKey: input.idempotency_key, purpose: 'autotopup-setup', saveCard: true });
+  const session = await startTopUpCheckout(deps, em, accountId, cents, { idempotencyKey: input.idempotency_key, purpose: 'autotopup-setup', saveCard: true, payer });
   return readAutoTopUp(deps, em, accountId, { id: session.id, url: session.url });
 }
 
@@ -277,6 +279,7 @@ export async function runAutoTopUp(deps: Pick<CoreDeps, 'payments' | 'config' | 
       currency: deps.config.payments.currency,
       idempotencyKey: `autotopup:${chargeId}`,
       chargeId,
+      ...(await organizationNamed(em, accountId)),
     });
   } catch (err) {
     // Stripe refused the request itself (the card was detached, the customer deleted): not worth retrying.
@@ -349,4 +352,10 @@ export async function creditAutoTopUp(deps: Pick<CoreDeps, 'config'>, tx: Entity
   // Its refunds and disputes that arrived before it are taken back at once.
   await settleAfterCredit(tx, event.eventId, i.id);
   return outcome('credited', account.id);
+}
+
+/** An organization's wallet is named in its off-session charge's metadata, as in its Checkouts (payer.ts). */
+async function organizationNamed(em: EntityManager, accountId: string): Promise<{ organizationId?: string }> {
+  const [row] = await em.fork().execute<{ kind: string }[]>('select kind from accounts where id = ?', [accountId]);
+  return row?.kind === 'organization' ? { organizationId: accountId } : {};
 }

@@ -7,6 +7,7 @@ import { idempotencyKeySchema } from '../idempotency.ts';
 import { coinsToJson } from '../money/coins.ts';
 import { formatUsd } from './amounts.ts';
 import { PLAN_PERIODS } from './plans.ts';
+import { stripeFieldsOf, withOrganization, type Payer } from './payer.ts';
 import { paymentProvider, providerFailure } from './setup.ts';
 import { checkoutSessionSchema } from './create-checkout.ts';
 import { fillReceipts } from './receipts.ts';
@@ -49,14 +50,16 @@ async function activeSubscription(em: EntityManager, accountId: string) {
  * A payment page (Checkout, subscription mode) for the plan named `plan` (PLANS_FILE). Refused
  * while payments are off, for a name in no plan, and while the account already has a running
  * subscription (changing plans is the customer portal's job). Nothing is granted here: each
- * paid invoice grants its period's coins (subscriptions.ts).
+ * paid invoice grants its period's coins (subscriptions.ts). An organization's plan (payer.ts)
+ * is named in Stripe's metadata, copied onto each invoice, so its grants go to its wallet.
  */
 export async function createSubscriptionCheckout(
   deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>,
   em: EntityManager,
-  accountId: string,
+  payer: Payer,
   input: z.output<typeof subscriptionCheckoutInput>,
 ): Promise<z.infer<typeof checkoutSessionSchema>> {
+  const accountId = payer.accountId;
   const provider = paymentProvider(deps);
   const { plans, returnUrls } = deps.config.payments;
   const plan = plans.find((p) => p.name === input.plan) ?? plans.find((p) => p.name.toLowerCase() === input.plan.toLowerCase());
@@ -74,8 +77,9 @@ export async function createSubscriptionCheckout(
   const key = input.idempotency_key ? createHash('sha256').update(input.idempotency_key).digest('base64url') : randomUUID();
   try {
     const session = await provider.checkoutSubscription({
-      successUrl: returnUrls.subscriptionSuccessUrl ?? returnUrls.successUrl,
-      cancelUrl: returnUrls.cancelUrl,
+      successUrl: withOrganization(returnUrls.subscriptionSuccessUrl ?? returnUrls.successUrl, payer.organizationId),
+      cancelUrl: withOrganization(returnUrls.cancelUrl, payer.organizationId),
+      ...(await stripeFieldsOf(em, payer)),
       accountId,
       priceId: plan.priceId,
       idempotencyKey: `subscription:${accountId}:${key}`,
@@ -90,7 +94,7 @@ export async function createSubscriptionCheckout(
 export const portalLinkSchema = z.object({ object: z.literal('billing_portal'), url: z.string().describe("the provider's customer portal: change the card, see invoices, cancel the plan") }).strict();
 
 /** A link to the provider's customer portal for the account's customer; refused when the account never paid (it has none). */
-export async function createPortalLink(deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>, em: EntityManager, accountId: string): Promise<z.infer<typeof portalLinkSchema>> {
+export async function createPortalLink(deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>, em: EntityManager, accountId: string, organizationId: string | null = null): Promise<z.infer<typeof portalLinkSchema>> {
   const provider = paymentProvider(deps);
   const customerId = await customerOf(em, accountId);
   if (!customerId) {
@@ -98,7 +102,7 @@ export async function createPortalLink(deps: Pick<CoreDeps, 'payments' | 'config
   }
   const { returnUrls } = deps.config.payments;
   try {
-    const link = await provider.portalLink({ customerId, returnUrl: returnUrls.portalReturnUrl ?? returnUrls.cancelUrl });
+    const link = await provider.portalLink({ customerId, returnUrl: withOrganization(returnUrls.portalReturnUrl ?? returnUrls.cancelUrl, organizationId) });
     return { object: 'billing_portal', url: link.url };
   } catch (err) {
     throw providerFailure(err, deps.logger, 'to open the billing portal');

@@ -5,6 +5,7 @@ import type { CoreDeps } from '../context.ts';
 import { invalid } from '../errors.ts';
 import { idempotencyKeySchema } from '../idempotency.ts';
 import { COINS_PER_CENT, formatUsd, parseUsdCents } from './amounts.ts';
+import { stripeFieldsOf, withOrganization, type Payer } from './payer.ts';
 import { paymentProvider, providerFailure } from './setup.ts';
 
 const USD_AMOUNT = 'must be an amount in US dollars with at most 2 decimals, such as 12.50';
@@ -47,29 +48,32 @@ export function checkTopUpAmount(bounds: { topUpMinCents: number; topUpMaxCents:
  * A payment page (Stripe Checkout, payment mode) for a top-up of `amount_usd`. Nothing is
  * credited here or on the customer's return: the coins come with the payment's webhook
  * (receive-webhook.ts). The minimum and maximum are the operator's (TOPUP_MIN_USD, TOPUP_MAX_USD).
+ * The payer's wallet is the caller's or an organization's they own (payer.ts).
  */
 export async function createTopUpCheckout(
   deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>,
   em: EntityManager,
-  accountId: string,
+  payer: Payer,
   input: z.output<typeof topUpCheckoutInput>,
 ): Promise<z.infer<typeof checkoutSessionSchema>> {
   const cents = checkTopUpAmount(deps.config.payments, input.amount_usd);
-  return startTopUpCheckout(deps, em, accountId, cents, { idempotencyKey: input.idempotency_key, purpose: 'topup' });
+  return startTopUpCheckout(deps, em, payer.accountId, cents, { idempotencyKey: input.idempotency_key, purpose: 'topup', payer });
 }
 
 /**
  * A Checkout Session for a top-up of `cents` (already within the operator's bounds): the one
  * that "Add credits" makes, and the one auto top-up makes to save the card (`saveCard`). A
  * client's idempotency key is scoped to the account and hashed (Stripe's keys are at most 255
- * characters); without one, a fresh key per request.
+ * characters); without one, a fresh key per request. An organization's session names it in
+ * Stripe's metadata, with the owner acting, and makes the organization its own customer (its
+ * billing address); its return URLs lead back to the organization's billing page.
  */
 export async function startTopUpCheckout(
   deps: Pick<CoreDeps, 'payments' | 'config' | 'logger'>,
   em: EntityManager,
   accountId: string,
   cents: number,
-  opts: { idempotencyKey?: string | undefined; purpose: 'topup' | 'autotopup-setup'; saveCard?: boolean },
+  opts: { idempotencyKey?: string | undefined; purpose: 'topup' | 'autotopup-setup'; saveCard?: boolean; payer?: Payer },
 ): Promise<z.infer<typeof checkoutSessionSchema>> {
   const provider = paymentProvider(deps);
   const { currency, returnUrls } = deps.config.payments;
@@ -80,9 +84,13 @@ export async function startTopUpCheckout(
   );
   const key = opts.idempotencyKey ? createHash('sha256').update(opts.idempotencyKey).digest('base64url') : randomUUID();
   const coins = `${(BigInt(cents) * COINS_PER_CENT).toLocaleString('en-US')} coins`;
+  const organizationId = opts.payer?.organizationId ?? null;
+  const fields = opts.payer ? await stripeFieldsOf(em, opts.payer) : {};
   try {
     const session = await provider.checkoutTopUp({
-      ...returnUrls,
+      successUrl: withOrganization(returnUrls.successUrl, organizationId),
+      cancelUrl: withOrganization(returnUrls.cancelUrl, organizationId),
+      ...fields,
       accountId,
       amountCents: cents,
       currency,

@@ -376,9 +376,9 @@ describe("the account's own things", () => {
     expect(csv).toMatchObject({ object: 'wallet_history_csv', rows: 2, truncated: false, content_type: 'text/csv; charset=utf-8' });
     const lines = csv.csv.split('\r\n');
     expect(lines).toEqual([
-      'id,created_at,type,description,amount_coins,balance_after_coins,reference,app_connection_id,receipt_url,details,model,input_tokens,output_tokens,generation_id,key_id',
-      `${fromSession.data[0]!.id},${fromSession.data[0]!.created_at},subscription_grant,Subscription coins,3,15.5,"'=HYPERLINK(""http://evil""), ""x""",,,Coins of your subscription,,,,,`,
-      `${fromSession.data[1]!.id},${fromSession.data[1]!.created_at},topup,Top-up,12.5,12.5,pay_1,,,Coins added by the operator,,,,,`,
+      'id,created_at,type,description,amount_coins,balance_after_coins,reference,app_connection_id,receipt_url,details,model,input_tokens,output_tokens,generation_id,key_id,user_id',
+      `${fromSession.data[0]!.id},${fromSession.data[0]!.created_at},subscription_grant,Subscription coins,3,15.5,"'=HYPERLINK(""http://evil""), ""x""",,,Coins of your subscription,,,,,,`,
+      `${fromSession.data[1]!.id},${fromSession.data[1]!.created_at},topup,Top-up,12.5,12.5,pay_1,,,Coins added by the operator,,,,,,`,
       '',
     ]);
   });
@@ -446,7 +446,7 @@ describe('ownership: with B’s session, A’s objects answer exactly as unknown
     expect(await asB.account.keys.list()).toEqual({ object: 'list', data: [] });
     expect(await asB.account.generations.list({})).toEqual({ object: 'list', data: [], has_more: false });
     expect(await asB.account.history({})).toEqual({ object: 'list', data: [], has_more: false });
-    expect(await asB.account.historyCsv()).toMatchObject({ rows: 0, csv: 'id,created_at,type,description,amount_coins,balance_after_coins,reference,app_connection_id,receipt_url,details,model,input_tokens,output_tokens,generation_id,key_id\r\n' });
+    expect(await asB.account.historyCsv()).toMatchObject({ rows: 0, csv: 'id,created_at,type,description,amount_coins,balance_after_coins,reference,app_connection_id,receipt_url,details,model,input_tokens,output_tokens,generation_id,key_id,user_id\r\n' });
     expect((await session(a.token).account.history({})).data.map((r) => r.type)).toEqual(['api_usage', 'topup']);
   });
 

@@ -192,7 +192,7 @@ describe('the history in words', () => {
     const second = await chat(em, { accountId: account.id, keyId: b.id }, new Date().toISOString(), 'test/premium', 20, 6, '2');
     const all = await historyCsv(orm.em.fork(), account.id);
     const lines = all.csv.trimEnd().split('\r\n');
-    expect(lines[0]).toBe('id,created_at,type,description,amount_coins,balance_after_coins,reference,app_connection_id,receipt_url,details,model,input_tokens,output_tokens,generation_id,key_id');
+    expect(lines[0]).toBe('id,created_at,type,description,amount_coins,balance_after_coins,reference,app_connection_id,receipt_url,details,model,input_tokens,output_tokens,generation_id,key_id,user_id');
     expect(lines).toHaveLength(4); // the two chats and the fixture's top-up
     expect(lines[1]!.split(',').slice(2, 15)).toEqual(['api_usage', 'API usage', '-2', '47', second, '', '', 'Chat on test/premium: 20 input + 6 output tokens', 'test/premium', '20', '6', '', b.id]);
 

@@ -249,6 +249,18 @@ describe('MCP server', () => {
     }
   });
 
+  it('a management key is refused at the door with 403: agents spend, they do not administer (docs/organizations.md)', async () => {
+    const account = await makeAccount(h.orm, { coins: '10' });
+    const management = await createCaller(createContext(h.deps, { kind: 'internal' })).keys.create({ account: account.id, management: true });
+    const res = await fetch(`${h.base}/api/v1/mcp`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${management.key}` },
+      body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+    });
+    expect(res.status).toBe(403);
+    expect(await res.json()).toMatchObject({ error: { type: 'permission_error', code: 'management_key_not_allowed' } });
+  });
+
   it('chat takes the REST message schema: tools, tool calls and results in the history, response_format', async () => {
     const { account, key } = await funded();
     const client = await connect(key);

@@ -206,6 +206,7 @@ describe('wallet history', () => {
       output_tokens: null,
       generation_id: null,
       key_id: null,
+      user_id: null,
     });
     expect(all[1]).toMatchObject({ amount_coins: 5, balance_after_coins: 25 });
     expect(all[2]).toMatchObject({ amount_coins: 20, balance_after_coins: 20 });

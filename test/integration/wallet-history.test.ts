@@ -221,6 +221,7 @@ describe('wallet history rows', () => {
       output_tokens: null,
       generation_id: null,
       key_id: null,
+      user_id: null,
     });
     expect(Object.keys(res.data[0]!)).not.toContain('pocket');
     // The row's id is the last ledger entry the request wrote (its release).

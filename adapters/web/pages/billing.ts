@@ -39,17 +39,32 @@ export interface BillingFormState {
   returned?: string | undefined;
   /** The field core named in `error`, to show the message beside it. */
   param?: string | undefined;
+  /** The organization whose wallet the page shows and pays into (/account/billing?organization=ID, its owners only); absent: the person's own. */
+  organization?: { id: string; name: string } | undefined;
   /** The auto top-up form as the person filled it, and why it was refused. */
   autoTopUp?: { threshold?: string | undefined; amount?: string | undefined; error?: string | undefined; param?: string | undefined; changed?: string | undefined } | undefined;
 }
 
 type Balance = Parameters<typeof balanceCards>[0];
 
-/** The Billing page (/account/billing): the balance, adding credits, auto top-up, the plan and the recent payments. */
+/**
+ * The Billing page (/account/billing): the balance, adding credits, auto top-up, the plan and the
+ * recent payments; with `?organization=ID`, the same for an organization the person owns.
+ */
 export function billingPage(nav: Nav, v: { balance: Balance; billing: Billing; pay: BillingFormState; autoTopUp?: AutoTopUpView | undefined }): string {
-  return page({ title: 'Billing', nav: { ...nav, current: '/account/billing' } }, html`${balanceCards(v.balance)}
+  const org = v.pay.organization;
+  return page({ title: org ? `Billing: ${org.name}` : 'Billing', nav: { ...nav, current: '/account/billing' } }, html`${org ? html`<p class="info">The wallet of the organization <strong>${org.name}</strong>, shared by its members. <a href="/account/billing">Your own billing</a></p>` : ''}${balanceCards(v.balance)}
 ${billingSections(nav, v.billing, v.pay, v.autoTopUp)}`);
 }
+
+/** Billing for an organization the person may not pay for: why, and the way back (403, or 404 for one they cannot see). */
+export function billingRefusedPage(nav: Nav, message: string): string {
+  return page({ title: 'Billing', nav: { ...nav, current: '/account/billing' } }, html`${notice('error', message)}
+<p>Only an organization's owners see and manage its billing. <a href="/account/billing">Your own billing</a></p>`);
+}
+
+/** The hidden field that keeps a form on the organization's wallet. */
+const organizationField = (s: BillingFormState) => (s.organization ? html`<input type="hidden" name="organization_id" value="${s.organization.id}">` : '');
 
 /** "Add credits", auto top-up, "Plan" and the payments; with payments off, one sentence and no forms. */
 export function billingSections(nav: Nav, b: Billing, s: BillingFormState, auto?: AutoTopUpView): Html {
@@ -72,7 +87,7 @@ export function billingSections(nav: Nav, b: Billing, s: BillingFormState, auto?
 <h2 id="add-credits">Add credits</h2>
 ${notice('error', s.error)}
 <form method="post" action="/account/credits" class="stack" id="add-credits-form">
-  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">${organizationField(s)}
   <input type="hidden" name="idempotency_key" value="${s.idempotencyKey}">
   <label>Amount in US dollars (${dollars(b.topup_min_usd)} to ${dollars(b.topup_max_usd)}) ${fieldError('amount_usd', amountError)}
     <input type="text" name="amount_usd" inputmode="decimal" autocomplete="off" required maxlength="13" pattern="[0-9]{1,9}([.][0-9]{1,2})?" value="${amount}" data-coins-for="coins-preview"${invalidAttrs('amount_usd', amountError)}>
@@ -95,7 +110,7 @@ ${sub && sub.status === 'active'
     : html`${sub ? html`<p>Your plan ${sub.plan ?? ''} ended on ${when(sub.ended_at)}.</p>` : ''}
 <ul class="plans">${b.plans.map(
         (p) => html`<li><form method="post" action="/account/subscribe">
-  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">${organizationField(s)}
   <input type="hidden" name="idempotency_key" value="${s.idempotencyKey}">
   <input type="hidden" name="plan" value="${p.name}">
   <span><strong>${p.name}</strong>: ${planTerms(p)}</span>
@@ -104,7 +119,7 @@ ${sub && sub.status === 'active'
       )}</ul>`}
 ${b.can_manage_billing
   ? html`<form method="post" action="/account/billing/portal">
-  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">${organizationField(s)}
   <button type="submit">Manage billing</button> <span>Change the card, see invoices, or cancel the plan, on Stripe.</span>
 </form>`
   : ''}
@@ -138,7 +153,7 @@ ${changed}${turnedOff}${notice('error', f.error)}
     ? html`<strong>On.</strong> When your purchased coins fall under ${money(a.threshold_coins ?? 0)}, your saved card is charged <span class="fig">${dollars(a.amount_usd)}</span> (${moneyText(coinsFor(a.amount_usd ?? '') ?? 0)}), at most ${a.max_per_day} times in 24 hours (${a.charges_last_24h} so far).`
     : html`<strong>Off.</strong> Turn it on to have your card charged when your purchased coins run low, at most ${a.max_per_day} times in 24 hours.${a.card_saved ? '' : ' The first time, you pay the amount once on Stripe’s page, which saves the card.'}`}</p>
 <form method="post" action="/account/auto-top-up" class="stack" id="auto-top-up-form">
-  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">${organizationField(s)}
   <input type="hidden" name="idempotency_key" value="${s.idempotencyKey}">
   <input type="hidden" name="enabled" value="on">
   <label>When purchased coins fall under ${fieldError('threshold_coins', thresholdError)}
@@ -151,7 +166,7 @@ ${changed}${turnedOff}${notice('error', f.error)}
 </form>
 ${a.enabled
     ? html`<form method="post" action="/account/auto-top-up">
-  <input type="hidden" name="_csrf" value="${nav.csrf}">
+  <input type="hidden" name="_csrf" value="${nav.csrf}">${organizationField(s)}
   <input type="hidden" name="enabled" value="off">
   <button type="submit">Turn auto top-up off</button>
 </form>`
@@ -159,17 +174,21 @@ ${a.enabled
 }
 
 /** The success page: "crediting…" and a refresh every 2 seconds until the webhook's credit lands, then the coins. */
-export function topUpSuccessPage(nav: Nav, status: z.infer<typeof topUpStatusSchema>): string {
+export function topUpSuccessPage(nav: Nav, status: z.infer<typeof topUpStatusSchema>, organizationId?: string): string {
+  const org = organizationId ? `&organization=${encodeURIComponent(organizationId)}` : '';
   if (!status.credited) {
     return page(
       { title: 'Payment received', nav: { ...nav, current: '/account/billing' }, pollSeconds: 2 },
       html`<p class="info" role="status">Payment received, crediting… This page updates by itself when Stripe confirms the payment, usually within seconds.</p>
-<p class="links"><a href="/account/credits/success?session_id=${status.session_id}">Refresh now</a> <a href="/account/billing">Back to billing</a></p>`,
+<p class="links"><a href="/account/credits/success?session_id=${status.session_id}${org}">Refresh now</a> <a href="/account/billing${org ? `?${org.slice(1)}` : ''}">Back to billing</a></p>`,
     );
   }
   return page(
     { title: 'Coins added', nav: { ...nav, current: '/account/billing' } },
-    html`<p class="info" role="status">${grouped(status.coins ?? 0)} coins were added to your account for ${dollars(status.amount_usd)}.</p>
+    organizationId
+      ? html`<p class="info" role="status">${grouped(status.coins ?? 0)} coins were added to the organization's wallet for ${dollars(status.amount_usd)}.</p>
+<p class="links"><a href="/account/billing?${org.slice(1)}">Back to its billing</a></p>`
+      : html`<p class="info" role="status">${grouped(status.coins ?? 0)} coins were added to your account for ${dollars(status.amount_usd)}.</p>
 <p class="links"><a href="/account">See your balance</a> <a href="/account/usage">History</a></p>`,
   );
 }

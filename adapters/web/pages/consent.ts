@@ -14,6 +14,17 @@ const ABILITIES = [
 export interface ConsentValues {
   spend_cap_coins?: string;
   lifetime?: string;
+  /** `personal`, or the id of an organization's wallet. */
+  wallet?: string;
+}
+
+/** An organization the person belongs to, whose wallet they may let the app spend from. */
+export interface ConsentWallet {
+  id: string;
+  name: string;
+  role: string;
+  /** The person's spend limit there, in coins; null: none. */
+  spend_limit_coins: number | null;
 }
 
 /**
@@ -23,7 +34,7 @@ export interface ConsentValues {
  */
 export function consentPage(
   nav: { email: string; csrf: string },
-  v: { authorization: AuthorizationView; balance: string; values?: ConsentValues; error?: string; replaces?: AppConnectionView | null },
+  v: { authorization: AuthorizationView; balance: string; values?: ConsentValues; error?: string; replaces?: AppConnectionView | null; organizations?: ConsentWallet[] },
 ) {
   const { client, request } = v.authorization;
   const lifetime = v.values?.lifetime ?? '30';
@@ -39,7 +50,7 @@ ${v.replaces
     : ''}
   <h2>It will be able to</h2>
   <ul>${ABILITIES.map((a) => html`<li>${a}</li>`)}</ul>
-  <p>and <strong>spend this account's coins</strong> on them, as an API key does (your balance: ${money(Number(v.balance))}). It will not see your password or your API keys, and cannot change your account.</p>
+  <p>and <strong>spend this account's coins</strong> on them${v.organizations && v.organizations.length > 0 ? ', or those of an organization you choose below,' : ''} as an API key does. It will not see your password or your API keys, and cannot change your account.</p>
   <form method="post" action="/authorize" class="stack">
     <input type="hidden" name="_csrf" value="${nav.csrf}">
     <input type="hidden" name="client_id" value="${request.client_id}">
@@ -47,6 +58,7 @@ ${v.replaces
     <input type="hidden" name="code_challenge" value="${request.code_challenge}">
     <input type="hidden" name="resource" value="${request.resource}">
     ${request.state !== undefined ? html`<input type="hidden" name="state" value="${request.state}">` : ''}
+    ${walletChoice(v.balance, v.organizations ?? [], v.values?.wallet)}
     <label>Spend cap in coins (optional) <input type="text" name="spend_cap_coins" inputmode="decimal" maxlength="20" placeholder="No cap" value="${v.values?.spend_cap_coins ?? ''}"></label>
     <label>Access ends after
       <select name="lifetime">${option('7', '7 days')}${option('30', '30 days')}${option('90', '90 days')}${option('none', 'Never: until I disconnect it')}</select>
@@ -59,6 +71,22 @@ ${v.replaces
   </form>
 </section>`,
   );
+}
+
+/**
+ * Which wallet the app spends from: the person's own, or an organization's they belong to (any
+ * role; core checks it again). On an organization's, the person's spend limit there applies.
+ */
+function walletChoice(balance: string, organizations: ConsentWallet[], chosen = 'personal') {
+  const radio = (value: string, label: ReturnType<typeof html>) =>
+    html`<label class="check"><input type="radio" name="wallet" value="${value}"${chosen === value ? html` checked` : ''}> ${label}</label>`;
+  return html`<fieldset class="wallets">
+      <legend>Spend from</legend>
+      ${radio('personal', html`Your own wallet (balance: ${money(Number(balance))})`)}
+      ${organizations.map((o) =>
+        radio(o.id, html`The organization <strong>${o.name}</strong> (you are ${o.role}${o.spend_limit_coins !== null ? html`; your limit there, ${money(o.spend_limit_coins)}, applies` : ''})`),
+      )}
+    </fieldset>`;
 }
 
 /** A request that cannot go back to its app (unknown client, unregistered redirect URI): an error page, never a redirect. */

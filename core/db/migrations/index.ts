@@ -38,6 +38,7 @@ import { Migration20261206000000_trace_id } from './Migration20261206000000_trac
 import { Migration20261207000000_key_room_limited_only } from './Migration20261207000000_key_room_limited_only.ts';
 import { Migration20261208100000_payment_claims } from './Migration20261208100000_payment_claims.ts';
 import { Migration20261209000000_organizations } from './Migration20261209000000_organizations.ts';
+import { Migration20261209200000_oauth_code_member } from './Migration20261209200000_oauth_code_member.ts';
 
 /** Every migration, in order. Listed explicitly so that no file globbing decides what runs. */
 export const migrations = [
@@ -81,4 +82,5 @@ export const migrations = [
   { name: 'Migration20261207000000_key_room_limited_only', class: Migration20261207000000_key_room_limited_only },
   { name: 'Migration20261208100000_payment_claims', class: Migration20261208100000_payment_claims },
   { name: 'Migration20261209000000_organizations', class: Migration20261209000000_organizations },
+  { name: 'Migration20261209200000_oauth_code_member', class: Migration20261209200000_oauth_code_member },
 ];

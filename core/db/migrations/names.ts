@@ -47,4 +47,5 @@ export const migrationNames: readonly string[] = [
   'Migration20261207000000_key_room_limited_only',
   'Migration20261208100000_payment_claims',
   'Migration20261209000000_organizations',
+  'Migration20261209200000_oauth_code_member',
 ];
