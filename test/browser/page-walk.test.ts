@@ -218,6 +218,8 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       `/account/organizations/${orgId}/usage`,
       `/account/keys?organization=${orgId}`,
       `/account?organization=${orgId}`,
+      `/account/billing?organization=${orgId}`,
+      `/account/usage?organization=${orgId}`,
       invitationPath,
     ]);
     await context.close();
