@@ -70,19 +70,22 @@ const COMMANDS: Record<string, Command> = {
     show: (a: { id: string; email: string; sessions_ended: number }) => `${a.sessions_ended} session(s) of ${a.email} (${a.id}) ended.`,
   },
   'wallet topup': {
-    usage: 'wallet topup --account ID|EMAIL --coins N [--idempotency-key K]',
-    run: (core, f) => core.wallet.topUp({ account: f.account!, coins: f.coins!, idempotency_key: f['idempotency-key'] }),
+    usage: "wallet topup --account ID|EMAIL | --organization ORGID --coins N [--idempotency-key K]   (purchased coins, to a person's or an organization's wallet)",
+    run: (core, f) => core.wallet.topUp({ ...walletOwner(f), coins: f.coins!, idempotency_key: f['idempotency-key'] }),
   },
   'subscription grant': {
-    usage: 'subscription grant --account ID|EMAIL --coins N [--idempotency-key K]',
-    run: (core, f) => core.wallet.grantSubscription({ account: f.account!, coins: f.coins!, idempotency_key: f['idempotency-key'] }),
+    usage: 'subscription grant --account ID|EMAIL | --organization ORGID --coins N [--idempotency-key K]',
+    run: (core, f) => core.wallet.grantSubscription({ ...walletOwner(f), coins: f.coins!, idempotency_key: f['idempotency-key'] }),
   },
   'key create': {
-    usage: 'key create --account ID|EMAIL [--name N] [--spend-limit-coins C [--spend-limit-period total|monthly]] [--expires-at DATE] [--allowed-models ID,ID]',
+    usage:
+      'key create --account ID|EMAIL [--organization ORGID] [--management] [--name N] [--spend-limit-coins C [--spend-limit-period total|monthly]] [--expires-at DATE] [--allowed-models ID,ID]   (--organization: a key of that organization\'s wallet, owned by the member --account; --management: manages keys and organizations, never calls models)',
     run: async (core, f) => {
       const period = f['spend-limit-period'];
       const k = await core.keys.create({
         account: f.account!,
+        ...(f.organization !== undefined ? { organization: f.organization } : {}),
+        ...(f.management !== undefined ? { management: true } : {}),
         name: f.name,
         ...(f['spend-limit-coins'] !== undefined ? { spend_limit_coins: f['spend-limit-coins'] } : {}),
         // An unknown period is core's 400, naming the field.
@@ -90,10 +93,10 @@ const COMMANDS: Record<string, Command> = {
         ...(f['expires-at'] !== undefined ? { expires_at: f['expires-at'] } : {}),
         ...(f['allowed-models'] !== undefined ? { allowed_models: f['allowed-models'].split(',').map((m) => m.trim()).filter(Boolean) } : {}),
       });
-      return { id: k.id, key: k.key, name: k.name, prefix: k.prefix, created_at: k.created_at };
+      return { id: k.id, key: k.key, name: k.name, prefix: k.prefix, type: k.type, organization_id: k.organization_id, user_id: k.user_id, created_at: k.created_at };
     },
-    show: (k: { id: string; key: string; name: string }) =>
-      `Created ${k.id} (${k.name}). The key, shown only this once:\n\n  ${k.key}\n`,
+    show: (k: { id: string; key: string; name: string; type: string; organization_id: string | null }) =>
+      `Created ${k.type === 'management' ? 'management key' : 'key'} ${k.id} (${k.name})${k.organization_id ? ` of the organization ${k.organization_id}` : ''}. The key, shown only this once:\n\n  ${k.key}\n`,
   },
   'key list': {
     usage: 'key list --account ID|EMAIL',
@@ -109,6 +112,17 @@ const COMMANDS: Record<string, Command> = {
   'key revoke': {
     usage: 'key revoke --id KEYID',
     run: (core, f) => core.keys.revoke({ id: f.id! }),
+  },
+  'org list': {
+    usage: 'org list [--name TEXT] [--account ID]   (organizations, newest first, at most 100; --account: those this person acct_… belongs to)',
+    run: async (core, f) => {
+      const page = await core.admin.read.organizations.list({ first: 100, ...(f.name !== undefined ? { name_contains: f.name } : {}), ...(f.account !== undefined ? { member: f.account } : {}) });
+      return { data: page.data, has_more: page.has_more };
+    },
+  },
+  'org show': {
+    usage: 'org show --id ORGID   (an organization with its balance, members and pending invitations)',
+    run: (core, f) => core.admin.read.organizations.get({ id: f.id! }),
   },
   'app revoke': {
     usage: 'app revoke --id APPCONNECTIONID [--reason R]   (an OAuth app connection and its key, at once)',
@@ -149,6 +163,9 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
+
+/** `--account` or `--organization`: core refuses both or neither, naming the field. */
+const walletOwner = (f: Flags) => ({ ...(f.account !== undefined ? { account: f.account } : {}), ...(f.organization !== undefined ? { organization: f.organization } : {}) });
 
 /**
  * A secret read from standard input, never echoed: from a terminal, typed after a prompt on
@@ -202,6 +219,8 @@ export const OPTIONS = {
   help: { type: 'boolean', short: 'h', default: false },
   email: { type: 'string' },
   account: { type: 'string' },
+  organization: { type: 'string' },
+  management: { type: 'boolean' },
   coins: { type: 'string' },
   name: { type: 'string' },
   id: { type: 'string' },

@@ -11,6 +11,7 @@ import './schema/generation.ts';
 import './schema/key.ts';
 import './schema/ledger.ts';
 import './schema/model.ts';
+import './schema/organization.ts';
 import './schema/models-admin.ts';
 import './schema/payments.ts';
 import './schema/routes.ts';

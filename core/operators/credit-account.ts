@@ -1,9 +1,9 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
-import { accountRef, resolveAccount } from '../accounts/accounts.ts';
 import { newId } from '../ids.ts';
 import { coinsToJson, parseCoins } from '../money/coins.ts';
 import { balanceView, credit, getBalance, type CreditKind } from '../money/wallet.ts';
+import { resolveWalletOwner, walletOwnerFields } from './wallet-owner.ts';
 
 /** Coins as an operator types them: "100", "0.5". JSON numbers are read through their shortest decimal text. */
 export const coinsAmount = z
@@ -19,7 +19,8 @@ export const coinsAmount = z
   .refine((micro) => micro > 0n, 'must be more than 0');
 
 export const creditCoinsInput = z.object({
-  account: accountRef,
+  /** A person's account (id or e-mail), or `organization` (org_…): exactly one. */
+  ...walletOwnerFields,
   coins: coinsAmount,
   /** Makes a repeated top-up (a retried payment webhook, a re-run script) count once. */
   idempotency_key: z.string().trim().min(1).max(200).optional(),
@@ -28,9 +29,9 @@ export const creditCoinsInput = z.object({
 
 const DESCRIPTIONS: Record<CreditKind, string> = { topup: 'Top-up', subscription_grant: 'Subscription coins' };
 
-/** A top-up (purchased coins) or a subscription grant: both make the account paid. */
+/** A top-up (purchased coins) or a subscription grant, to a person's or an organization's wallet: both make the account paid. */
 export async function creditCoins(em: EntityManager, kind: CreditKind, input: z.output<typeof creditCoinsInput>) {
-  const account = await resolveAccount(em, input.account);
+  const account = await resolveWalletOwner(em, input);
   const reference = input.reference ?? newId('req');
   const result = await credit(em, {
     accountId: account.id,

@@ -232,3 +232,7 @@ export async function acceptInvitation(em: EntityManager, principal: SessionPrin
     return { ...details(found), joined: joined.length > 0 };
   });
 }
+
+/** An invitation as every reader sees it (never its token), for operators' reads (core/admin/reads/organizations.ts). */
+export const invitationView = view;
+export type InvitationRow = Row;

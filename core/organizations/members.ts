@@ -32,7 +32,7 @@ export const memberSchema = z
     email: z.string(),
     role: roleSchema,
     spend_limit_coins: coinsSchema.nullable().describe('the most the member may spend from the organization’s wallet in the period; null: no limit'),
-    spend_limit_period: z.enum(['total', 'monthly']).nullable().describe('total: since the limit was set on the member; monthly: per calendar month, UTC'),
+    spend_limit_period: z.enum(['total', 'monthly']).nullable().describe('total: everything the member spent through their keys of the organization; monthly: per calendar month, UTC'),
     spent_coins: coinsSchema.describe('spent in the current period (this calendar month, UTC, without a limit), with what open requests hold'),
     joined_at: isoTimeSchema,
   })
@@ -166,4 +166,17 @@ export async function removeMember(em: EntityManager, actor: Actor, input: z.out
     await tx.execute('delete from organization_members where organization_id = ? and account_id = ?', [organizationId, personId]);
     return { ...member, object: 'organization_member' as const, deleted: true as const, keys_revoked: keys.length, apps_disconnected: apps.length };
   });
+}
+
+/**
+ * Every member of these organizations with what they spent (the same sums as `listMembers`),
+ * without a role check: for operators' reads (core/admin/reads/organizations.ts), one query.
+ */
+export async function membersOfOrganizations(em: EntityManager, organizationIds: readonly string[]) {
+  if (organizationIds.length === 0) return [];
+  const rows = await em.execute<(Row & { organization_id: string })[]>(
+    `${SELECT.replace('select m.account_id', 'select m.organization_id, m.account_id')} where m.organization_id = any(?::text[]) order by m.created_at, m.account_id`,
+    [`{${organizationIds.map((id) => `"${id.replace(/["\\]/g, '\\$&')}"`).join(',')}}`],
+  );
+  return rows.map((r) => ({ organization_id: r.organization_id, ...view(r) }));
 }

@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { createInvitation } from '../../core/organizations/invitations.ts';
-import { createOrganization } from '../../core/organizations/organizations.ts';
 import { testMailbox } from '../support/mail.ts';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createContext, type CoreDeps } from '../../core/context.ts';
 import { createCaller } from '../../core/router.ts';
+import { createOrganization } from '../../core/organizations/organizations.ts';
 import { makeAppConnection } from '../support/apps.ts';
 import { artifactPath, inspectPage, launchChromium } from '../support/browser.ts';
 import { makeAccount, makeFailedJob, makeKey, openTestOrm, testDeps, uniqueEmail } from '../support/db.ts';
@@ -44,6 +44,8 @@ let adminToken = '';
 let orgId = '';
 let memberId = '';
 let invitationPath = '';
+// The admin pages' organization is the same one.
+let organizationId = '';
 beforeAll(async () => {
   orm = await openTestOrm();
   // PUBLIC_BASE_URL is set, to the server's own address: no page may fall back to "localhost".
@@ -79,6 +81,10 @@ beforeAll(async () => {
   const invited = uniqueEmail('walk-invited');
   await createInvitation({ mailer: deps.mailer, logger: deps.logger, clock: () => new Date(), config: deps.config }, orm.em.fork(), { personId: accountId, organizationId: null }, { id: orgId, email: invited, role: 'admin' });
   invitationPath = new URL((await testMailbox.next(invited)).link!).pathname;
+  // The admin's organization pages: the same organization, with a member's key and coins.
+  organizationId = orgId;
+  await internal().keys.create({ account: memberId, organization: organizationId, name: 'the team build server' });
+  await internal().wallet.topUp({ organization: organizationId, coins: '500' });
   const admin = await internal().admin.users.create({ email: uniqueEmail('walk-admin'), role: 'operator' });
   adminToken = admin.login_token;
 });
@@ -250,6 +256,9 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/admin/audit',
       '/admin/margin',
       '/admin/admins',
+      '/admin/organizations',
+      `/admin/organizations/${organizationId}`,
+      `/admin/organizations/${organizationId}/top-up`,
     ]);
     await context.close();
     expect(problems(findings)).toEqual(NONE);

@@ -79,6 +79,15 @@ describe('the change feed', () => {
     await eventually(isGoneOnB(second.key.key));
   });
 
+  it('a key disabled, or its allowed models or expiry changed, anywhere leaves this one\'s cache at once (docs/organizations.md)', async () => {
+    for (const change of ['disabled_at = now()', `allowed_models = '{test/local}'`, `expires_at = now() + interval '1 day'`]) {
+      const { key } = await keyCachedOnB();
+      await orm.em.fork().execute(`update api_keys set ${change} where id = ?`, [key.id]);
+      const dropped = async () => !(await b.keys.findRecent(hashKey(key.key))).fromCache;
+      await eventually(dropped);
+    }
+  });
+
   it('a model disabled anywhere is refused here at once, though the catalog cache lives ten minutes', async () => {
     const id = `test/feed-${Date.now()}`;
     const definition = { id, name: 'Change feed test', type: 'text', generation_types: ['chat'], provider: { name: 'local', model: 'echo' }, pricing: { input_per_million: 1, output_per_million: 1 }, context_window: 4096, max_output_tokens: 1024, default_max_tokens: 256 };

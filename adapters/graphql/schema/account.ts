@@ -38,7 +38,7 @@ builder.queryFields((t) => ({
   }),
   accounts: t.field({
     type: AccountConnection,
-    description: 'Accounts, newest first.',
+    description: 'Accounts of people, newest first (organizations are listed by `organizations`).',
     args: { ...pageArgs(t.arg), filter: t.arg({ type: AccountFilter }) },
     complexity: pageComplexity,
     resolve: async (_root, args, ctx) => {

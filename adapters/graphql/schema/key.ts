@@ -4,7 +4,11 @@ import { Account } from './account.ts';
 import { connection, pageArgs, pageComplexity, pageOf, present, timeRangeFields } from './paging.ts';
 
 const ApiKeyKind = builder.enumType('ApiKeyKind', {
-  values: { standard: { description: 'Made by the account or an operator.' }, app: { description: 'The key of an app connected through OAuth.' } } as const,
+  values: {
+    standard: { description: 'Made by the account or an operator.' },
+    app: { description: 'The key of an app connected through OAuth.' },
+    management: { description: 'Manages keys and organizations through REST; never calls models.' },
+  } as const,
 });
 
 /** Loaded in batches (core: admin.read.keys.byIds). Never the secret or its hash: core does not read them. */
@@ -19,21 +23,30 @@ export const ApiKey = builder.loadableObject('ApiKey', {
     name: t.exposeString('name'),
     prefix: t.exposeString('prefix', { description: 'The start of the secret, to recognise the key.' }),
     kind: t.field({ type: ApiKeyKind, resolve: (k) => k.kind }),
+    type: t.field({ type: ApiKeyType, description: 'As REST /api/v1/keys says it: `management` or `standard`.', resolve: (k) => (k.kind === 'management' ? 'management' : 'standard') }),
+    organizationId: t.exposeID('organization_id', { nullable: true, description: "`org_…`: the organization whose wallet the key spends from; null: the person's own wallet." }),
+    userId: t.exposeID('user_id', { description: '`acct_…`: the person the key belongs to.' }),
+    disabled: t.boolean({ description: 'A disabled key is refused (401, saying so) until its owner enables it again.', resolve: (k) => k.disabled_at !== null }),
+    disabledAt: t.expose('disabled_at', { type: 'DateTime', nullable: true }),
     createdAt: t.expose('created_at', { type: 'DateTime' }),
     lastUsedAt: t.expose('last_used_at', { type: 'DateTime', nullable: true }),
     revokedAt: t.expose('revoked_at', { type: 'DateTime', nullable: true }),
   }),
 });
 
-const ApiKeyConnection = builder.connectionObject({ type: ApiKey, name: 'ApiKeyConnection' });
+const ApiKeyType = builder.enumType('ApiKeyType', {
+  values: { standard: { description: 'Calls models (an app key too).' }, management: { description: 'Manages keys and organizations; never calls models.' } } as const,
+});
 
-const ApiKeyFilter = builder.inputType('ApiKeyFilter', {
+export const ApiKeyConnection = builder.connectionObject({ type: ApiKey, name: 'ApiKeyConnection' });
+
+export const ApiKeyFilter = builder.inputType('ApiKeyFilter', {
   fields: (t) => ({ kind: t.field({ type: ApiKeyKind }), revoked: t.boolean(), ...timeRangeFields(t) }),
 });
 
-type KeyArgs = { first?: number | null; after?: string | null; filter?: { kind?: 'standard' | 'app' | null; revoked?: boolean | null; since?: string | null; until?: string | null } | null };
+type KeyArgs = { first?: number | null; after?: string | null; filter?: { kind?: 'standard' | 'app' | 'management' | null; revoked?: boolean | null; since?: string | null; until?: string | null } | null };
 
-const keyInput = (account: string | null | undefined, args: KeyArgs) => {
+export const keyInput = (account: string | null | undefined, args: KeyArgs) => {
   const f = args.filter ?? {};
   return { ...pageOf(args), ...present({ account, kind: f.kind, revoked: f.revoked, since: f.since, until: f.until }) };
 };

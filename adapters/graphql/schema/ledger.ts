@@ -63,9 +63,9 @@ export const LedgerEntry = builder.objectRef<LedgerEntryShape>('LedgerEntry').im
   }),
 });
 
-const LedgerEntryConnection = builder.connectionObject({ type: LedgerEntry, name: 'LedgerEntryConnection' });
+export const LedgerEntryConnection = builder.connectionObject({ type: LedgerEntry, name: 'LedgerEntryConnection' });
 
-const LedgerFilter = builder.inputType('LedgerFilter', {
+export const LedgerFilter = builder.inputType('LedgerFilter', {
   fields: (t) => ({
     kind: t.field({ type: LedgerKind }),
     pocket: t.field({ type: Pocket }),
@@ -77,7 +77,7 @@ const LedgerFilter = builder.inputType('LedgerFilter', {
 
 type LedgerArgs = { first?: number | null; after?: string | null; filter?: { kind?: LedgerEntryShape['kind'] | null; pocket?: LedgerEntryShape['pocket'] | null; reference?: string | null; holdId?: string | null; since?: string | null; until?: string | null } | null };
 
-const ledgerInput = (account: string | null | undefined, args: LedgerArgs) => {
+export const ledgerInput = (account: string | null | undefined, args: LedgerArgs) => {
   const f = args.filter ?? {};
   return { ...pageOf(args), ...present({ account, kind: f.kind, pocket: f.pocket, reference: f.reference, hold: f.holdId, since: f.since, until: f.until }) };
 };

@@ -1,6 +1,8 @@
 import { builder } from '../builder.ts';
 import type { GraphQLContext } from '../context.ts';
 import { Account } from './account.ts';
+import { CoreError, invalid } from '../../../core/errors.ts';
+import { toCoreError } from '../../../core/trpc.ts';
 import { present } from './paging.ts';
 
 interface WalletShape {
@@ -40,7 +42,7 @@ interface MoneyResult {
   balance: Omit<WalletShape, 'account'>;
 }
 
-const MoneyPayload = builder.objectRef<MoneyResult>('MoneyPayload').implement({
+export const MoneyPayload = builder.objectRef<MoneyResult>('MoneyPayload').implement({
   description: 'A top-up, subscription grant or adjustment, and the wallet after it.',
   fields: (t) => ({
     kind: t.exposeString('object', { description: '`topup`, `subscription_grant` or `adjustment`' }),
@@ -52,9 +54,12 @@ const MoneyPayload = builder.objectRef<MoneyResult>('MoneyPayload').implement({
   }),
 });
 
+const OWNER_DESCRIPTION = { account: 'An account id or email; or `organizationId` instead.', organization: "`org_…`: credits the organization's wallet instead of an account's." };
+
 const CreditInput = builder.inputType('CreditInput', {
   fields: (t) => ({
-    account: t.string({ required: true, description: 'An account id or email.' }),
+    account: t.string({ description: OWNER_DESCRIPTION.account }),
+    organizationId: t.id({ description: OWNER_DESCRIPTION.organization }),
     coins: t.field({ type: 'Coins', required: true }),
     idempotencyKey: t.string({ description: 'Makes a retried credit count once.' }),
     reference: t.string({ description: 'The payment or grant this credit is for.' }),
@@ -62,12 +67,36 @@ const CreditInput = builder.inputType('CreditInput', {
   }),
 });
 
-const credit = (input: { account: string; coins: string; idempotencyKey?: string | null; reference?: string | null; reason?: string | null }) =>
-  present({ account: input.account, coins: input.coins, idempotency_key: input.idempotencyKey, reference: input.reference, reason: input.reason });
+/**
+ * The wallet a money mutation is about, as core takes it: `account` or `organizationId`, exactly
+ * one (GraphQL cannot say "one of two"; the error names the field).
+ */
+function walletOwner(input: { account?: string | null; organizationId?: string | null }): { account: string } | { organization: string } {
+  const account = input.account ?? undefined;
+  const organization = input.organizationId ?? undefined;
+  if (account !== undefined && organization !== undefined) throw invalid('organizationId', 'Give either `account` or `organizationId`, not both.', 'account_or_organization');
+  if (organization !== undefined) return { organization };
+  if (account === undefined) throw invalid('account', 'Give `account` (an account id or email) or `organizationId` (org_…).', 'account_or_organization');
+  return { account };
+}
+
+/** Core names the organization `organization`; this API's field is `organizationId`: an error about it says so. */
+const namingOrganizationId = <T>(work: Promise<T>): Promise<T> =>
+  work.catch((err: unknown) => {
+    const core = toCoreError(err);
+    if (core?.param !== 'organization') throw err;
+    throw new CoreError(core.code, core.message, { param: 'organizationId', reason: core.reason, retryAfterSeconds: core.retryAfterSeconds, params: core.params });
+  });
+
+const credit = (input: { account?: string | null; organizationId?: string | null; coins: string; idempotencyKey?: string | null; reference?: string | null; reason?: string | null }) => ({
+  ...walletOwner(input),
+  ...present({ coins: input.coins, idempotency_key: input.idempotencyKey, reference: input.reference, reason: input.reason }),
+});
 
 const AdjustBalanceInput = builder.inputType('AdjustBalanceInput', {
   fields: (t) => ({
-    account: t.string({ required: true, description: 'An account id or email.' }),
+    account: t.string({ description: OWNER_DESCRIPTION.account }),
+    organizationId: t.id({ description: "`org_…`: corrects the organization's wallet instead of an account's." }),
     coins: t.field({ type: 'Coins', required: true, description: 'Signed: "+12.5" adds purchased coins; "-3" takes purchased coins first, then subscription coins, never held ones.' }),
     reason: t.string({ required: true, description: 'Why, for the audit log (never shown to the customer).' }),
     customerNote: t.string({ required: false, description: "What the customer reads beside the adjustment in their history (at most 200 characters), such as 'Goodwill credit for the outage of 27 Nov'. Without it the history says only that the operator corrected the balance." }),
@@ -78,21 +107,21 @@ const AdjustBalanceInput = builder.inputType('AdjustBalanceInput', {
 builder.mutationFields((t) => ({
   topUp: t.field({
     type: MoneyPayload,
-    description: 'Adds purchased coins (the account becomes paid).',
+    description: "Adds purchased coins to an account's or an organization's wallet (it becomes paid).",
     args: { input: t.arg({ type: CreditInput, required: true }) },
-    resolve: (_root, { input }, ctx) => ctx.core.wallet.topUp(credit(input)),
+    resolve: (_root, { input }, ctx) => namingOrganizationId(ctx.core.wallet.topUp(credit(input))),
   }),
   grantSubscription: t.field({
     type: MoneyPayload,
     description: 'Adds subscription coins (the account becomes paid).',
     args: { input: t.arg({ type: CreditInput, required: true }) },
-    resolve: (_root, { input }, ctx) => ctx.core.wallet.grantSubscription(credit(input)),
+    resolve: (_root, { input }, ctx) => namingOrganizationId(ctx.core.wallet.grantSubscription(credit(input))),
   }),
   adjustBalance: t.field({
     type: MoneyPayload,
-    description: 'Corrects a balance up or down, with a reason.',
+    description: "Corrects an account's or an organization's balance up or down, with a reason.",
     args: { input: t.arg({ type: AdjustBalanceInput, required: true }) },
     resolve: (_root, { input }, ctx) =>
-      ctx.core.admin.actions.adjustBalance({ account: input.account, coins: input.coins, reason: input.reason, idempotency_key: input.idempotencyKey, ...(input.customerNote ? { customer_note: input.customerNote } : {}) }),
+      namingOrganizationId(ctx.core.admin.actions.adjustBalance({ ...walletOwner(input), coins: input.coins, reason: input.reason, idempotency_key: input.idempotencyKey, ...(input.customerNote ? { customer_note: input.customerNote } : {}) })),
   }),
 }));

@@ -9,6 +9,7 @@ import { actionForm, adminPage, doneNotice, idCode, truncate, viewerNote, when, 
 const ACCOUNTS = `query Accounts($filter: AccountFilter) { accounts(first: 50, filter: $filter) { edges { node { id email createdAt disabledAt wallet { coins } } } } }`;
 const ACCOUNT = `query Account($id: ID!) { account(id: $id) {
   id email createdAt disabledAt paidAccount temporalJobsUrl
+  organizations { role organization { id name } }
   wallet { coins purchasedCoins subscriptionCoins heldCoins }
   apiKeys(first: 20) { edges { node { id name prefix kind createdAt lastUsedAt revokedAt } } }
   appConnections(first: 20) { edges { node { id name redirectHost createdAt lastUsedAt revokedAt spentCoins spendCapCoins } } }
@@ -30,7 +31,7 @@ const aboutAccount = async (req: Request, tools: AdminTools): Promise<Html> => {
   return a ? html`<p>Account <strong>${a.email}</strong> (${idCode(a.id)})${a.disabledAt ? ', disabled' : ''}.</p>` : html`<p class="error" role="alert">No such account.</p>`;
 };
 
-const coinsField = (label: string, values: Record<string, string>, signed: boolean) => html`
+export const coinsField = (label: string, values: Record<string, string>, signed: boolean) => html`
   <input type="hidden" name="idempotency_key" value="${values.idempotency_key || randomUUID()}">
   <label>${label} <input type="text" name="coins" required maxlength="40" inputmode="decimal" pattern="${signed ? '[+\\-]?[0-9]+(\\.[0-9]+)?' : '[0-9]+(\\.[0-9]+)?'}" value="${values.coins ?? ''}"></label>`;
 
@@ -188,12 +189,15 @@ ${apps.map(
 
 async function renderAccount(tools: AdminTools, req: Request, res: Response, nav: Nav) {
   const id = String(req.params.id);
+  // An organization's wallet is an account's (top accounts, payments link here with its id): its own page shows it.
+  if (id.startsWith('org_')) return res.redirect(303, `/admin/organizations/${encodeURIComponent(id)}`);
   const data = await tools.read(req, ACCOUNT, { id });
   const a = data.account as Data | null;
   if (!a) return tools.send(res, adminPage('Not found', nav, html`<p class="error" role="alert">No such account.</p>`), 404);
   const keys = (a.apiKeys.edges as { node: Key }[]).map((e) => e.node);
   const apps = (a.appConnections.edges as { node: App }[]).map((e) => e.node);
   const entries = (a.ledgerEntries.edges as { node: Entry }[]).map((e) => e.node);
+  const memberships = a.organizations as { role: string; organization: { id: string; name: string } }[];
   const base = `/admin/accounts/${encodeURIComponent(a.id)}`;
   const operator = nav.role === 'operator';
   tools.send(res, adminPage(`Account ${a.email}`, nav, html`
@@ -211,6 +215,10 @@ ${operator ? html`<section><h2>Actions</h2>
   <li><a href="${base}/end-sessions">End the account’s sessions</a></li>
   <li>${a.disabledAt ? html`<a href="${base}/enable">Enable the account</a>` : html`<a href="${base}/disable">Disable the account</a>`}</li>
 </ul></section>` : ''}
+<section><h2>Organizations</h2>
+${memberships.length === 0 ? emptyState('Not a member of any organization.', html`A person joins an organization by making one or accepting an invitation. <a href="/admin/organizations">All organizations</a>`) : html`<ul id="organizations">
+${memberships.map((m) => html`<li><a href="/admin/organizations/${encodeURIComponent(m.organization.id)}">${truncate(m.organization.name, 60)}</a> (${m.role})</li>`)}
+</ul>`}</section>
 <section><h2>API keys</h2>${keysTable(a.id, keys, nav)}</section>
 <section><h2>Connected apps</h2>${appsTable(a.id, apps, nav)}</section>
 <section><h2>Recent ledger entries</h2>
@@ -225,6 +233,7 @@ export const mountAccounts: Mount = (router, tools) => {
     const data = await tools.read(req, ACCOUNTS, { filter: q ? { emailPrefix: q } : null });
     const rows = (data.accounts.edges as { node: { id: string; email: string; createdAt: string; disabledAt: string | null; wallet: { coins: string } } }[]).map((e) => e.node);
     tools.send(res, adminPage('Accounts', nav, html`
+<p>Accounts · <a href="/admin/organizations">Organizations</a></p>
 <form method="get" action="/admin/accounts" class="inline"><label>Email starts with <input type="search" name="q" value="${q}" maxlength="254"></label> <button type="submit">Find</button></form>
 ${rows.length === 0 ? emptyState(q ? `No account's e-mail starts with "${q}".` : 'No accounts yet.', q ? html`Check the spelling, or search with fewer letters. <a href="/admin/accounts">All accounts</a>` : html`Accounts appear here when people sign up, or when an operator runs <code>mas account create</code>.`) : html`<table><thead><tr><th>Email</th><th class="num">Balance</th><th>Created</th><th>State</th></tr></thead><tbody>
 ${rows.map((a) => html`<tr><td><a href="/admin/accounts/${encodeURIComponent(a.id)}">${a.email}</a></td><td class="num">${money(Number(a.wallet.coins))}</td><td>${when(a.createdAt)}</td><td>${a.disabledAt ? 'disabled' : 'active'}</td></tr>`)}

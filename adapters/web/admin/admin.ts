@@ -14,6 +14,7 @@ import { mountAdmins } from './admins.ts';
 import { mountDashboard } from './dashboard.ts';
 import { mountJobs } from './jobs.ts';
 import { mountModels } from './models.ts';
+import { mountOrganizations } from './organizations.ts';
 import { adminPage, messageOfGraphql, PageError, statusOfGraphql, VIEWER_REFUSAL, type AdminTools, type Data, type Nav } from './shared.ts';
 
 export interface AdminPagesOptions {
@@ -30,7 +31,7 @@ export const safeAdminNext = (next: unknown) => (typeof next === 'string' && nex
 /**
  * The admin pages at /admin (issues 18 and 34): sign-in with an admin user's password or
  * one-time link, and the pages mounted from their modules: the dashboard, margin and audit log
- * (dashboard.ts), accounts and their actions (accounts.ts), the job search and a job (jobs.ts),
+ * (dashboard.ts), accounts and their actions (accounts.ts), organizations and their balance actions (organizations.ts), the job search and a job (jobs.ts),
  * the models (models.ts), the admin users (admins.ts). Every read and action is a GraphQL operation of the admin API,
  * executed in this process with the admin session's credential, so roles and auditing are the
  * API's; the pages hide every action from a viewer, and say so when one posts anyway.
@@ -140,7 +141,7 @@ export function adminPagesAdapter(deps: CoreDeps, opts: AdminPagesOptions): Http
   });
 
   const tools: AdminTools = { query, read, signedIn, send, form, requireCsrf: kit.requireCsrf };
-  for (const mount of [mountDashboard, mountAccounts, mountJobs, mountModels, mountAdmins(opts.publicBaseUrl)]) mount(router, tools);
+  for (const mount of [mountDashboard, mountAccounts, mountOrganizations, mountJobs, mountModels, mountAdmins(opts.publicBaseUrl)]) mount(router, tools);
 
   router.use((req, res) => send(res, adminPage('Not found', undefined, html`<p>There is no page at /admin${req.path}. <a href="/admin">Dashboard</a></p>`), 404));
   router.use(((err, req, res, _next) => {

@@ -13,6 +13,7 @@ const DASHBOARD = `query Dashboard($from: String!, $to: String!) {
   topAccounts(from: $from, to: $to, limit: 5) { data { accountId email measures { spentCoins requests } } }
   generations(first: 10, filter: { status: failed }) { edges { node { id modelId status createdAt error { code message } account { id email } } } }
   revenuePerDay(from: $from, to: $to) { day usdIn coinsCredited coinsSpent coinsTakenBack }
+  organizations(first: 5) { edges { node { id name memberCount createdAt wallet { coins } } } }
   payments(limit: 10) { accountId checkoutSessionId paymentIntentId amountUsd coins status refundedCents reversals { kind stripeId amountCents } createdAt }
 }`;
 const AUDIT = `query Audit($after: String) { auditLog(first: 50, after: $after) { edges { node { id createdAt actorType actorId action targetType targetId reason } } pageInfo { hasNextPage endCursor } } }`;
@@ -87,6 +88,11 @@ ${(data.topModels.data as { modelId: string; measures: { spentCoins: string; req
 ${(data.topAccounts.data as unknown[]).length === 0 ? emptyState('Nothing spent in these 30 days.', html`The accounts that spend most show here.`) : html`<table><thead><tr><th>Account</th><th class="num">Spent</th><th class="num">Requests</th></tr></thead><tbody>
 ${(data.topAccounts.data as { accountId: string; email: string | null; measures: { spentCoins: string; requests: number } }[]).map((a) => html`<tr><td><a href="/admin/accounts/${encodeURIComponent(a.accountId)}">${truncate(a.email ?? a.accountId, 40)}</a></td><td class="num">${money(Number(a.measures.spentCoins))}</td><td class="num">${a.measures.requests}</td></tr>`)}
 </tbody></table>`}</section>
+<section><h2>Newest organizations</h2>
+${(data.organizations.edges as unknown[]).length === 0 ? emptyState('No organizations yet.', html`Teams that share a wallet show here once someone makes an organization.`) : html`<table><thead><tr><th>Organization</th><th class="num">Members</th><th class="num">Balance</th><th>Created</th></tr></thead><tbody>
+${(data.organizations.edges as { node: { id: string; name: string; memberCount: number; createdAt: string; wallet: { coins: string } } }[]).map(({ node: o }) => html`<tr><td><a href="/admin/organizations/${encodeURIComponent(o.id)}">${truncate(o.name, 40)}</a></td><td class="num">${o.memberCount}</td><td class="num">${money(Number(o.wallet.coins))}</td><td>${when(o.createdAt)}</td></tr>`)}
+</tbody></table>`}
+<p><a href="/admin/organizations">All organizations</a></p></section>
 <section><h2>Revenue per day, last 30 days</h2>${revenueTable(data.revenuePerDay as RevenueDay[])}</section>
 <section><h2>Newest payments</h2>${paymentsTable(data.payments as PaymentRow[])}</section>
 <section><h2>Newest failed jobs</h2>${jobsTable(jobs, 'No failed jobs. Nothing to look into.')}

@@ -15,6 +15,7 @@ import { coinsToJson, formatCoins, InvalidAmountError, parseCoins, type Micro } 
 import { release } from '../../money/holds.ts';
 import { balanceView, getBalance } from '../../money/wallet.ts';
 import type { GenerationStarter, UrlSigner } from '../../ports.ts';
+import { resolveWalletOwner, walletOwnerFields } from '../../operators/wallet-owner.ts';
 import { reasonSchema, recordAudit, type Operator } from '../audit.ts';
 
 /**
@@ -50,7 +51,8 @@ const signedCoins = z
   });
 
 export const adjustBalanceInput = z.object({
-  account: accountRef,
+  /** A person's account (id or e-mail), or `organization` (org_…): exactly one. */
+  ...walletOwnerFields,
   /** Up (+) into purchased coins; down (−) out of purchased coins first, then subscription coins. */
   coins: signedCoins,
   reason: reasonSchema,
@@ -74,7 +76,7 @@ async function adjust(tx: EntityManager, accountId: string, kind: 'adjustment' |
 }
 
 export async function adjustBalance(c: Ctx, input: z.output<typeof adjustBalanceInput>) {
-  const account = await resolveAccount(c.em, input.account);
+  const account = await resolveWalletOwner(c.em, input);
   return c.em.transactional(async (tx) => {
     const before = await balanceOf(tx, account.id);
     const { applied, entryId } = await adjust(tx, account.id, 'adjustment', input.coins, `adj_${input.idempotency_key}`.slice(0, 200), `adjustment:${account.id}:${input.idempotency_key}`, input.customer_note ? `${ADJUSTMENT_NOTE_PREFIX}${input.customer_note}` : 'Balance adjustment');

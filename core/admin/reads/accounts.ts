@@ -3,6 +3,8 @@ import { z } from 'zod';
 import { checkCursor, Conditions, idsInput, iso, pageInput, pageOf, prefixedId, textArray, timeRangeInput } from './paging.ts';
 
 export const accountId = prefixedId('acct');
+/** An id whose wallet, ledger and keys may be read: a person's account (`acct_…`) or an organization (`org_…`, an account of kind organization). */
+export const walletOwnerId = z.string().trim().regex(/^(acct|org)_[0-9A-Za-z]{1,64}$/, 'must be an id such as acct_… or org_…');
 
 export const accountListInput = pageInput.merge(timeRangeInput).extend({
   /** Case-insensitive start of the email: served by the index accounts_email_pattern. */
@@ -14,7 +16,7 @@ export const accountListInput = pageInput.merge(timeRangeInput).extend({
   after: accountId.optional(),
 });
 
-export const accountIdsInput = idsInput(accountId);
+export const accountIdsInput = idsInput(walletOwnerId);
 
 export interface AdminAccountView {
   id: string;
@@ -48,9 +50,9 @@ const view = (r: Row): AdminAccountView => ({
 /** `%` and `_` typed by the operator are letters, not wildcards. */
 const likeText = (s: string) => s.toLowerCase().replace(/[\\%_]/g, '\\$&');
 
-/** Accounts, newest first, filtered. */
+/** Accounts of people, newest first, filtered (organizations have their own list: organizations.ts). */
 export async function listAccounts(em: EntityManager, input: z.output<typeof accountListInput>) {
-  const where = new Conditions().range('a.created_at', input).after('a', 'accounts', input.after);
+  const where = new Conditions().add(`a.kind = 'person'`).range('a.created_at', input).after('a', 'accounts', input.after);
   if (input.email_prefix) where.add(`lower(a.email) like ? escape '\\'`, `${likeText(input.email_prefix)}%`);
   if (input.email_contains) where.add(`lower(a.email) like ? escape '\\'`, `%${likeText(input.email_contains)}%`);
   where.addIf(input.paid, 'a.paid = ?');
@@ -60,7 +62,7 @@ export async function listAccounts(em: EntityManager, input: z.output<typeof acc
   return pageOf(rows.map(view), input.first);
 }
 
-/** The accounts with these ids, in one query (a dataloader's batch); unknown ids are left out. */
+/** The accounts with these ids (an organization's too: its billing e-mail), in one query (a dataloader's batch); unknown ids are left out. */
 export async function accountsByIds(em: EntityManager, ids: string[]) {
   if (ids.length === 0) return { object: 'list' as const, data: [] };
   const rows = await em.execute<Row[]>(`${SELECT} where a.id = any(?::text[])`, [textArray(ids)]);

@@ -1,14 +1,15 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
-import { accountId } from './accounts.ts';
+import { walletOwnerId } from './accounts.ts';
 import { checkCursor, Conditions, idsInput, iso, pageInput, pageOf, prefixedId, textArray, timeRangeInput } from './paging.ts';
 
 export const keyId = prefixedId('key');
 
 export const keyListInput = pageInput.merge(timeRangeInput).extend({
-  account: accountId.optional(),
-  /** `standard`: made by the account or an operator; `app`: the key of a connected app. */
-  kind: z.enum(['standard', 'app']).optional(),
+  /** The wallet the keys spend from: a person's account, or an organization (`org_…`). */
+  account: walletOwnerId.optional(),
+  /** `standard`: made by the account or an operator; `app`: the key of a connected app; `management`: manages keys and organizations. */
+  kind: z.enum(['standard', 'app', 'management']).optional(),
   revoked: z.boolean().optional(),
   after: keyId.optional(),
 });
@@ -20,14 +21,16 @@ interface Row {
   account_id: string;
   name: string;
   prefix: string;
-  kind: 'standard' | 'app';
+  kind: 'standard' | 'app' | 'management';
+  member_id: string | null;
+  disabled_at: Date | string | null;
   created_at: Date | string;
   last_used_at: Date | string | null;
   revoked_at: Date | string | null;
 }
 
 /** Named columns only: the key's hash never leaves the table. */
-const SELECT = 'select k.id, k.account_id, k.name, k.prefix, k.kind, k.created_at, k.last_used_at, k.revoked_at from api_keys k';
+const SELECT = 'select k.id, k.account_id, k.name, k.prefix, k.kind, k.member_id, k.disabled_at, k.created_at, k.last_used_at, k.revoked_at from api_keys k';
 
 const view = (r: Row) => ({
   id: r.id,
@@ -36,6 +39,11 @@ const view = (r: Row) => ({
   name: r.name,
   prefix: r.prefix,
   kind: r.kind,
+  /** The organization whose wallet the key spends from; null: a personal key. */
+  organization_id: r.member_id ? r.account_id : null,
+  /** The person the key belongs to. */
+  user_id: r.member_id ?? r.account_id,
+  disabled_at: iso(r.disabled_at),
   created_at: iso(r.created_at)!,
   last_used_at: iso(r.last_used_at),
   revoked_at: iso(r.revoked_at),

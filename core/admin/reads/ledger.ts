@@ -2,11 +2,12 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { coinsToJson } from '../../money/coins.ts';
 import { LEDGER_KINDS } from '../../money/ledger.ts';
-import { accountId } from './accounts.ts';
+import { walletOwnerId } from './accounts.ts';
 import { Conditions, iso, pageInput, pageOf, timeRangeInput } from './paging.ts';
 
 export const ledgerListInput = pageInput.merge(timeRangeInput).extend({
-  account: accountId.optional(),
+  /** A person's account or an organization (`org_…`). */
+  account: walletOwnerId.optional(),
   kind: z.enum(LEDGER_KINDS).optional(),
   pocket: z.enum(['subscription', 'purchased', 'held']).optional(),
   /** The job id, chat completion id or payment reference the entries were written for. */

@@ -7,6 +7,19 @@ import { apiKeysByIds, keyIdsInput, keyListInput, listApiKeys } from './keys.ts'
 import { ledgerListInput, listLedger } from './ledger.ts';
 import { listAdminModels, modelIdsInput, modelListInput, modelsByIds } from './models.ts';
 import { walletsByAccountIds } from './wallets.ts';
+import {
+  adminOrganizationDetail,
+  invitationListInput,
+  listAdminInvitations,
+  listAdminOrganizations,
+  membersByOrganizationIds,
+  membershipsByPersonIds,
+  organizationDetailInput,
+  organizationIdsInput,
+  organizationListInput,
+  organizationsByIds,
+  personIdsInput,
+} from './organizations.ts';
 
 /**
  * The admin API's reads (docs/admin.md), for any admin role: lists of every account's objects,
@@ -38,6 +51,16 @@ export const adminReadRouter = router({
   generations: router({
     list: adminProcedure.input(generationListInput).query(({ ctx, input }) => listAdminGenerations(ctx.deps, ctx.em, input)),
     byIds: adminProcedure.input(generationIdsInput).query(({ ctx, input }) => generationsByIds(ctx.deps, ctx.em, input.ids)),
+  }),
+  /** Organizations (docs/organizations.md, "Operators"): their wallet, ledger and keys are read above with their `org_…` id. */
+  organizations: router({
+    list: adminProcedure.input(organizationListInput).query(({ ctx, input }) => listAdminOrganizations(ctx.em, input)),
+    byIds: adminProcedure.input(organizationIdsInput).query(({ ctx, input }) => organizationsByIds(ctx.em, input.ids)),
+    /** One organization with its balance, members and pending invitations (the CLI's `org show`). */
+    get: adminProcedure.input(organizationDetailInput).query(({ ctx, input }) => adminOrganizationDetail(ctx.em, input.id, ctx.deps.clock())),
+    membersByIds: adminProcedure.input(organizationIdsInput).query(({ ctx, input }) => membersByOrganizationIds(ctx.em, input.ids)),
+    ofPeople: adminProcedure.input(personIdsInput).query(({ ctx, input }) => membershipsByPersonIds(ctx.em, input.ids)),
+    invitations: adminProcedure.input(invitationListInput).query(({ ctx, input }) => listAdminInvitations(ctx.em, input, ctx.deps.clock())),
   }),
   files: router({
     list: adminProcedure.input(fileListInput).query(({ ctx, input }) => listAdminFiles(ctx.deps, ctx.em, input)),

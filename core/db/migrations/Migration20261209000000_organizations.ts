@@ -16,7 +16,8 @@ import { Migration } from '@mikro-orm/migrations';
  * - api_keys.member_id: the person who owns a key of an organization's wallet (null on a personal
  *   key); kind `management`: a key that manages keys and organizations and cannot call models;
  *   disabled_at: a key switched off (401, saying so) that can be switched on again. A change of
- *   disabled_at is announced like a revocation (mas_changes), so cached keys drop it.
+ *   disabled_at is announced like a revocation (mas_changes), so cached keys drop it (as a change
+ *   of allowed_models or expires_at is since Migration20261203000000_key_limits).
  * - app_connections.member_id: the person who allowed an app to spend an organization's coins.
  * - mas_member_spend_room, and mas_reserve / mas_reserve_many check the member's limit in the same
  *   statement as the key's limit and the balance, with the member's row locked after the key's and
