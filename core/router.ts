@@ -52,6 +52,7 @@ import { createOrganization, createOrganizationInput, deleteOrganization, getOrg
 import { listMembers, memberRef, removeMember, updateMember, updateMemberInput } from './organizations/members.ts';
 import { acceptInvitation, createInvitation, createInvitationInput, invitationRef, invitationTokenInput, listInvitations, readInvitation, revokeInvitation } from './organizations/invitations.ts';
 import { authenticateSession } from './auth/sessions.ts';
+import { organizationUsage, organizationUsageCsv, organizationUsageInput, ownMembership } from './organizations/usage.ts';
 import { createKeyFor, listKeysOf, operatorKeyOptions } from './operators/account-keys.ts';
 import { balanceOfAccount } from './operators/account-balance.ts';
 import { creditCoins, creditCoinsInput } from './operators/credit-account.ts';
@@ -278,6 +279,12 @@ export const appRouter = router({
     list: managerProcedure.query(({ ctx }) => listOrganizations(ctx.em, ctx.actor)),
     create: verifiedManagerProcedure.input(createOrganizationInput).mutation(({ ctx, input }) => createOrganization(ctx.em, ctx.actor, input)),
     get: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => getOrganization(ctx.em, ctx.actor, input.id)),
+    /** The caller's own membership: role, spend limit and what they spent in its period. */
+    membership: managerProcedure.input(organizationIdInput).query(({ ctx, input }) => ownMembership(ctx.em, ctx.actor, input.id)),
+    /** Spend per member and per key over a range of days (an admin: every member; a member: their own). */
+    usage: managerProcedure.input(organizationUsageInput).query(({ ctx, input }) => organizationUsage(ctx.em, ctx.actor, input, ctx.deps.clock())),
+    /** The same as CSV: a row per day, key and model. */
+    usageCsv: managerProcedure.input(organizationUsageInput).query(({ ctx, input }) => organizationUsageCsv(ctx.em, ctx.actor, input, ctx.deps.clock())),
     /** Owners only; refused while the wallet holds coins or a plan runs. */
     delete: managerProcedure.input(organizationIdInput).mutation(({ ctx, input }) => deleteOrganization(ctx.em, ctx.actor, input.id, ctx.deps.clock())),
     members: router({

@@ -104,8 +104,8 @@ export const onDay = (day: string) => html`<time datetime="${day}">${formatDay(d
 
 export interface PageOptions {
   title: string;
-  /** Signed in: the navigation and the sign-out form (which needs its CSRF token). */
-  nav?: { email: string; csrf: string; current: string } | undefined;
+  /** Signed in: the navigation and the sign-out form (which needs its CSRF token); `wallet`: the wallet switch. */
+  nav?: { email: string; csrf: string; current: string; wallet?: WalletSwitch | undefined } | undefined;
   /** Which site's navigation: the account pages' (default) or the admin pages'. */
   area?: 'account' | 'admin';
   /**
@@ -119,6 +119,30 @@ export interface PageOptions {
    * page, and whether the visitor has a session (then "Your account" stands for Sign in / Sign up).
    */
   publicNav?: { current?: string | undefined; signedIn?: boolean | undefined } | undefined;
+}
+
+/**
+ * The wallet the account pages show (docs/organizations.md): the personal one (`current` null) or
+ * one organization's; `choices`: the person's organizations. Core checks the membership on every
+ * call; this only draws the switch.
+ */
+export interface WalletSwitch {
+  current: { id: string; name: string } | null;
+  choices: { id: string; name: string }[];
+  /** The page to come back to after switching. */
+  back: string;
+}
+
+/** The wallet switch above a page's heading, when the person belongs to an organization. */
+function walletSwitch(w: WalletSwitch, csrf: string): Html | '' {
+  if (w.choices.length === 0) return '';
+  const chosen = w.current?.id ?? '';
+  return html`<form method="post" action="/account/wallet" class="wallet-switch">
+  <input type="hidden" name="_csrf" value="${csrf}"><input type="hidden" name="next" value="${w.back}">
+  <label for="wallet-choice">Wallet</label>
+  <select id="wallet-choice" name="organization"><option value=""${chosen === '' ? html` selected` : ''}>Personal</option>${w.choices.map((c) => html`<option value="${c.id}"${chosen === c.id ? html` selected` : ''}>${c.name} (organization)</option>`)}</select>
+  <button type="submit" class="secondary">Switch</button>
+</form>`;
 }
 
 const PUBLIC_NAV = [
@@ -135,6 +159,7 @@ const NAV = [
   ['/account/billing', 'Billing'],
   ['/account/settings', 'Settings'],
   ['/account/apps', 'Connected apps'],
+  ['/account/organizations', 'Organizations'],
   ['/models', 'Models'],
   ['/docs', 'Docs'],
 ] as const;
@@ -196,7 +221,10 @@ function labelCells(table: string): string {
 export function page(opts: PageOptions, body: Html): string {
   const admin = opts.area === 'admin';
   const nav = admin ? ADMIN_NAV : NAV;
-  const links = (current: string) => nav.map(([href, label]) => html`<a href="${href}"${current === href ? html` aria-current="page"` : ''}>${label}</a>`);
+  // With an organization's wallet chosen, Billing is the organization's.
+  const org = opts.nav?.wallet?.current?.id;
+  const target = (href: string) => (org && href === '/account/billing' ? `${href}?${new URLSearchParams({ organization: org }).toString()}` : href);
+  const links = (current: string) => nav.map(([href, label]) => html`<a href="${target(href)}"${current === href ? html` aria-current="page"` : ''}>${label}</a>`);
   const label = admin ? 'Admin' : 'Account';
   return html`<!doctype html>
 <html lang="en">
@@ -227,6 +255,7 @@ export function page(opts: PageOptions, body: Html): string {
       : html`<a href="/login"${opts.publicNav?.current === '/login' ? html` aria-current="page"` : ''}>Sign in</a> <a href="/signup"${opts.publicNav?.current === '/signup' ? html` aria-current="page"` : ''}>Sign up</a>`}</nav>`}
   </header>
   <main${opts.pollSeconds ? html` data-poll-seconds="${opts.pollSeconds}"` : ''}>
+    ${opts.nav?.wallet ? walletSwitch(opts.nav.wallet, opts.nav.csrf) : ''}
     <h1>${opts.title}</h1>
     ${new Html(wrapTables(body.value, escape(opts.title)))}
   </main>

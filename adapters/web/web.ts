@@ -5,10 +5,11 @@ import { createContext, type CoreDeps } from '../../core/context.ts';
 import { MAX_ACTIVE_KEYS } from '../../core/keys/keys.ts';
 import { createCaller } from '../../core/router.ts';
 import { toCoreError } from '../../core/trpc.ts';
+import { CoreError } from '../../core/errors.ts';
 import type { HttpAdapter } from '../http/app.ts';
 import { SESSION_COOKIE, type BrowserKit } from '../http/browser.ts';
 import { sendPageError, statusOf } from './errors.ts';
-import { html, page } from './html.ts';
+import { html, page, type WalletSwitch } from './html.ts';
 import { randomUUID } from 'node:crypto';
 import { appsPage, editKeyPage, keysPage, overviewPage, revokeKeyPage, settingsPage, type FormError, type KeyValues } from './pages/account.ts';
 import { catalogPage, landingPage, modelNotFoundPage, modelPage, type ModelView } from './pages/public.ts';
@@ -18,6 +19,8 @@ import { billingPage, billingRefusedPage, PAYMENT_FORM_TARGETS, topUpSuccessPage
 import { forgotPasswordPage, forgotPasswordSentPage, loginLinkPage, resetPasswordPage, safeNext, signInPage, signUpPage, signUpSentPage, verifyEmailPage } from './pages/auth.ts';
 import { lowBalanceSection, verificationSection } from './pages/notices.ts';
 import { authorizationErrorPage, consentPage } from './pages/consent.ts';
+import { memberPage, organizationPage, organizationsPage, organizationUsagePage, orgHref } from './pages/organizations.ts';
+import { invitationAcceptPage, invitationRefusedPage, invitationSignedOutPage } from './pages/invitation.ts';
 
 export interface WebOptions {
   kit: BrowserKit;
@@ -54,12 +57,32 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     return typeof value === 'string' ? value : '';
   };
   type Me = Awaited<ReturnType<ReturnType<typeof core>['accounts']['me']>>;
-  const signedIn = (fn: (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me) => Promise<void>): RequestHandler => async (req, res) => {
+  /**
+   * The wallet the pages show (docs/organizations.md): `?organization=ID` for one page, else the
+   * wallet cookie the switch set; empty: the personal wallet. Never trusted: it must be one of the
+   * person's organizations as core lists them, and every core call with it checks the role again.
+   */
+  const WALLET_COOKIE = 'mas_wallet';
+  const walletCookie = { httpOnly: true, sameSite: 'lax' as const, secure: publicBaseUrl.startsWith('https:'), path: '/' };
+  const walletFor = async (req: Request, res: Response): Promise<WalletSwitch> => {
+    const cookie = (req.cookies as Record<string, unknown> | undefined)?.[WALLET_COOKIE];
+    const asked = typeof req.query.organization === 'string' ? req.query.organization : cookie;
+    const { data } = await core(req).organizations.list();
+    const choices = data.map((o) => ({ id: o.id, name: o.name }));
+    const find = (id: unknown) => (typeof id === 'string' && id ? (choices.find((c) => c.id === id) ?? null) : null);
+    // A cookie naming an organization the person left (or never joined): back to the personal wallet.
+    if (typeof cookie === 'string' && !find(cookie)) res.clearCookie(WALLET_COOKIE, walletCookie);
+    // After a switch, back to the same section (a key of the other wallet would not be found).
+    const back = req.method === 'GET' ? req.path.split('/').slice(0, 3).join('/') : '/account';
+    return { current: find(asked), choices, back };
+  };
+  type Nav = { email: string; csrf: string; wallet: WalletSwitch };
+  const signedIn = (fn: (req: Request, res: Response, nav: Nav, me: Me) => Promise<void>): RequestHandler => async (req, res) => {
     // A signed-in page is private: never stored, so Back after signing out cannot show it.
     res.setHeader('Cache-Control', 'no-store');
     try {
       const me = await core(req).accounts.me();
-      await fn(req, res, { email: me.email, csrf: kit.csrfToken(req, res) }, me);
+      await fn(req, res, { email: me.email, csrf: kit.csrfToken(req, res), wallet: await walletFor(req, res) }, me);
     } catch (err) {
       sendPageError(req, res, err);
     }
@@ -81,6 +104,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   };
   // The address a sign-up went to, for the next page only (not in its URL, which logs keep).
   const SIGNUP_EMAIL_COOKIE = 'mas_signup_email';
+  // The invitation a signed-out person opened, to come back to once their new account is confirmed.
+  const INVITATION_COOKIE = 'mas_invitation';
 
   router.get('/favicon.ico', (_req, res) => void res.status(204).end());
 
@@ -191,10 +216,17 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   });
 
   /** The overview: the balance, what to do next, the unconfirmed address. */
-  const renderOverview = async (req: Request, res: Response, nav: { email: string; csrf: string }, me: Me, extra: { status?: number; verifyError?: string } = {}) => {
-    const [billing, keys] = await Promise.all([core(req).payments.billing(), core(req).account.keys.list()]);
+  const renderOverview = async (req: Request, res: Response, nav: Nav, me: Me, extra: { status?: number; verifyError?: string } = {}) => {
+    const org = nav.wallet.current;
+    const [billing, keys, organization] = await Promise.all([
+      core(req).payments.billing(),
+      core(req).account.keys.list(org ? { organization_id: org.id } : undefined),
+      org ? core(req).organizations.get({ id: org.id }) : undefined,
+    ]);
     const top = verificationSection(nav, { verified: me.email_verified, verifiedNow: req.query.verified === '1', sent: req.query.verification === 'sent', error: extra.verifyError });
-    send(res, overviewPage(nav, { balance: me.balance, paymentsEnabled: billing.payments_enabled, activeKeys: keys.data.filter((k) => !k.revoked_at).length, mail: { top } }), extra.status);
+    const activeKeys = keys.data.filter((k) => !k.revoked_at && k.user_id === me.id).length;
+    const orgView = organization?.balance ? { id: organization.id, name: organization.name, role: organization.role } : undefined;
+    send(res, overviewPage(nav, { balance: organization?.balance ?? me.balance, paymentsEnabled: billing.payments_enabled, activeKeys, mail: { top }, organization: orgView }), extra.status);
   };
   /**
    * Billing: its payment forms post here and are redirected to Stripe, so its form-action allows Stripe's pages.
@@ -241,6 +273,12 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     ['password', '/account/settings'],
   ];
   router.get('/account', label('/account'), signedIn(async (req, res, nav, me) => {
+    // Signed up from an invitation's page: the confirmation link lands here; back to the invitation.
+    const invitation = (req.cookies as Record<string, unknown> | undefined)?.[INVITATION_COOKIE];
+    if (req.query.verified === '1' && typeof invitation === 'string' && /^\/invitations\/[\w%-]{1,300}$/.test(invitation)) {
+      res.clearCookie(INVITATION_COOKIE, walletCookie);
+      return res.redirect(303, invitation);
+    }
     const moved = MOVED.find(([param]) => typeof req.query[param] === 'string');
     if (moved) {
       const query = new URLSearchParams(Object.entries(req.query).filter((e): e is [string, string] => typeof e[1] === 'string')).toString();
@@ -363,12 +401,19 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     };
   };
   const modelChoices = async (req: Request) => (await core(req).account.models({})).data.map((m) => ({ id: m.id, name: m.name }));
-  const renderKeys = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number; values?: KeyValues } = {}) => {
-    const [keys, models] = await Promise.all([core(req).account.keys.list(), core(req).account.models({})]);
+  /** The key listing of the wallet shown: the personal keys, or the organization's (a member's own; an admin's all). */
+  const walletKeys = (nav: Nav) => (nav.wallet.current ? { organization_id: nav.wallet.current.id } : undefined);
+  const renderKeys = async (req: Request, res: Response, nav: Nav, extra: { created?: { id: string; name: string; key: string } | undefined; error?: string; param?: string | undefined; status?: number; values?: KeyValues } = {}) => {
+    const [keys, models, me] = await Promise.all([core(req).account.keys.list(walletKeys(nav)), core(req).account.models({}), core(req).accounts.me()]);
     const created = extra.created;
-    const firstModel = created && firstRequestModel(models.data, keys.data.find((k) => k.id === created.id)?.allowed_models ?? null);
+    const createdKey = created && keys.data.find((k) => k.id === created.id);
+    // A management key calls no model (403): no chat to try it with.
+    const firstModel = created && createdKey?.type !== 'management' && firstRequestModel(models.data, createdKey?.allowed_models ?? null);
     const firstRequest = created && firstModel ? { model: firstModel, snippets: firstRequestSnippets(apiBase(publicBaseUrl), created.key, firstModel) } : undefined;
-    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models: models.data.map((m) => ({ id: m.id, name: m.name })), created, firstRequest, error: extra.error, param: extra.param, values: extra.values }), extra.status);
+    // The 10 keys hold per person: in an organization, per member (an admin sees the others' keys too).
+    const activeCount = keys.data.filter((k) => !k.revoked_at && k.user_id === me.id).length;
+    const organization = nav.wallet.current ?? undefined;
+    send(res, keysPage(nav, { keys: keys.data, limit: MAX_ACTIVE_KEYS, models: models.data.map((m) => ({ id: m.id, name: m.name })), created, firstRequest, error: extra.error, param: extra.param, values: extra.values, organization, activeCount }), extra.status);
   };
   // A new key's secret reaches the page once: POST creates the key and redirects here with the
   // secret in an encrypted flash cookie (kit.setFlash); this GET shows it and clears the cookie.
@@ -382,7 +427,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.post('/account/keys', label('/account/keys'), kit.requireCsrf, signedIn(async (req, res, nav) => {
     const name = form(req, 'name').trim();
     try {
-      const created = await core(req).account.keys.create({ ...(name ? { name } : {}), ...keyLimits(req) });
+      const management = form(req, 'management') === 'on';
+      const created = await core(req).account.keys.create({ ...(name ? { name } : {}), ...keyLimits(req), ...walletKeys(nav), ...(management ? { management } : {}) });
       kit.setFlash(req, res, '/account/keys', JSON.stringify({ id: created.id, name: created.name, key: created.key }));
       res.redirect(303, '/account/keys');
     } catch (err) {
@@ -394,7 +440,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
       await renderKeys(req, res, nav, { error: failure.message, param: failure.param, status: statusOf(failure.code), values });
     }
   }));
-  const renderEditKey = async (req: Request, res: Response, nav: { email: string; csrf: string }, extra: { error?: string; param?: string | undefined; status?: number } = {}) => {
+  const renderEditKey = async (req: Request, res: Response, nav: Nav, extra: { error?: string; param?: string | undefined; status?: number } = {}) => {
     const [key, models] = await Promise.all([core(req).account.keys.get({ id: String(req.params.id) }), modelChoices(req)]);
     if (key.revoked_at) return send(res, page({ title: 'Not found', nav: { ...nav, current: '/account/keys' } }, html`<p class="error" role="alert">No such active key.</p>`), 404);
     send(res, editKeyPage(nav, key, { models, error: extra.error, param: extra.param }), extra.status);
@@ -412,7 +458,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
     }
   }));
   router.get('/account/keys/:id/revoke', label('/account/keys/:id/revoke'), signedIn(async (req, res, nav) => {
-    const key = (await core(req).account.keys.list()).data.find((k) => k.id === req.params.id && !k.revoked_at);
+    const key = (await core(req).account.keys.list(walletKeys(nav))).data.find((k) => k.id === req.params.id && !k.revoked_at);
     if (!key) return send(res, page({ title: 'Not found', nav: { ...nav, current: '/account/keys' } }, html`<p class="error" role="alert">No such active key.</p>`), 404);
     send(res, revokeKeyPage(nav, key));
   }));
@@ -428,6 +474,8 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   }));
 
   router.get('/account/usage', label('/account/usage'), signedIn(async (req, res, nav) => {
+    // An organization's wallet: its usage per member and per key.
+    if (nav.wallet.current) return renderOrgUsage(req, res, nav, nav.wallet.current, '/account/usage');
     const q = (name: string) => (typeof req.query[name] === 'string' ? (req.query[name] as string).slice(0, 20) : undefined);
     const cursor = q('starting_after');
     const range = { from: q('from'), to: q('to') };
@@ -455,6 +503,215 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   }));
   router.get('/account/generations/:id', label('/account/generations/:id'), signedIn(async (req, res, nav) => {
     send(res, generationPage(nav, await core(req).account.generations.get({ id: String(req.params.id) })));
+  }));
+
+  // Organizations (docs/organizations.md): each form calls one core use case with the session;
+  // roles, limits and the last owner are core's rules. A refusal comes back on the page: beside
+  // its field, or as a notice when the person's role does not allow it (403).
+  router.use('/account/organizations', express.urlencoded({ extended: false, limit: '16kb', parameterLimit: 20 }));
+  const orgParam = (req: Request) => String(req.params.id).slice(0, 80);
+  const INFO: Record<string, string> = {
+    created: 'The organization is made: you are its owner. Invite its members below.',
+    invited: 'The invitation is sent.',
+    revoked: 'The invitation is revoked: its link no longer works.',
+    updated: 'The member is saved.',
+    removed: 'The member is removed, and their keys of this organization are revoked.',
+    joined: 'You joined the organization.',
+    left: 'You left the organization; your keys of it are revoked.',
+  };
+  const infoOf = (req: Request) => INFO[Object.keys(INFO).find((k) => req.query[k] === '1') ?? ''];
+  /** A refusal to show on the page, or the error again for the error page (signed out, unknown, not ours). */
+  const shown = (err: unknown) => {
+    const failure = toCoreError(err);
+    if (!failure || failure.code === 'unauthorized' || failure.code === 'not_found') throw err;
+    return failure;
+  };
+  const renderOrganizations = async (req: Request, res: Response, nav: Nav, extra: { error?: FormError; name?: string; status?: number } = {}) => {
+    const { data } = await core(req).organizations.list();
+    send(res, organizationsPage(nav, { organizations: data, error: extra.error, name: extra.name, info: infoOf(req) }), extra.status);
+  };
+  const renderOrganization = async (req: Request, res: Response, nav: Nav, extra: { error?: string; status?: number; invite?: { error: FormError; email: string; role: string } } = {}) => {
+    const id = orgParam(req);
+    const [organization, me] = await Promise.all([core(req).organizations.get({ id }), core(req).organizations.membership({ id })]);
+    const admin = organization.role !== 'member';
+    const [members, invitations] = admin ? await Promise.all([core(req).organizations.members.list({ id }), core(req).organizations.invitations.list({ id })]) : [undefined, undefined];
+    send(res, organizationPage(nav, { organization, me, members: members?.data, invitations: invitations?.data, invite: extra.invite, error: extra.error, info: infoOf(req) }), extra.status);
+  };
+  const renderOrgUsage = async (req: Request, res: Response, nav: Nav, org: { id: string }, current?: string) => {
+    const q = (name: string) => (typeof req.query[name] === 'string' ? (req.query[name] as string).slice(0, 20) : undefined);
+    const range = { from: q('from'), to: q('to') };
+    const organization = await core(req).organizations.get({ id: org.id });
+    try {
+      const usage = await core(req).organizations.usage({ id: org.id, ...(range.from ? { from: range.from } : {}), ...(range.to ? { to: range.to } : {}) });
+      send(res, organizationUsagePage(nav, { organization, usage, range: { from: usage.from, to: usage.to }, ...(current ? { current } : {}) }));
+    } catch (err) {
+      const failure = toCoreError(err);
+      if (!failure || failure.code !== 'invalid_request') throw err;
+      send(res, organizationUsagePage(nav, { organization, range: { from: range.from ?? '', to: range.to ?? '' }, error: failure.message, errorParam: failure.param, ...(current ? { current } : {}) }), statusOf(failure.code));
+    }
+  };
+
+  router.get('/account/organizations', label('/account/organizations'), signedIn((req, res, nav) => renderOrganizations(req, res, nav)));
+  router.post('/account/organizations', label('/account/organizations'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    const name = form(req, 'name');
+    try {
+      const created = await core(req).organizations.create({ name });
+      res.redirect(303, `${orgHref(created.id)}?created=1`);
+    } catch (err) {
+      const failure = shown(err);
+      await renderOrganizations(req, res, nav, { error: { message: failure.message, param: failure.param }, name: name.slice(0, 100), status: statusOf(failure.code) });
+    }
+  }));
+  /** The switch above the pages: the wallet (an organization core lists as the person's, or the personal one) for the next pages. */
+  router.post('/account/wallet', label('/account/wallet'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    const id = form(req, 'organization').trim();
+    const next = safeNext(form(req, 'next'));
+    if (!id) {
+      res.clearCookie(WALLET_COOKIE, walletCookie);
+      return res.redirect(303, next);
+    }
+    const chosen = nav.wallet.choices.find((c) => c.id === id);
+    if (!chosen) throw new CoreError('not_found', `No organization ${id.slice(0, 80)}.`, { reason: 'organization_not_found', param: 'organization' });
+    res.cookie(WALLET_COOKIE, chosen.id, { ...walletCookie, maxAge: 365 * 86_400_000 });
+    res.redirect(303, next);
+  }));
+  router.get('/account/organizations/:id', label('/account/organizations/:id'), signedIn((req, res, nav) => renderOrganization(req, res, nav)));
+  router.post('/account/organizations/:id/invitations', label('/account/organizations/:id/invitations'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    const email = form(req, 'email');
+    const role = form(req, 'role');
+    try {
+      await core(req).organizations.invitations.create({ id: orgParam(req), email, ...(role ? { role: role as 'member' } : {}) });
+      res.redirect(303, `${orgHref(orgParam(req))}?invited=1#invitations`);
+    } catch (err) {
+      const failure = shown(err);
+      // A role the person lacks (403) is a notice; anything about the form's fields goes beside them.
+      if (failure.code === 'forbidden') return renderOrganization(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+      await renderOrganization(req, res, nav, { invite: { error: { message: failure.message, param: failure.param }, email: email.slice(0, 254), role }, status: statusOf(failure.code) });
+    }
+  }));
+  router.post('/account/organizations/:id/invitations/:invitation/revoke', label('/account/organizations/:id/invitations/:invitation/revoke'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    try {
+      await core(req).organizations.invitations.revoke({ id: orgParam(req), invitation_id: String(req.params.invitation).slice(0, 80) });
+      res.redirect(303, `${orgHref(orgParam(req))}?revoked=1#invitations`);
+    } catch (err) {
+      const failure = shown(err);
+      await renderOrganization(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+    }
+  }));
+  const memberOf = async (req: Request) => {
+    const id = orgParam(req);
+    const userId = String(req.params.user).slice(0, 80);
+    const [organization, members] = await Promise.all([core(req).organizations.get({ id }), core(req).organizations.members.list({ id })]);
+    const member = members.data.find((m) => m.user_id === userId);
+    if (!member) throw new CoreError('not_found', `No member ${userId} in the organization ${id}.`, { reason: 'member_not_found', param: 'user_id' });
+    return { organization, member };
+  };
+  router.get('/account/organizations/:id/members/:user', label('/account/organizations/:id/members/:user'), signedIn(async (req, res, nav) => {
+    try {
+      send(res, memberPage(nav, await memberOf(req)));
+    } catch (err) {
+      // A member (not an admin) opening an admin's page: the organization, with why.
+      const failure = shown(err);
+      await renderOrganization(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+    }
+  }));
+  router.post('/account/organizations/:id/members/:user', label('/account/organizations/:id/members/:user'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    const role = form(req, 'role');
+    const limit = form(req, 'spend_limit_coins').trim();
+    const period = form(req, 'spend_limit_period');
+    try {
+      await core(req).organizations.members.update({
+        id: orgParam(req),
+        user_id: String(req.params.user).slice(0, 80),
+        ...(role ? { role: role as 'member' } : {}),
+        spend_limit_coins: limit || null,
+        ...(period ? { spend_limit_period: period as 'monthly' } : {}),
+      });
+      res.redirect(303, `${orgHref(orgParam(req))}?updated=1#members`);
+    } catch (err) {
+      const failure = shown(err);
+      const status = statusOf(failure.code);
+      // A role the person lacks, or the last owner: a notice; a bad field: beside it.
+      const asNotice = failure.code === 'forbidden' || failure.code === 'conflict';
+      const error: FormError = asNotice ? { message: failure.message } : { message: failure.message, param: failure.param };
+      try {
+        send(res, memberPage(nav, { ...(await memberOf(req)), error, values: { role, spend_limit_coins: limit.slice(0, 30), spend_limit_period: period } }), status);
+      } catch {
+        await renderOrganization(req, res, nav, { error: failure.message, status });
+      }
+    }
+  }));
+  const removeFrom = async (req: Request, res: Response, nav: Nav, userId: string, me: Me) => {
+    const id = orgParam(req);
+    try {
+      await core(req).organizations.members.remove({ id, user_id: userId });
+      if (userId !== me.id) return res.redirect(303, `${orgHref(id)}?removed=1#members`);
+      if (nav.wallet.current?.id === id) res.clearCookie(WALLET_COOKIE, walletCookie);
+      res.redirect(303, '/account/organizations?left=1');
+    } catch (err) {
+      const failure = shown(err);
+      await renderOrganization(req, res, nav, { error: failure.message, status: statusOf(failure.code) });
+    }
+  };
+  router.post('/account/organizations/:id/members/:user/remove', label('/account/organizations/:id/members/:user/remove'), kit.requireCsrf, signedIn((req, res, nav, me) => removeFrom(req, res, nav, String(req.params.user).slice(0, 80), me)));
+  router.post('/account/organizations/:id/leave', label('/account/organizations/:id/leave'), kit.requireCsrf, signedIn((req, res, nav, me) => removeFrom(req, res, nav, me.id, me)));
+  router.get('/account/organizations/:id/usage', label('/account/organizations/:id/usage'), signedIn((req, res, nav) => renderOrgUsage(req, res, nav, { id: orgParam(req) })));
+  router.get('/account/organizations/:id/usage.csv', label('/account/organizations/:id/usage.csv'), signedIn(async (req, res) => {
+    const q = (name: string) => (typeof req.query[name] === 'string' && req.query[name] ? { [name]: (req.query[name] as string).slice(0, 20) } : {});
+    const csv = await core(req).organizations.usageCsv({ id: orgParam(req), ...q('from'), ...q('to') });
+    res.setHeader('Content-Type', csv.content_type);
+    res.setHeader('Content-Disposition', `attachment; filename="${csv.filename}"`);
+    res.send(csv.csv);
+  }));
+
+  // An invitation's link (docs/organizations.md): who invites, to what; sign in as the invited
+  // address and accept. Used, expired or revoked: 410; another address: 403; both say why.
+  const INVITATION_REFUSALS = new Set(['gone', 'forbidden', 'not_found', 'invalid_request']);
+  const refusedInvitation = (req: Request, res: Response, err: unknown, nav?: { email: string; csrf: string }) => {
+    const failure = toCoreError(err);
+    if (!failure || !INVITATION_REFUSALS.has(failure.code)) return sendPageError(req, res, err);
+    send(res, invitationRefusedPage(statusOf(failure.code), failure.message, nav), statusOf(failure.code));
+  };
+  router.get('/invitations/:token', label('/invitations/:token'), async (req, res) => {
+    res.setHeader('Cache-Control', 'no-store');
+    const token = String(req.params.token).slice(0, 200);
+    const path = `/invitations/${encodeURIComponent(token)}`;
+    let me: Me | null = null;
+    if (kit.sessionToken(req)) {
+      me = await core(req).accounts.me().catch((err: unknown) => {
+        if (toCoreError(err)?.code === 'unauthorized') return null;
+        throw err;
+      });
+    }
+    const nav = me ? { email: me.email, csrf: kit.csrfToken(req, res) } : undefined;
+    try {
+      const details = await core(req).organizations.invitations.read({ token, signed_in: me !== null });
+      if (!nav) {
+        // Signed out: after signing up (the confirmation link lands on /account), back here.
+        res.cookie(INVITATION_COOKIE, path, { ...walletCookie, maxAge: 86_400_000 });
+        return send(res, invitationSignedOutPage(details, path));
+      }
+      res.clearCookie(INVITATION_COOKIE, walletCookie);
+      send(res, invitationAcceptPage(nav, details, token));
+    } catch (err) {
+      refusedInvitation(req, res, err, nav);
+    }
+  });
+  router.post('/invitations/:token/accept', label('/invitations/:token/accept'), kit.requireCsrf, signedIn(async (req, res, nav) => {
+    const token = String(req.params.token).slice(0, 200);
+    try {
+      const joined = await core(req).organizations.invitations.accept({ token });
+      res.clearCookie(INVITATION_COOKIE, walletCookie);
+      res.redirect(303, `${orgHref(joined.organization_id)}?joined=1`);
+    } catch (err) {
+      const failure = toCoreError(err);
+      // An address not confirmed yet: the invitation again, with what to do.
+      if (failure?.reason === 'email_not_verified') {
+        const details = await core(req).organizations.invitations.read({ token, signed_in: true });
+        return send(res, invitationAcceptPage(nav, details, token, failure.message), statusOf(failure.code));
+      }
+      refusedInvitation(req, res, err, nav);
+    }
   }));
 
   // OAuth (docs/oauth.md): an app sends a person here; they sign in, then allow or deny it.

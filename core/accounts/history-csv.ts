@@ -110,6 +110,9 @@ function text(value: string): string {
   return /^[=+\-@\t\r]/.test(value) ? `'${value}` : value;
 }
 
+/** One free-text field of a CSV line: formula-safe (`text`) and quoted when needed; the organizations' usage CSV uses it too. */
+export const csvField = (value: string) => quote(text(value));
+
 function quote(field: string): string {
   return /[",\r\n]/.test(field) ? `"${field.replace(/"/g, '""')}"` : field;
 }

@@ -74,7 +74,7 @@ export async function listMembers(em: EntityManager, actor: Actor, organizationI
   return { object: 'list' as const, data: rows.map(view) };
 }
 
-async function readMember(em: EntityManager, organizationId: string, personId: string): Promise<MemberView> {
+export async function readMember(em: EntityManager, organizationId: string, personId: string): Promise<MemberView> {
   const [row] = await em.execute<Row[]>(`${SELECT} where m.organization_id = ? and m.account_id = ?`, [organizationId, personId]);
   if (!row) throw notFound('member_not_found', `No member ${personId} in the organization ${organizationId}.`, 'user_id');
   return view(row);

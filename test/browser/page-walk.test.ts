@@ -1,5 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
+import { createInvitation } from '../../core/organizations/invitations.ts';
+import { testMailbox } from '../support/mail.ts';
 import type { MikroORM } from '@mikro-orm/postgresql';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -38,6 +40,11 @@ let accountId = '';
 let keyId = '';
 let jobId = '';
 let adminToken = '';
+// Organizations (docs/organizations.md): one the person owns, with a member and a waiting invitation.
+let orgId = '';
+let memberId = '';
+let invitationPath = '';
+// The admin pages' organization is the same one.
 let organizationId = '';
 beforeAll(async () => {
   orm = await openTestOrm();
@@ -67,12 +74,16 @@ beforeAll(async () => {
   keyId = (await makeKey(orm, accountId, 'laptop')).id;
   await makeAppConnection(orm, accountId, { name: 'A research agent with a long name', capMicro: 50_000_000n });
   for (let i = 0; i < 3; i++) jobId = await makeFailedJob(orm, accountId, keyId, `The provider failed: upstream answered 503 Service Unavailable with a long body that goes on ${'and on '.repeat(30)}until the end.`);
-  // An organization the person owns, with a long name, a member with a limit, an invitation and a member's key (the admin's organization pages).
-  organizationId = (await createOrganization(orm.em.fork(), { personId: accountId, organizationId: null }, { name: 'A research lab with a rather long organization name' })).id;
-  const teammate = await makeAccount(orm);
-  await orm.em.fork().execute(`insert into organization_members (organization_id, account_id, role, spend_limit_micro, spend_limit_period) values (?, ?, 'member', 50000000, 'monthly')`, [organizationId, teammate.id]);
-  await orm.em.fork().execute(`insert into organization_invitations (id, organization_id, email, role, token_hash, invited_by, expires_at) values (?, ?, ?, 'admin', ?, ?, now() + interval '7 days')`, [`inv_${randomBytes(12).toString('hex')}`, organizationId, uniqueEmail('invited'), randomBytes(32).toString('hex'), accountId]);
-  await internal().keys.create({ account: teammate.id, organization: organizationId, name: 'the team build server' });
+  const org = await createOrganization(orm.em.fork(), { personId: accountId, organizationId: null }, { name: 'A research team with a rather long organization name' });
+  orgId = org.id;
+  memberId = (await makeAccount(orm)).id;
+  await orm.em.fork().execute(`insert into organization_members (organization_id, account_id, role, spend_limit_micro, spend_limit_period) values (?, ?, 'member', 25000000, 'monthly')`, [orgId, memberId]);
+  const invited = uniqueEmail('walk-invited');
+  await createInvitation({ mailer: deps.mailer, logger: deps.logger, clock: () => new Date(), config: deps.config }, orm.em.fork(), { personId: accountId, organizationId: null }, { id: orgId, email: invited, role: 'admin' });
+  invitationPath = new URL((await testMailbox.next(invited)).link!).pathname;
+  // The admin's organization pages: the same organization, with a member's key and coins.
+  organizationId = orgId;
+  await internal().keys.create({ account: memberId, organization: organizationId, name: 'the team build server' });
   await internal().wallet.topUp({ organization: organizationId, coins: '500' });
   const admin = await internal().admin.users.create({ email: uniqueEmail('walk-admin'), role: 'operator' });
   adminToken = admin.login_token;
@@ -181,6 +192,8 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/authorize?client_id=x',
       '/admin/login',
       '/no-such-page',
+      invitationPath,
+      '/invitations/mas_invite_unknown',
     ]);
     await context.close();
     expect(problems(findings)).toEqual(NONE);
@@ -205,6 +218,15 @@ describe.concurrent('every page fits a phone and a laptop, and passes axe', { ti
       '/account/usage',
       '/account/usage?from=2026-02-30&to=2026-03-01',
       `/account/generations/${jobId}`,
+      '/account/organizations',
+      `/account/organizations/${orgId}`,
+      `/account/organizations/${orgId}/members/${memberId}`,
+      `/account/organizations/${orgId}/usage`,
+      `/account/keys?organization=${orgId}`,
+      `/account?organization=${orgId}`,
+      `/account/billing?organization=${orgId}`,
+      `/account/usage?organization=${orgId}`,
+      invitationPath,
     ]);
     await context.close();
     expect(problems(findings)).toEqual(NONE);

@@ -17,6 +17,7 @@ type Key = {
   allowed_models: string[] | null;
   usage_coins: number;
   remaining_coins: number | null;
+  type?: 'standard' | 'management';
 };
 type ModelChoice = { id: string; name: string };
 
@@ -43,16 +44,22 @@ export function balanceCards(b: Balance): Html {
  * The overview: the balance, what to do next, and where everything else is. Keys, usage,
  * billing and settings are pages of their own (issue 48: the one long page was 2,759 px on a phone).
  */
-export function overviewPage(nav: Nav, v: { balance: Balance; paymentsEnabled: boolean; activeKeys: number; mail?: { top: Html | string } | undefined }) {
+export function overviewPage(
+  nav: Nav,
+  v: { balance: Balance; paymentsEnabled: boolean; activeKeys: number; mail?: { top: Html | string } | undefined; organization?: { id: string; name: string; role: string } | undefined },
+) {
   const b = v.balance;
+  const org = v.organization;
+  // An organization's wallet: its billing page is the organization's (docs/organizations.md).
+  const billing = org ? `/account/billing?${new URLSearchParams({ organization: org.id }).toString()}` : '/account/billing';
   return page(
-    { title: 'Overview', nav: { ...nav, current: '/account' } },
-    html`${v.mail?.top ?? ''}${balanceCards(b)}
-<p>${b.paid_account ? 'This is a paid account: every model is open to it.' : 'This account is not paid yet: models marked "paid accounts only" need a first top-up or a subscription.'}</p>
+    { title: org ? `Overview of ${org.name}` : 'Overview', nav: { ...nav, current: '/account' } },
+    html`${v.mail?.top ?? ''}${org ? html`<p class="info">This is the shared wallet of the organization <a href="/account/organizations/${encodeURIComponent(org.id)}">${org.name}</a>, where you are ${org.role === 'member' ? 'a member' : `an ${org.role}`}. Switch to your personal wallet above.</p>` : ''}${balanceCards(b)}
+<p>${b.paid_account ? `This is a paid ${org ? 'organization' : 'account'}: every model is open to it.` : `This ${org ? 'organization' : 'account'} is not paid yet: models marked "paid accounts only" need a first top-up or a subscription.`}</p>
 <section id="add-credits" aria-labelledby="add-credits-heading">
 <h2 id="add-credits-heading">Add credits</h2>
 ${v.paymentsEnabled
-  ? html`<p class="links"><a class="button" href="/account/billing#add-credits">Add credits</a> <a href="/account/billing#plan">Plans</a> <a href="/account/billing#auto-top-up">Auto top-up</a></p>`
+  ? html`<p class="links"><a class="button" href="${billing}#add-credits">Add credits</a> <a href="${billing}#plan">Plans</a> <a href="${billing}#auto-top-up">Auto top-up</a></p>`
   : html`<p>Payments are not set up on this server. Coins are added by its operator: contact them with your account's email.</p>`}
 </section>
 <h2>Next steps</h2>
@@ -86,12 +93,30 @@ ${v.lowBalance}`,
   );
 }
 
-export function keysPage(nav: Nav, v: { keys: Key[]; limit: number; models: ModelChoice[]; created?: { id: string; name: string; key: string } | undefined; firstRequest?: FirstRequest | undefined; error?: string | undefined; param?: string | undefined; values?: KeyValues | undefined }) {
-  const active = v.keys.filter((k) => !k.revoked_at);
+export function keysPage(
+  nav: Nav,
+  v: {
+    keys: Key[];
+    limit: number;
+    models: ModelChoice[];
+    created?: { id: string; name: string; key: string } | undefined;
+    firstRequest?: FirstRequest | undefined;
+    error?: string | undefined;
+    param?: string | undefined;
+    values?: KeyValues | undefined;
+    /** The organization whose wallet the keys spend from; absent: the personal wallet. */
+    organization?: { id: string; name: string } | undefined;
+    /** The person's own active keys (in an organization an admin lists the others' too). */
+    activeCount?: number | undefined;
+  },
+) {
+  const activeCount = v.activeCount ?? v.keys.filter((k) => !k.revoked_at).length;
+  const active = { length: activeCount };
   const fe: FormError | undefined = v.error ? { message: v.error, param: v.param } : undefined;
+  const org = v.organization;
   return page(
-    { title: 'API keys', nav: { ...nav, current: '/account/keys' } },
-    html`${notice('error', v.error)}
+    { title: org ? `API keys of ${org.name}` : 'API keys', nav: { ...nav, current: '/account/keys' } },
+    html`${notice('error', v.error)}${org ? html`<p class="info">These keys spend from the shared wallet of <a href="/account/organizations/${encodeURIComponent(org.id)}">${org.name}</a>, within your spend limit there. Switch to your personal wallet above for your own keys.</p>` : ''}
 ${v.created
   ? html`<section class="info" role="status">
   <p><strong>Your new key "${v.created.name}".</strong> Copy it now: it is shown only this once, and only its hash is kept.</p>
@@ -100,13 +125,13 @@ ${v.created
 </section>
 ${v.firstRequest ? firstRequestSection(v.firstRequest) : ''}`
   : ''}
-<p>${active.length} of ${v.limit} keys in use.</p>
+<p>${active.length} of ${v.limit} keys in use${org ? ' (yours, in this organization)' : ''}.</p>
 ${v.keys.length === 0
   ? emptyState('You have no API keys yet. A key lets your code call the API and spend this account’s coins.', html`<a href="#create">Create your first key</a> below, then follow <a href="/docs">the docs</a> for a first request.`)
   : html`<table class="keys">
   <thead><tr><th>Name</th><th>Key</th><th>Spend limit and use</th><th>Expires</th><th>Models</th><th>Last used</th><th>Actions</th></tr></thead>
   <tbody>${v.keys.map(
-        (k) => html`<tr><td>${short(k.name, 24)}</td><td><code>${k.prefix}…</code></td><td>${spendText(k)}</td><td>${when(k.expires_at, 'never')}</td><td>${modelsText(k.allowed_models)}</td><td>${when(k.last_used_at, 'never')}</td>
+        (k) => html`<tr><td>${short(k.name, 24)}${k.type === 'management' ? ' (management)' : ''}</td><td><code>${k.prefix}…</code></td><td>${spendText(k)}</td><td>${when(k.expires_at, 'never')}</td><td>${modelsText(k.allowed_models)}</td><td>${when(k.last_used_at, 'never')}</td>
   <td>${k.revoked_at
     ? html`revoked ${when(k.revoked_at)}`
     : html`<span class="actions"><a href="/account/keys/${k.id}/edit" aria-label="Edit key ${k.name}">Edit</a> <a href="/account/keys/${k.id}/revoke" aria-label="Revoke key ${k.name}">Revoke</a></span>`}</td></tr>`,
@@ -119,6 +144,7 @@ ${active.length >= v.limit
   <input type="hidden" name="_csrf" value="${nav.csrf}">
   <label>Name ${fieldError('name', errorOf(fe, 'name'))}<input type="text" name="name" maxlength="100" placeholder="my server" value="${v.values?.name ?? ''}"${invalidAttrs('name', errorOf(fe, 'name'))}></label>
   ${limitFields(v.models, undefined, fe, v.values)}
+  <label class="check"><input type="checkbox" name="management"> A management key: it manages keys${org ? ' of this organization' : ' and organizations'} through the API, and cannot call models</label>
   <button type="submit">Create key</button>
 </form>`}`,
   );
