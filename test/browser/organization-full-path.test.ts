@@ -136,7 +136,7 @@ describe('an organization, from sign-up to a member’s chat', () => {
     const orgId = /\/account\/organizations\/(org_[0-9A-Za-z]+)/.exec(owner.url())![1]!;
     await owner.getByLabel(/^E-mail address/).fill(memberEmail);
     await owner.getByRole('button', { name: 'Send invitation' }).click();
-    await expect(owner.getByRole('cell', { name: memberEmail }).isVisible()).resolves.toBe(true);
+    await expect(owner.getByRole('cell', { name: memberEmail, exact: true }).first().isVisible()).resolves.toBe(true);
 
     // The invitation mail, as the service wrote it: its link opens /invitations/{token}.
     const invitation = testMailbox.to(memberEmail).find((m) => m.subject === 'You are invited to Acme research')!;
