@@ -60,7 +60,7 @@ export const MUTATION_TESTS = [
   'test/integration/key-limits.test.ts',
   'test/unit/key-limits.test.ts',
   // Organizations (issue 49): the roles' 404 and 403 (core/organizations/roles.ts), and member limits over HTTP (core/money/holds.ts).
-  'test/unit/organization-roles.test.ts',
+  'test/integration/organization-roles.test.ts',
   'test/integration/organization-limits.test.ts',
 ];
 

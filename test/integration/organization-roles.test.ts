@@ -1,30 +1,48 @@
-import type { EntityManager } from '@mikro-orm/postgresql';
-import { describe, expect, it } from 'vitest';
+import type { EntityManager, MikroORM } from '@mikro-orm/postgresql';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Actor } from '../../core/auth/principals.ts';
 import { CoreError } from '../../core/errors.ts';
 import { ROLES, atLeast, organizationIdSchema, organizationNotFound, personIdSchema, requireRole, roleOf, roleSchema, type Role } from '../../core/organizations/roles.ts';
+import { makeAccount, openTestOrm } from '../support/db.ts';
 
 /**
  * The roles of an organization (core/organizations/roles.ts, docs/organizations.md): their order,
  * the ids they take, and `requireRole`'s answers: 404 outside the actor's reach (not a member,
  * or a management key made for another organization), 403 below the role needed, naming it.
- * The database's answer to roleOf's one query is given by a stand-in for the entity manager
- * that records the query; test/integration/organization-limits.test.ts and the route tests run
- * it on PostgreSQL.
+ * Run on PostgreSQL (real organizations and members), through an entity manager that records
+ * the statements it runs.
  */
 
-/** An entity manager whose one query answers this role (or no row), recording what was asked. */
-function emAnswering(role: Role | null) {
+let orm: MikroORM;
+beforeAll(async () => {
+  orm = await openTestOrm();
+});
+afterAll(async () => {
+  await orm?.close();
+});
+
+let made = 0;
+/**
+ * A real organization `org` in which a real person has this role (or is no member), and the
+ * entity manager to ask, which records each statement it runs (a spy on PostgreSQL, no stand-in).
+ */
+async function memberWith(role: Role | null) {
+  const personAccount = await makeAccount(orm);
+  const org = `org_roles${++made}x${Date.now()}`;
+  const em = orm.em.fork();
+  await em.execute(`insert into accounts (id, email, kind, name) values (?, ?, 'organization', 'Roles')`, [org, personAccount.email]);
+  if (role) await em.execute('insert into organization_members (organization_id, account_id, role) values (?, ?, ?)', [org, personAccount.id, role]);
   const calls: { sql: string; params: unknown[] }[] = [];
-  const em = {
+  const execute = em.execute.bind(em);
+  const spied = Object.assign(Object.create(em) as EntityManager, {
     execute: (sql: string, params: unknown[]) => {
       calls.push({ sql, params });
-      return Promise.resolve(role ? [{ role }] : []);
+      return execute(sql, params);
     },
-  } as unknown as EntityManager;
-  return { em, calls };
+  });
+  const actor: Actor = { personId: personAccount.id, organizationId: null };
+  return { em: spied, calls, org, actor };
 }
-const person: Actor = { personId: 'acct_person', organizationId: null };
 const refusal = async (p: Promise<unknown>): Promise<CoreError> => {
   const err = await p.then(
     () => undefined,
@@ -69,10 +87,10 @@ describe('requireRole', () => {
     ['owner', 'admin'],
     ['owner', 'owner'],
   ] as [Role, Role][])('a %s may act where %s is needed: the role is answered', async (have, need) => {
-    const { em, calls } = emAnswering(have);
-    expect(await requireRole(em, person, 'org_a', need)).toBe(have);
+    const { em, calls, org, actor } = await memberWith(have);
+    expect(await requireRole(em, actor, org, need)).toBe(have);
     expect(calls).toHaveLength(1);
-    expect(calls[0]!.params).toEqual(['org_a', 'acct_person']);
+    expect(calls[0]!.params).toEqual([org, actor.personId]);
   });
 
   it.each([
@@ -80,40 +98,48 @@ describe('requireRole', () => {
     ['member', 'owner'],
     ['admin', 'owner'],
   ] as [Role, Role][])('a %s where %s is needed: 403, naming both roles', async (have, need) => {
-    const { em } = emAnswering(have);
-    const err = await refusal(requireRole(em, person, 'org_a', need));
+    const { em, org, actor } = await memberWith(have);
+    const err = await refusal(requireRole(em, actor, org, need));
     expect(err.code).toBe('forbidden');
     expect(err.reason).toBe(`${need}_role_required`);
     expect(err.params).toEqual({ role: have, needed: need });
-    expect(err.message).toBe(`This needs the ${need} role in the organization org_a; yours is ${have}.`);
+    expect(err.message).toBe(`This needs the ${need} role in the organization ${org}; yours is ${have}.`);
   });
 
   it('a person who is not a member: 404, as for an organization that does not exist (the field named)', async () => {
-    const { em } = emAnswering(null);
-    const err = await refusal(requireRole(em, person, 'org_a', 'member'));
-    expect(err).toMatchObject({ code: 'not_found', reason: 'organization_not_found', param: 'id', message: 'No organization org_a.' });
-    const other = await refusal(requireRole(em, person, 'org_a', 'member', { param: 'organization_id' }));
+    const { em, org, actor } = await memberWith(null);
+    const err = await refusal(requireRole(em, actor, org, 'member'));
+    expect(err).toMatchObject({ code: 'not_found', reason: 'organization_not_found', param: 'id', message: `No organization ${org}.` });
+    const other = await refusal(requireRole(em, actor, org, 'member', { param: 'organization_id' }));
     expect(other.param).toBe('organization_id');
+    expect(await refusal(requireRole(em, actor, 'org_doesNotExist', 'member'))).toMatchObject({ code: 'not_found', reason: 'organization_not_found' });
     expect(organizationNotFound('org_b')).toMatchObject({ code: 'not_found', reason: 'organization_not_found', param: 'id' });
   });
 
   it("a management key made for one organization: another organization is unknown (404) without asking the database, even to its owner", async () => {
-    const { em, calls } = emAnswering('owner');
-    const scoped: Actor = { personId: 'acct_person', organizationId: 'org_mine', keyId: 'key_x' };
-    const err = await refusal(requireRole(em, scoped, 'org_other', 'member', { param: 'organization_id' }));
+    const mine = await memberWith('owner');
+    const other = await memberWith('owner');
+    const scoped: Actor = { personId: mine.actor.personId, organizationId: mine.org, keyId: 'key_x' };
+    // The person owns `other.org` too: still unknown to this key.
+    await orm.em.fork().execute(`insert into organization_members (organization_id, account_id, role) values (?, ?, 'owner')`, [other.org, mine.actor.personId]);
+    const err = await refusal(requireRole(mine.em, scoped, other.org, 'member', { param: 'organization_id' }));
     expect(err).toMatchObject({ code: 'not_found', reason: 'organization_not_found', param: 'organization_id' });
-    expect(calls).toHaveLength(0);
+    expect(mine.calls).toHaveLength(0);
     // Its own organization: the person's role there decides.
-    expect(await requireRole(em, scoped, 'org_mine', 'admin')).toBe('owner');
+    expect(await requireRole(mine.em, scoped, mine.org, 'admin')).toBe('owner');
   });
 
   it('locks the member row only when asked, and counts only live organizations', async () => {
-    const { em, calls } = emAnswering('admin');
-    await roleOf(em, 'org_a', 'acct_p');
-    await roleOf(em, 'org_a', 'acct_p', { lock: true });
+    const { em, calls, org, actor } = await memberWith('admin');
+    expect(await roleOf(em, org, actor.personId)).toBe('admin');
+    await em.transactional(async (tx) => {
+      expect(await roleOf(tx, org, actor.personId, { lock: true })).toBe('admin');
+    });
     expect(calls[0]!.sql).toMatch(/o\.disabled_at is null$/);
-    expect(calls[1]!.sql).toMatch(/for update of m$/);
-    for (const c of calls) expect(c.sql).toMatch(/o\.kind = 'organization' and o\.disabled_at is null/);
-    expect(await roleOf(emAnswering(null).em, 'org_a', 'acct_p')).toBeNull();
+    expect(calls[0]!.sql).toMatch(/o\.kind = 'organization' and o\.disabled_at is null/);
+    // A deleted (disabled) organization has no members; a person's own account is no organization.
+    await orm.em.fork().execute('update accounts set disabled_at = now() where id = ?', [org]);
+    expect(await roleOf(orm.em.fork(), org, actor.personId)).toBeNull();
+    expect(await roleOf(orm.em.fork(), actor.personId, actor.personId)).toBeNull();
   });
 });
