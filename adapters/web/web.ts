@@ -449,7 +449,7 @@ export function webAdapter(deps: CoreDeps, opts: WebOptions): HttpAdapter {
   router.post('/account/keys/:id/edit', label('/account/keys/:id/edit'), kit.requireCsrf, signedIn(async (req, res, nav) => {
     const name = form(req, 'name').trim();
     try {
-      await core(req).account.keys.update({ id: String(req.params.id), ...(name ? { name } : {}), ...keyLimits(req) });
+      await core(req).account.keys.update({ id: String(req.params.id), ...(name ? { name } : {}), ...keyLimits(req), disabled: form(req, 'disabled') === 'on' });
       res.redirect(303, '/account/keys');
     } catch (err) {
       const failure = toCoreError(err);

@@ -148,6 +148,29 @@ describe('editing a key', () => {
     expect(attempt.status).toBe(404);
     expect((await keysOf(person.accountId))[0]!.name).toBe('server 2');
   });
+
+  it('disables a key and enables it again: the key answers 401 api_key_disabled meanwhile, and the list says so', async () => {
+    const person = await signUpPerson(api.url, orm, 'keys-disable');
+    await postCreate(person, [['name', 'batch']]);
+    const secret = (await (await person.browser.fetch('/account/keys')).text()).match(SECRET)![0]!;
+    const [key] = await keysOf(person.accountId);
+    const save = async (disabled: boolean) => {
+      const csrf = csrfOf(await (await person.browser.fetch(`/account/keys/${key!.id}/edit`)).text())!;
+      const fields: [string, string][] = [['_csrf', csrf], ['name', 'batch'], ['spend_limit_coins', ''], ['expires_at', '']];
+      if (disabled) fields.push(['disabled', 'on']);
+      const res = await person.browser.fetch(`/account/keys/${key!.id}/edit`, { method: 'POST', headers: { origin: api.url, 'content-type': 'application/x-www-form-urlencoded' }, body: new URLSearchParams(fields) });
+      expect(res.status).toBe(303);
+    };
+    const balance = () => fetch(`${api.url}/api/v1/balance`, { headers: { authorization: `Bearer ${secret}` } });
+    await save(true);
+    const refused = await balance();
+    expect(refused.status).toBe(401);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('api_key_disabled');
+    expect(await (await person.browser.fetch('/account/keys')).text()).toContain('batch (disabled)');
+    expect(await (await person.browser.fetch(`/account/keys/${key!.id}/edit`)).text()).toMatch(/name="disabled" checked/);
+    await save(false);
+    expect((await balance()).status).toBe(200);
+  });
 });
 
 describe('the list of keys', () => {

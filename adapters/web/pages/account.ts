@@ -18,6 +18,8 @@ type Key = {
   usage_coins: number;
   remaining_coins: number | null;
   type?: 'standard' | 'management';
+  /** Switched off by its owner or an admin: refused (401) until switched on again. */
+  disabled?: boolean;
 };
 type ModelChoice = { id: string; name: string };
 
@@ -131,7 +133,7 @@ ${v.keys.length === 0
   : html`<table class="keys">
   <thead><tr><th>Name</th><th>Key</th><th>Spend limit and use</th><th>Expires</th><th>Models</th><th>Last used</th><th>Actions</th></tr></thead>
   <tbody>${v.keys.map(
-        (k) => html`<tr><td>${short(k.name, 24)}${k.type === 'management' ? ' (management)' : ''}</td><td><code>${k.prefix}…</code></td><td>${spendText(k)}</td><td>${when(k.expires_at, 'never')}</td><td>${modelsText(k.allowed_models)}</td><td>${when(k.last_used_at, 'never')}</td>
+        (k) => html`<tr><td>${short(k.name, 24)}${k.type === 'management' ? ' (management)' : ''}${k.disabled && !k.revoked_at ? ' (disabled)' : ''}</td><td><code>${k.prefix}…</code></td><td>${spendText(k)}</td><td>${when(k.expires_at, 'never')}</td><td>${modelsText(k.allowed_models)}</td><td>${when(k.last_used_at, 'never')}</td>
   <td>${k.revoked_at
     ? html`revoked ${when(k.revoked_at)}`
     : html`<span class="actions"><a href="/account/keys/${k.id}/edit" aria-label="Edit key ${k.name}">Edit</a> <a href="/account/keys/${k.id}/revoke" aria-label="Revoke key ${k.name}">Revoke</a></span>`}</td></tr>`,
@@ -184,6 +186,7 @@ export function editKeyPage(nav: Nav, key: Key, v: { models: ModelChoice[]; erro
   <input type="hidden" name="_csrf" value="${nav.csrf}">
   <label>Name ${fieldError('name', errorOf(fe, 'name'))}<input type="text" name="name" maxlength="100" value="${key.name}" required${invalidAttrs('name', errorOf(fe, 'name'))}></label>
   ${limitFields(v.models, key, fe)}
+  <label class="check"><input type="checkbox" name="disabled"${key.disabled ? html` checked` : ''}> Disabled: the key is refused (401, saying it is disabled) until this is unticked</label>
   <div class="actions"><button type="submit">Save the key</button> <a href="/account/keys">Cancel</a></div>
 </form>`,
   );
