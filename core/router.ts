@@ -50,8 +50,7 @@ import { createKeyInput, keyIdInput, keyInfo, updateKeyInput, type LimitChecks }
 import { createManagedKey, createManagedKeyInput, getManagedKey, listManagedKeys, listManagedKeysInput, revokeManagedKey, updateManagedKey } from './organizations/managed-keys.ts';
 import { createOrganization, createOrganizationInput, deleteOrganization, getOrganization, listOrganizations, organizationIdInput } from './organizations/organizations.ts';
 import { listMembers, memberRef, removeMember, updateMember, updateMemberInput } from './organizations/members.ts';
-import { acceptInvitation, createInvitation, createInvitationInput, invitationRef, invitationTokenInput, listInvitations, readInvitation, revokeInvitation } from './organizations/invitations.ts';
-import { authenticateSession } from './auth/sessions.ts';
+import { acceptInvitation, createInvitation, createInvitationInput, invitationRef, invitationTokenInput, listInvitations, readInvitation, readInvitationInput, revokeInvitation } from './organizations/invitations.ts';
 import { organizationUsage, organizationUsageCsv, organizationUsageInput, ownMembership } from './organizations/usage.ts';
 import { createKeyFor, listKeysOf, operatorKeyOptions } from './operators/account-keys.ts';
 import { balanceOfAccount } from './operators/account-balance.ts';
@@ -297,9 +296,7 @@ export const appRouter = router({
       create: managerProcedure.input(createInvitationInput).mutation(({ ctx, input }) => createInvitation(ctx.deps, ctx.em, ctx.actor, input)),
       revoke: managerProcedure.input(invitationRef).mutation(({ ctx, input }) => revokeInvitation(ctx.em, ctx.actor, input, ctx.deps.clock())),
       /** The invitation behind a link, for its page: anyone holding the link; `viewer` checks the signed-in person's address. */
-      read: publicProcedure.input(invitationTokenInput.extend({ signed_in: z.boolean().default(false) })).query(async ({ ctx, input }) =>
-        readInvitation(ctx.em, input.token, input.signed_in ? (await authenticateSession(ctx.em, ctx.credential.kind === 'session' ? ctx.credential.token : null, ctx.deps.clock())).accountId : null, ctx.deps.clock()),
-      ),
+      read: publicProcedure.input(readInvitationInput).query(({ ctx, input }) => readInvitation(ctx.em, ctx.credential, input, ctx.deps.clock())),
       accept: verifiedSessionProcedure.input(invitationTokenInput).mutation(({ ctx, input }) => acceptInvitation(ctx.em, ctx.principal, input.token, ctx.deps.clock())),
     }),
   }),

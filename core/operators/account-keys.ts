@@ -1,7 +1,7 @@
 import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import { notFound } from '../errors.ts';
-import { roleOf } from '../organizations/roles.ts';
+import { organizationIdSchema, roleOf } from '../organizations/roles.ts';
 import { resolveAccount } from '../accounts/accounts.ts';
 import { createKey, listKeys, type createKeyInput, type LimitChecks } from '../keys/keys.ts';
 
@@ -12,7 +12,7 @@ import { createKey, listKeys, type createKeyInput, type LimitChecks } from '../k
 
 /** What an operator may add to a key's fields: the organization whose wallet it spends from (the person must be a member), and whether it is a management key. */
 export const operatorKeyOptions = z.object({
-  organization: z.string().trim().regex(/^org_[0-9A-Za-z]{1,64}$/, 'must be an organization id such as org_…').optional(),
+  organization: organizationIdSchema.optional(),
   management: z.boolean().optional(),
 });
 

@@ -3,13 +3,14 @@ import type { Logger } from 'pino';
 import { z } from 'zod';
 import type { AccountLinks } from '../accounts/mails.ts';
 import { sendLater } from '../accounts/mails.ts';
-import type { Actor, SessionPrincipal } from '../auth/principals.ts';
+import type { Actor, Credential, SessionPrincipal } from '../auth/principals.ts';
+import { authenticateSession } from '../auth/sessions.ts';
 import { hashSecret, newSecret } from '../auth/secrets.ts';
 import { CoreError, notFound } from '../errors.ts';
 import { newId } from '../ids.ts';
 import type { Mailer, MailMessage } from '../ports.ts';
 import { isoTimeSchema } from '../views.ts';
-import { atLeast, requireRole, roleSchema, type Role } from './roles.ts';
+import { atLeast, organizationIdSchema, requireRole, roleSchema, type Role } from './roles.ts';
 
 /**
  * Invitations to an organization (docs/organizations.md): by e-mail, bound to that address,
@@ -21,14 +22,16 @@ const PREFIX = 'mas_invite_';
 /** At most this many invitations wait for an answer per organization. */
 export const MAX_OPEN_INVITATIONS = 50;
 
-const orgId = z.string().trim().regex(/^org_[0-9A-Za-z]{1,64}$/, 'must be an organization id such as org_…');
+
 export const createInvitationInput = z.object({
-  id: orgId,
+  id: organizationIdSchema,
   email: z.email('must be an email address').max(254).transform((e) => e.trim()),
   role: roleSchema.default('member'),
 });
-export const invitationRef = z.object({ id: orgId, invitation_id: z.string().trim().regex(/^inv_[0-9A-Za-z]{1,64}$/, 'must be an invitation id such as inv_…') });
+export const invitationRef = z.object({ id: organizationIdSchema, invitation_id: z.string().trim().regex(/^inv_[0-9A-Za-z]{1,64}$/, 'must be an invitation id such as inv_…') });
 export const invitationTokenInput = z.object({ token: z.string().trim().min(1).max(200) });
+/** `signed_in`: the page holds a live session, whose address the invitation must be for; false: nobody signed in yet. */
+export const readInvitationInput = invitationTokenInput.extend({ signed_in: z.boolean().default(false) });
 
 export const invitationSchema = z
   .object({
@@ -167,10 +170,11 @@ type Found = Row & { organization_name: string; invited_by_email: string };
 /**
  * The invitation behind a link, when it still works for the viewer: unknown: 404; used, expired
  * or revoked: 410, saying which; opened by a signed-in person with another address: 403, naming
- * the address it is for (the link's holder was sent it). `viewer` null: nobody signed in yet.
+ * the address it is for (the link's holder was sent it). `signed_in`: the viewer is the session's person (a dead session: 401); else nobody yet.
  */
-export async function readInvitation(em: EntityManager, token: string, viewer: string | null, now: Date): Promise<InvitationDetails> {
-  const found = await findByToken(em, token, false);
+export async function readInvitation(em: EntityManager, credential: Credential, input: z.output<typeof readInvitationInput>, now: Date): Promise<InvitationDetails> {
+  const viewer = input.signed_in ? (await authenticateSession(em, credential.kind === 'session' ? credential.token : null, now)).accountId : null;
+  const found = await findByToken(em, input.token, false);
   await checkUsable(em, found, viewer, now);
   return details(found);
 }

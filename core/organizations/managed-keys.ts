@@ -2,7 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import type { Actor } from '../auth/principals.ts';
 import { CoreError, notFound } from '../errors.ts';
-import { requireRole } from './roles.ts';
+import { organizationIdSchema, requireRole } from './roles.ts';
 import { ApiKey } from '../keys/api-key.entity.ts';
 import { createKey, createKeyInput, getKey, keyIdInput, keyUsage, keyView, revokeKey, updateKey, updateKeyInput, type LimitChecks } from '../keys/keys.ts';
 
@@ -16,14 +16,14 @@ import { createKey, createKeyInput, getKey, keyIdInput, keyUsage, keyView, revok
  * - Anything else is unknown (404), as a key that does not exist.
  */
 
-const organizationId = z.string().trim().regex(/^org_[0-9A-Za-z]{1,64}$/, 'must be an organization id such as org_…');
+
 
 /** A new key: in the organization's wallet with `organization_id`, else the personal one; `management` only from the pages. */
 export const createManagedKeyInput = createKeyInput.extend({
-  organization_id: organizationId.optional(),
+  organization_id: organizationIdSchema.optional(),
   management: z.boolean().optional(),
 });
-export const listManagedKeysInput = z.object({ organization_id: organizationId.optional() }).optional();
+export const listManagedKeysInput = z.object({ organization_id: organizationIdSchema.optional() }).optional();
 
 /**
  * The wallet a listing or a new key is for: the organization named, or, without one, the

@@ -5,7 +5,7 @@ import { CoreError, invalid, notFound } from '../errors.ts';
 import { coinsToJson } from '../money/coins.ts';
 import { parseKeyLimits } from '../keys/limits.ts';
 import { coinsSchema, isoTimeSchema } from '../views.ts';
-import { atLeast, personIdSchema, requireRole, roleOf, roleSchema, type Role } from './roles.ts';
+import { atLeast, organizationIdSchema, personIdSchema, requireRole, roleOf, roleSchema, type Role } from './roles.ts';
 
 /**
  * The members of an organization (docs/organizations.md): their role and the spend limit an admin
@@ -14,7 +14,7 @@ import { atLeast, personIdSchema, requireRole, roleOf, roleSchema, type Role } f
  */
 
 export const memberRef = z.object({
-  id: z.string().trim().regex(/^org_[0-9A-Za-z]{1,64}$/, 'must be an organization id such as org_…'),
+  id: organizationIdSchema,
   user_id: personIdSchema,
 });
 
@@ -39,14 +39,14 @@ export const memberSchema = z
   .strict();
 export type MemberView = z.infer<typeof memberSchema>;
 
-type Row = { account_id: string; email: string; role: Role; spend_limit_micro: string | null; spend_limit_period: 'total' | 'monthly' | null; created_at: Date; spent: string };
+type Row = { organization_id: string; account_id: string; email: string; role: Role; spend_limit_micro: string | null; spend_limit_period: 'total' | 'monthly' | null; created_at: Date; spent: string };
 
 /**
  * Members with what they spent: captured in the limit's period (a calendar month without a
  * limit) plus what their open requests hold, through their keys of the organization: the same
  * sums mas_member_spend_room makes.
  */
-const SELECT = `select m.account_id, p.email, m.role, m.spend_limit_micro::text as spend_limit_micro, m.spend_limit_period, m.created_at,
+const SELECT = `select m.organization_id, m.account_id, p.email, m.role, m.spend_limit_micro::text as spend_limit_micro, m.spend_limit_period, m.created_at,
     (coalesce((select sum(h.captured_micro) from api_keys k join holds h on h.metadata \\? 'key_id' and h.metadata->>'key_id' = k.id
                where k.account_id = m.organization_id and k.member_id = m.account_id and h.status = 'settled'
                  and h.ended_at >= mas_key_period_start(coalesce(m.spend_limit_period, 'monthly'))), 0)
@@ -174,8 +174,8 @@ export async function removeMember(em: EntityManager, actor: Actor, input: z.out
  */
 export async function membersOfOrganizations(em: EntityManager, organizationIds: readonly string[]) {
   if (organizationIds.length === 0) return [];
-  const rows = await em.execute<(Row & { organization_id: string })[]>(
-    `${SELECT.replace('select m.account_id', 'select m.organization_id, m.account_id')} where m.organization_id = any(?::text[]) order by m.created_at, m.account_id`,
+  const rows = await em.execute<Row[]>(
+    `${SELECT} where m.organization_id = any(?::text[]) order by m.created_at, m.account_id`,
     [`{${organizationIds.map((id) => `"${id.replace(/["\\]/g, '\\$&')}"`).join(',')}}`],
   );
   return rows.map((r) => ({ organization_id: r.organization_id, ...view(r) }));

@@ -6,7 +6,7 @@ import { newId } from '../ids.ts';
 import { coinsToJson } from '../money/coins.ts';
 import { balanceSchema, balanceView, getBalance } from '../money/wallet.ts';
 import { coinsSchema, isoTimeSchema } from '../views.ts';
-import { organizationNotFound, requireRole, roleSchema, type Role } from './roles.ts';
+import { organizationIdSchema, organizationNotFound, requireRole, roleSchema, type Role } from './roles.ts';
 
 /**
  * Organizations (docs/organizations.md): a team's shared wallet. An organization is an account
@@ -18,7 +18,7 @@ import { organizationNotFound, requireRole, roleSchema, type Role } from './role
 export const MAX_OWNED_ORGANIZATIONS = 10;
 
 export const createOrganizationInput = z.object({ name: z.string().trim().min(1).max(100) });
-export const organizationIdInput = z.object({ id: z.string().trim().regex(/^org_[0-9A-Za-z]{1,64}$/, 'must be an organization id such as org_…') });
+export const organizationIdInput = z.object({ id: organizationIdSchema });
 
 export const organizationSchema = z
   .object({

@@ -2,6 +2,7 @@ import type { EntityManager } from '@mikro-orm/postgresql';
 import { z } from 'zod';
 import type { SessionPrincipal, SpendingPrincipal } from '../auth/principals.ts';
 import { CoreError } from '../errors.ts';
+import { isOrganization } from '../organizations/organizations.ts';
 import { organizationIdSchema, requireRole } from '../organizations/roles.ts';
 
 /**
@@ -43,8 +44,7 @@ export async function payerOf(em: EntityManager, principal: SessionPrincipal | S
     return { accountId: organizationId, organizationId, actingAccountId: principal.accountId };
   }
   if (principal.kind !== 'session') {
-    const [row] = await em.execute<{ kind: string }[]>('select kind from accounts where id = ?', [principal.accountId]);
-    if (row?.kind === 'organization') {
+    if (await isOrganization(em, principal.accountId)) {
       throw new CoreError('forbidden', "This key spends an organization's wallet: only the organization's owners manage its payments, signed in to the account pages.", {
         reason: 'organization_key_cannot_pay',
       });

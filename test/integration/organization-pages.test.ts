@@ -336,3 +336,41 @@ describe('signing up from an invitation', () => {
     expect(text(await page.text())).toContain('Accept and join Newcomers');
   });
 });
+
+describe('a hostile browser', () => {
+  it('malformed and oversized ids, tokens and fields get a 4xx page, never a 500, and change nothing', async () => {
+    const owner = await signUpPerson(api.url, orm, 'org-hostile');
+    const org = await createOrganization(owner, 'Hostile');
+    const long = 'x'.repeat(20_000);
+    for (const path of [
+      '/account/organizations/nope',
+      `/account/organizations/org_${long}`,
+      '/account/organizations/org_doesNotExist1',
+      `/account/organizations/${org}/members/acct_%00`,
+      `/account/organizations/${org}/members/${long}`,
+      `/account/organizations/${org}/usage?from=${long}&to=2026-13-45`,
+      `/invitations/${long}`,
+      '/invitations/mas_invite_%00%ff',
+      '/account/keys?organization=org_%27%3B--',
+    ]) {
+      const res = await owner.browser.fetch(path);
+      expect(res.status, path).toBeGreaterThanOrEqual(200);
+      expect(res.status, path).toBeLessThan(500);
+    }
+    const before = await db().execute('select count(*)::int as n from organization_members where organization_id = ?', [org]);
+    for (const [action, fields] of [
+      [`/account/organizations/${org}/invitations`, { email: `${long}@example.test`, role: 'owner' }],
+      [`/account/organizations/${org}/invitations`, { email: 'a@example.test', role: 'superuser' }],
+      [`/account/organizations/${org}/members/${owner.accountId}`, { role: 'member', spend_limit_coins: '1e400', spend_limit_period: 'yearly' }],
+      ['/account/organizations', { name: long }],
+      ['/account/wallet', { organization: long, next: 'https://evil.example/' }],
+    ] as [string, Record<string, string>][]) {
+      const res = await submit(owner, `/account/organizations/${org}`, action, fields);
+      expect(res.status, action).toBeLessThan(500);
+      if (res.status === 303) expect(res.headers.get('location'), action).toMatch(/^\//);
+    }
+    expect(await db().execute('select count(*)::int as n from organization_members where organization_id = ?', [org])).toEqual(before);
+    expect(await db().execute(`select count(*)::int as n from organization_invitations where organization_id = ?`, [org])).toEqual([{ n: 0 }]);
+    expect((await db().execute<{ name: string }[]>(`select name from accounts where kind = 'organization' and email = ?`, [owner.email])).map((r) => r.name)).toEqual(['Hostile']);
+  });
+});

@@ -4,6 +4,7 @@ import type { OrganizationView } from '../../../core/organizations/organizations
 import type { OrganizationUsageView } from '../../../core/organizations/usage.ts';
 import { coinsFig, emptyState, fieldError, html, invalidAttrs, money, moneyCard, notice, page, when, type Html, type WalletSwitch } from '../html.ts';
 import { balanceCards, type FormError } from './account.ts';
+import { rangeForm } from './usage.ts';
 
 /**
  * The organizations pages (/account/organizations, docs/organizations.md): the person's
@@ -178,17 +179,11 @@ export function organizationUsagePage(
   const u = v.usage;
   const range = u ? { from: u.from, to: u.to } : v.range;
   const o = v.organization;
-  const fromError = v.error && v.errorParam !== 'to' ? v.error : undefined;
-  const toError = v.error && v.errorParam === 'to' ? v.error : undefined;
   const csv = `${orgHref(o.id, '/usage.csv')}?${new URLSearchParams(range).toString()}`;
   return page(
     { title: `Usage of ${o.name}`, nav: { ...nav, current: v.current ?? CURRENT } },
     html`<p class="links"><a href="${orgHref(o.id)}">Back to ${o.name}</a></p>
-<form method="get" action="${orgHref(o.id, '/usage')}" class="range">
-  <label>From (UTC) ${fieldError('from', fromError)}<input type="date" name="from" value="${range.from}" required${invalidAttrs('from', fromError)}></label>
-  <label>To (UTC) ${fieldError('to', toError)}<input type="date" name="to" value="${range.to}" required${invalidAttrs('to', toError)}></label>
-  <button type="submit">Show</button>
-</form>
+${rangeForm(orgHref(o.id, '/usage'), range, v)}
 ${notice('error', v.error)}
 ${u
   ? html`${u.scope === 'member' ? html`<p class="hint">Your own use of the organization's wallet; its admins see every member's.</p>` : ''}

@@ -64,21 +64,28 @@ export interface UsagePageData {
   generations: GenerationView[];
 }
 
+/**
+ * The range of days a usage page shows, as a GET form. Core names \`from\` for a range it refuses
+ * (a bad day, from after to, too long), \`to\` for a bad end day: the message goes beside that field.
+ */
+export function rangeForm(action: string, range: { from: string; to: string }, v: { error?: string | undefined; errorParam?: string | undefined }): Html {
+  const fromError = v.error && v.errorParam !== 'to' ? v.error : undefined;
+  const toError = v.error && v.errorParam === 'to' ? v.error : undefined;
+  return html`<form method="get" action="${action}" class="range">
+  <label>From (UTC) ${fieldError('from', fromError)}<input type="date" name="from" value="${range.from}" required${invalidAttrs('from', fromError)}></label>
+  <label>To (UTC) ${fieldError('to', toError)}<input type="date" name="to" value="${range.to}" required${invalidAttrs('to', toError)}></label>
+  <button type="submit">Show</button>
+</form>`;
+}
+
 export function usagePage(nav: Nav, v: UsagePageData) {
   const u = v.usage;
   const range = u ? { from: u.from, to: u.to } : v.range;
   const next = v.history.has_more ? v.history.data.at(-1)?.id : undefined;
   const keep = new URLSearchParams({ from: range.from, to: range.to });
-  // core names \`from\` for a range it refuses (a bad day, from after to, too long); \`to\` for a bad end day.
-  const fromError = v.error && v.errorParam !== 'to' ? v.error : undefined;
-  const toError = v.error && v.errorParam === 'to' ? v.error : undefined;
   return page(
     { title: 'Usage', nav: { ...nav, current: '/account/usage' } },
-    html`<form method="get" action="/account/usage" class="range">
-  <label>From (UTC) ${fieldError('from', fromError)}<input type="date" name="from" value="${range.from}" required${invalidAttrs('from', fromError)}></label>
-  <label>To (UTC) ${fieldError('to', toError)}<input type="date" name="to" value="${range.to}" required${invalidAttrs('to', toError)}></label>
-  <button type="submit">Show</button>
-</form>
+    html`${rangeForm('/account/usage', range, v)}
 ${notice('error', v.error)}
 ${u
   ? html`<div class="cards">
